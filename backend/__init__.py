@@ -1,0 +1,1 @@
+"""Inference backend: engines (build), models (download), server (launch/reuse/stop), profiles."""

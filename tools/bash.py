@@ -1,0 +1,204 @@
+"""``bash``, ``bash_jobs``, ``bash_kill``: run shell commands safely for an unattended model.
+
+Every command runs in a new process group with stdin closed and a non-interactive environment
+(FIELD-CASES.md class 7); the environment is filtered so secrets are not passed; a timeout kills
+the whole group; output is capped to head + tail with the full text saved in the workspace's
+scratch directory (class 8). ``background: true`` starts a long-running process (a dev server)
+that ``bash_jobs`` lists and ``bash_kill`` stops; all are stopped when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from tools.base import Observation, Tool, ToolContext, ToolError
+from tools.edits import resolve
+
+OUTPUT_CAP = 16_000
+"""Characters of output returned to the model (head and tail halves)."""
+MAX_TIMEOUT = 1800
+
+NON_INTERACTIVE = {
+    "CI": "1", "GIT_EDITOR": "true", "EDITOR": "true", "VISUAL": "true", "PAGER": "cat",
+    "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "npm_config_yes": "true",
+    "DEBIAN_FRONTEND": "noninteractive", "PIP_NO_INPUT": "1", "TERM": "dumb",
+}
+_ALLOWED = re.compile(
+    r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_\w+|TZ|TMPDIR|TEMP|TMP|PWD|HOSTNAME|"
+    r"VIRTUAL_ENV|CONDA_\w+|PYTHON\w*|PIP_\w+|UV_\w+|JAVA_HOME|GOPATH|GOROOT|CARGO_HOME|"
+    r"RUSTUP_HOME|NVM_DIR|NODE_PATH|CUDA_\w+|LD_LIBRARY_PATH|PKG_CONFIG_PATH|XDG_\w+|"
+    r"(HTTP|HTTPS|NO)_PROXY|(http|https|no)_proxy|SSL_CERT_\w+|REQUESTS_CA_BUNDLE|CC|CXX)$")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE",
+                     re.IGNORECASE)
+
+
+def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for tool processes: allow-listed names, never secret-looking ones,
+    plus the non-interactive settings."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if _ALLOWED.match(k) and not _SECRET.search(k)}
+    env.update(NON_INTERACTIVE)
+    return env
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        if sig == signal.SIGTERM:
+            time.sleep(0.2)
+
+
+def cap_output(text: str, spill: Path) -> str:
+    """``text`` if short, else head + tail with the full text written to ``spill``."""
+    if len(text) <= OUTPUT_CAP:
+        return text
+    spill.write_text(text, "utf-8")
+    half = OUTPUT_CAP // 2
+    omitted = len(text) - 2 * half
+    return (f"{text[:half]}\n[... {omitted} characters omitted; the full output is in "
+            f"{spill.name} under .dflash-agent/ — use the view tool with view_range on "
+            f".dflash-agent/{spill.name} ...]\n{text[-half:]}")
+
+
+@dataclass
+class Job:
+    """A background process started by the model."""
+
+    id: int
+    command: str
+    proc: subprocess.Popen
+    log: Path
+
+
+@dataclass
+class JobTable:
+    """Background jobs of one session."""
+
+    jobs: dict[int, Job] = field(default_factory=dict)
+    next_id: int = 1
+
+    def stop_all(self) -> None:
+        """Kill every job's process group (called when the session ends)."""
+        for job in self.jobs.values():
+            if job.proc.poll() is None:
+                _kill_group(job.proc.pid)
+                job.proc.wait()
+
+
+class BashArgs(BaseModel):
+    command: str = Field(description="Shell command, run with bash -c. stdin is closed.")
+    timeout: int = Field(120, ge=1, le=MAX_TIMEOUT, description="Seconds before it is killed.")
+    background: bool = Field(False, description="Start a long-running process (a server) "
+                             "and return at once; see bash_jobs / bash_kill.")
+    cwd: str = Field(".", description="Working directory, relative to the workspace root.")
+
+
+class Bash(Tool):
+    name = "bash"
+    description = ("Run a shell command in the workspace (non-interactive: stdin closed, no "
+                   "editor or pager). Use background=true for servers.")
+    Args = BashArgs
+
+    def __init__(self, ctx: ToolContext, jobs: JobTable, counter: list[int] | None = None):
+        super().__init__(ctx)
+        self.jobs = jobs
+        self.counter = counter if counter is not None else [0]
+
+    def run(self, args: BashArgs) -> Observation:
+        cwd = resolve(self.ctx, args.cwd)
+        if not cwd.is_dir():
+            raise ToolError(f"cwd {args.cwd} is not a directory")
+        self.counter[0] += 1
+        out_path = self.ctx.workspace.scratch / f"bash-{os.getpid()}-{self.counter[0]}.out"
+        with out_path.open("wb") as out:
+            proc = subprocess.Popen(["bash", "-c", args.command], cwd=cwd, env=tool_env(),
+                                    stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        if args.background:
+            job = Job(self.jobs.next_id, args.command, proc, out_path)
+            self.jobs.jobs[job.id] = job
+            self.jobs.next_id += 1
+            return Observation(text=f"started background job {job.id} (pid {proc.pid}); "
+                               f"output goes to .dflash-agent/{out_path.name}")
+        timed_out = False
+        try:
+            code = proc.wait(args.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BaseException:
+            _kill_group(proc.pid)
+            proc.wait()
+            raise
+        # Kill stragglers too (e.g. `cmd &` without background=true): no orphans survive.
+        _kill_group(proc.pid)
+        if timed_out:
+            code = proc.wait()
+        text = out_path.read_bytes().decode("utf-8", errors="replace")
+        out_path.unlink(missing_ok=True)
+        shown = cap_output(text, out_path.with_suffix(".full.txt"))
+        if timed_out:
+            return Observation(is_error=True, text=f"{shown}\n[killed after {args.timeout} s "
+                               "timeout; use background=true for long-running processes]")
+        status = f"[exit code {code}]"
+        return Observation(text=f"{shown}\n{status}" if shown else status, is_error=code != 0)
+
+
+class JobsArgs(BaseModel):
+    """No arguments."""
+
+
+class BashJobs(Tool):
+    name = "bash_jobs"
+    description = "List background jobs started with bash background=true, with recent output."
+    Args = JobsArgs
+
+    def __init__(self, ctx: ToolContext, jobs: JobTable):
+        super().__init__(ctx)
+        self.jobs = jobs
+
+    def run(self, args: JobsArgs) -> Observation:
+        if not self.jobs.jobs:
+            return Observation(text="no background jobs")
+        lines = []
+        for job in self.jobs.jobs.values():
+            code = job.proc.poll()
+            state = "running" if code is None else f"exited ({code})"
+            tail = job.log.read_bytes()[-400:].decode("utf-8", errors="replace").strip()
+            lines.append(f"job {job.id} pid {job.proc.pid} {state}: {job.command}\n"
+                         f"  last output: {tail[-300:] or '(none)'}")
+        return Observation(text="\n".join(lines))
+
+
+class KillArgs(BaseModel):
+    job_id: int = Field(description="Id from bash_jobs.")
+
+
+class BashKill(Tool):
+    name = "bash_kill"
+    description = "Stop a background job (its whole process group)."
+    Args = KillArgs
+
+    def __init__(self, ctx: ToolContext, jobs: JobTable):
+        super().__init__(ctx)
+        self.jobs = jobs
+
+    def run(self, args: KillArgs) -> Observation:
+        job = self.jobs.jobs.get(args.job_id)
+        if job is None:
+            known = ", ".join(str(i) for i in self.jobs.jobs) or "none"
+            raise ToolError(f"no background job {args.job_id} (jobs: {known})")
+        if job.proc.poll() is None:
+            _kill_group(job.proc.pid)
+            job.proc.wait()
+        return Observation(text=f"job {job.id} stopped (exit {job.proc.returncode})")

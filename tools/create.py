@@ -1,0 +1,33 @@
+"""``create``: write a new file (or replace one), creating parent directories."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tools.base import Observation, Tool, ToolError
+from tools.edits import resolve, write_recorded
+from tools.textfile import TextFile, encode, read_text
+
+
+class CreateArgs(BaseModel):
+    path: str = Field(description="File to write, relative to the workspace root.")
+    file_text: str = Field(description="The complete contents of the file.")
+
+
+class Create(Tool):
+    name = "create"
+    description = "Create a file with the given contents (replaces the file if it exists)."
+    Args = CreateArgs
+    mutates = True
+
+    def run(self, args: CreateArgs) -> Observation:
+        path = resolve(self.ctx, args.path)
+        if path.is_dir():
+            raise ToolError(f"{args.path} is a directory")
+        # An existing file keeps its encoding and line endings.
+        fmt = read_text(path) if path.is_file() else TextFile("", "utf-8", "\n", False)
+        existed = path.is_file()
+        write_recorded(self.ctx, path, encode(fmt, args.file_text))
+        lines = args.file_text.count("\n") + (not args.file_text.endswith("\n"))
+        verb = "replaced" if existed else "created"
+        return Observation(text=f"{verb} {self.ctx.workspace.relative(path)} ({lines} lines)")

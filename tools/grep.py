@@ -1,0 +1,60 @@
+"""``grep``: regular-expression search over the workspace's non-ignored text files."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from tools.base import Observation, Tool, ToolError
+from tools.edits import resolve
+from tools.ignore import walk
+from tools.textfile import looks_binary
+
+MAX_MATCHES = 200
+MAX_FILE_BYTES = 2 * 2**20
+
+
+class GrepArgs(BaseModel):
+    pattern: str = Field(description="Python regular expression to search for.")
+    path: str = Field(".", description="File or directory to search, relative to the root.")
+    glob: str | None = Field(None, description="Only files whose name matches, e.g. '*.py'.")
+    ignore_case: bool = Field(False, description="Case-insensitive search.")
+
+
+class Grep(Tool):
+    name = "grep"
+    description = ("Search file contents with a regular expression; prints path:line: text. "
+                   "Respects .gitignore.")
+    Args = GrepArgs
+
+    def run(self, args: GrepArgs) -> Observation:
+        try:
+            regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
+        except re.error as exc:
+            raise ToolError(f"invalid regular expression {args.pattern!r}: {exc}") from exc
+        start = resolve(self.ctx, args.path)
+        if not start.exists():
+            raise ToolError(f"{args.path} does not exist")
+        files = [start] if start.is_file() else walk(self.ctx.workspace.root, start)
+        out: list[str] = []
+        for path in files:
+            if args.glob and not path.match(args.glob):
+                continue
+            try:
+                if path.stat().st_size > MAX_FILE_BYTES:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if looks_binary(data):
+                continue
+            rel = self.ctx.workspace.relative(path)
+            for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+                if regex.search(line):
+                    out.append(f"{rel}:{n}: {line[:300]}")
+                    if len(out) >= MAX_MATCHES:
+                        out.append(f"[stopped at {MAX_MATCHES} matches; narrow the pattern "
+                                   "or the path]")
+                        return Observation(text="\n".join(out))
+        return Observation(text="\n".join(out) or "no matches")

@@ -1,0 +1,73 @@
+"""Walking a workspace the way git sees it: ``.gitignore`` files (root and nested) honoured."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pathspec
+
+ALWAYS_SKIPPED = {".git", ".dflash-agent", ".hg", ".svn"}
+
+
+def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
+    ignore = folder / ".gitignore"
+    if not ignore.is_file():
+        return None
+    try:
+        lines = ignore.read_text("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def walk(root: Path, start: Path, include_dirs: bool = False,
+         max_depth: int | None = None) -> Iterator[Path]:
+    """Paths under ``start`` (inside ``root``) that git would not ignore, sorted per folder.
+
+    ``.gitignore`` files between ``root`` and each folder apply, like git. Symlinked folders
+    are not followed. ``max_depth`` counts levels below ``start`` (1 = direct children).
+    """
+    root, start = root.resolve(), start.resolve()
+    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    folder = root
+    for part in [root, *reversed(start.relative_to(root).parents)] if start != root else [root]:
+        folder = part if part == root else root / part
+        spec = _spec_for(folder)
+        if spec:
+            specs.append((folder, spec))
+    yield from _walk(start, specs, include_dirs, max_depth, 1)
+
+
+def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
+    for base, spec in specs:
+        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        if spec.match_file(rel):
+            return True
+    return False
+
+
+def _walk(folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]], include_dirs: bool,
+          max_depth: int | None, depth: int) -> Iterator[Path]:
+    local = _spec_for(folder)
+    if local and all(base != folder for base, _ in specs):
+        specs = [*specs, (folder, local)]
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in ALWAYS_SKIPPED:
+            continue
+        path = Path(entry.path)
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if _ignored(path, is_dir, specs):
+            continue
+        if is_dir:
+            if include_dirs:
+                yield path
+            if max_depth is None or depth < max_depth:
+                yield from _walk(path, specs, include_dirs, max_depth, depth + 1)
+        else:
+            yield path

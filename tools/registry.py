@@ -1,0 +1,94 @@
+"""One registry feeds everything: OpenAI ``tools=``, the JSON schema for grammar-forced calls,
+argument validation and dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from tools.base import Observation, Tool, ToolContext, ToolError
+from tools.bash import Bash, BashJobs, BashKill, JobTable
+from tools.create import Create
+from tools.glob import Glob
+from tools.grep import Grep
+from tools.insert import Insert
+from tools.str_replace import StrReplace
+from tools.undo_edit import UndoEdit
+from tools.view import View
+from tools.workspace import OutsideWorkspace, Workspace
+
+
+def clean_schema(schema: Any) -> Any:
+    """A pydantic JSON schema without ``title`` keys (noise for the model and the grammar)."""
+    if isinstance(schema, dict):
+        return {k: clean_schema(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [clean_schema(v) for v in schema]
+    return schema
+
+
+def format_validation_error(tool: str, exc: ValidationError) -> str:
+    """A one-paragraph, field-by-field explanation of invalid arguments."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        parts.append(f"{where}: {err['msg']}")
+    return f"invalid arguments for {tool}: " + "; ".join(parts)
+
+
+class Registry:
+    """Tools by name, in a stable order (the order they were given)."""
+
+    def __init__(self, tools: Iterable[Tool], jobs: JobTable | None = None):
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.jobs = jobs
+
+    def parameters(self, name: str) -> dict[str, Any]:
+        """JSON schema of a tool's arguments (object schema)."""
+        schema = clean_schema(self.tools[name].Args.model_json_schema())
+        schema.setdefault("properties", {})
+        return schema
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list, stable order and key order."""
+        return [{"type": "function",
+                 "function": {"name": n, "description": t.description,
+                              "parameters": self.parameters(n)}}
+                for n, t in self.tools.items()]
+
+    def call(self, name: str, arguments: Any) -> Observation:
+        """Validate and run a tool; every failure becomes an error observation for the model."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return Observation(is_error=True, text=f"unknown tool '{name}'; available tools: "
+                               + ", ".join(self.tools))
+        if not isinstance(arguments, dict):
+            return Observation(is_error=True, text=f"arguments for {name} must be a JSON "
+                               f"object, got {type(arguments).__name__}")
+        try:
+            args = tool.Args.model_validate(arguments)
+        except ValidationError as exc:
+            return Observation(is_error=True, text=format_validation_error(name, exc))
+        try:
+            return tool.run(args)
+        except (ToolError, OutsideWorkspace) as exc:
+            return Observation(is_error=True, text=str(exc))
+        except OSError as exc:
+            return Observation(is_error=True, text=f"{name} failed: {exc}")
+
+    def close(self) -> None:
+        """Stop background jobs."""
+        if self.jobs:
+            self.jobs.stop_all()
+
+
+def default_registry(workspace: Workspace) -> Registry:
+    """The core tools bound to ``workspace``."""
+    ctx = ToolContext(workspace=workspace)
+    jobs = JobTable()
+    tools: list[Tool] = [Bash(ctx, jobs), BashJobs(ctx, jobs), BashKill(ctx, jobs), View(ctx),
+                         Create(ctx), StrReplace(ctx), Insert(ctx), UndoEdit(ctx), Grep(ctx),
+                         Glob(ctx)]
+    return Registry(tools, jobs)

@@ -1,0 +1,59 @@
+"""``str_replace``: replace one unique occurrence of a text in a file."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tools.base import Observation, Tool, ToolError
+from tools.edits import resolve, snippet, write_recorded
+from tools.matching import Ambiguous, closest_region, find_and_replace
+from tools.textfile import encode, read_text
+
+
+class StrReplaceArgs(BaseModel):
+    path: str = Field(description="File to edit, relative to the workspace root.")
+    old_str: str = Field(description="Exact text to replace; must occur once in the file.")
+    new_str: str = Field(description="Replacement text.")
+
+
+class StrReplace(Tool):
+    name = "str_replace"
+    description = ("Replace the single occurrence of old_str in a file with new_str. Include "
+                   "enough surrounding lines to make old_str unique.")
+    Args = StrReplaceArgs
+    mutates = True
+
+    def run(self, args: StrReplaceArgs) -> Observation:
+        path = resolve(self.ctx, args.path)
+        tf = read_text(path)
+        rel = self.ctx.workspace.relative(path)
+        old = args.old_str.replace("\r\n", "\n")
+        new = args.new_str.replace("\r\n", "\n")
+        if not old:
+            raise ToolError("old_str is empty; give the exact text to replace (use insert or "
+                            "create to add new text)")
+        if old == new:
+            raise ToolError("old_str and new_str are identical; nothing would change")
+        result = find_and_replace(tf.text, old, new)
+        if isinstance(result, Ambiguous):
+            where = ", ".join(str(n) for n in result.lines[:10])
+            raise ToolError(f"old_str matches {len(result.lines)} places in {rel} (lines "
+                            f"{where}); add surrounding lines so it matches exactly one")
+        if result is None:
+            raise ToolError(self._no_match(tf.text, old, new, rel))
+        write_recorded(self.ctx, path, encode(tf, result.text))
+        how = "" if result.stage == "exact" else f" (matched ignoring {result.stage})"
+        return Observation(text=f"edited {rel}{how}:\n"
+                           + snippet(result.text, result.first_line, result.last_line))
+
+    @staticmethod
+    def _no_match(text: str, old: str, new: str, rel: str) -> str:
+        if new.strip() and new in text:
+            line = text[: text.find(new)].count("\n") + 1
+            return (f"old_str was not found in {rel}, but new_str is already present at line "
+                    f"{line}: the edit may already be applied")
+        first, last, ratio = closest_region(text, old)
+        return (f"old_str was not found in {rel} (not even ignoring whitespace, indentation "
+                f"or typographic punctuation). The most similar region ({ratio:.0%} similar) "
+                f"is lines {first}-{last}:\n{snippet(text, first, last, context=0)}\n"
+                "Copy the text exactly from the file with the view tool and retry.")

@@ -1,0 +1,33 @@
+"""``undo_edit``: restore a file to its contents before the last edit by a tool."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tools.base import Observation, Tool, ToolError
+from tools.edits import resolve
+from tools.textfile import atomic_write
+
+
+class UndoEditArgs(BaseModel):
+    path: str = Field(description="File whose last edit should be reverted.")
+
+
+class UndoEdit(Tool):
+    name = "undo_edit"
+    description = "Revert the last create/str_replace/insert made to a file in this session."
+    Args = UndoEditArgs
+    mutates = True
+
+    def run(self, args: UndoEditArgs) -> Observation:
+        path = resolve(self.ctx, args.path)
+        history = self.ctx.edit_history.get(path)
+        if not history:
+            raise ToolError(f"no edit of {args.path} to undo in this session")
+        previous = history.pop()
+        rel = self.ctx.workspace.relative(path)
+        if previous is None:
+            path.unlink(missing_ok=True)
+            return Observation(text=f"removed {rel} (it did not exist before)")
+        atomic_write(path, previous)
+        return Observation(text=f"restored {rel} to its contents before the last edit")

@@ -1,0 +1,73 @@
+"""``view``: a file with line numbers (optionally a range), or a directory listing."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tools.base import Observation, Tool, ToolError
+from tools.edits import resolve
+from tools.ignore import walk
+from tools.textfile import decode, looks_binary
+
+PAGE_LINES = 400
+MAX_LINE_CHARS = 2000
+MAX_ENTRIES = 300
+
+
+class ViewArgs(BaseModel):
+    path: str = Field(description="File or directory, relative to the workspace root.")
+    view_range: list[int] | None = Field(
+        None, description="[first_line, last_line], 1-based; last_line -1 means end of file.")
+
+
+class View(Tool):
+    name = "view"
+    description = ("Show a file with line numbers (use view_range to page through long files) "
+                   "or list a directory two levels deep.")
+    Args = ViewArgs
+
+    def run(self, args: ViewArgs) -> Observation:
+        path = resolve(self.ctx, args.path)
+        if not path.exists():
+            raise ToolError(f"{args.path} does not exist")
+        if path.is_dir():
+            return Observation(text=self._listing(path))
+        data = path.read_bytes()
+        if looks_binary(data):
+            raise ToolError(f"{args.path} is a binary file ({len(data)} bytes); not shown")
+        lines = decode(data).text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        total = len(lines)
+        if args.view_range is not None:
+            if len(args.view_range) != 2:
+                raise ToolError("view_range must be [first_line, last_line]")
+            first, last = args.view_range
+            last = total if last == -1 else last
+            if not 1 <= first <= max(total, 1) or last < first:
+                raise ToolError(f"invalid view_range {args.view_range}: the file has "
+                                f"{total} lines")
+            last = min(last, total)
+        else:
+            first, last = 1, min(total, PAGE_LINES)
+        body = "\n".join(f"{n:6}\t{_clip(lines[n - 1])}" for n in range(first, last + 1))
+        if args.view_range is None and total > PAGE_LINES:
+            body += (f"\n[showing lines 1-{PAGE_LINES} of {total}; use view_range to see "
+                     "more]")
+        return Observation(text=body or "(empty file)")
+
+    def _listing(self, path) -> str:
+        entries = []
+        for item in walk(self.ctx.workspace.root, path, include_dirs=True, max_depth=2):
+            rel = self.ctx.workspace.relative(item)
+            entries.append(rel + ("/" if item.is_dir() else ""))
+            if len(entries) >= MAX_ENTRIES:
+                entries.append(f"[listing capped at {MAX_ENTRIES} entries]")
+                break
+        return "\n".join(entries) or "(empty directory)"
+
+
+def _clip(line: str) -> str:
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    return line[:MAX_LINE_CHARS] + f" [line clipped: {len(line)} chars]"
