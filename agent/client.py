@@ -1,0 +1,176 @@
+"""The model client: streamed chat completions against an OpenAI-compatible llama-server.
+
+Requests keep the prefix cache warm (``cache_prompt``, pinned ``id_slot``); responses are
+assembled from the stream with llama-server's ``timings`` (BACKEND-FACTS.md). The HTTP read
+timeout is an idle timeout (per chunk), and nothing is retried automatically: a retry would
+re-prefill the whole prompt (FIELD-CASES.md class 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import openai
+
+from agent.events import Timings
+
+
+class ContextOverflow(RuntimeError):
+    """The request does not fit the server's context (``exceed_context_size_error``)."""
+
+    def __init__(self, n_prompt_tokens: int | None, n_ctx: int | None):
+        self.n_prompt_tokens, self.n_ctx = n_prompt_tokens, n_ctx
+        super().__init__(f"the conversation ({n_prompt_tokens} tokens) does not fit the "
+                         f"server's context of {n_ctx} tokens")
+
+
+class ServerUnavailable(RuntimeError):
+    """The server could not be reached or answered with an error."""
+
+
+@dataclass
+class Turn:
+    """One assembled model response."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    """Each: ``{"id", "name", "arguments"}`` with arguments as the raw JSON text."""
+    finish_reason: str | None = None
+    timings: Timings | None = None
+    usage: dict[str, Any] | None = None
+
+
+class ServerClient:
+    """Talks to one server: chat completions (streamed), ``/props``, ``/apply-template``."""
+
+    def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0):
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.id_slot = id_slot
+        self.idle_timeout = idle_timeout
+        self.openai = openai.OpenAI(
+            base_url=self.base_url + "/v1", api_key="sk-no-key-required", max_retries=0,
+            timeout=httpx2.Timeout(connect=10.0, read=idle_timeout, write=60.0, pool=10.0))
+        self._props: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        self.openai.close()
+
+    def props(self) -> dict[str, Any]:
+        """``GET /props`` (cached); an empty dict for servers without it (not llama.cpp)."""
+        if self._props is None:
+            try:
+                resp = httpx2.get(self.base_url + "/props", timeout=10.0)
+                self._props = resp.json() if resp.status_code == 200 else {}
+            except (httpx2.HTTPError, ValueError):
+                self._props = {}
+        return self._props
+
+    def n_ctx(self) -> int | None:
+        """The server's per-slot context size in tokens, when it says."""
+        return self.props().get("default_generation_settings", {}).get("n_ctx")
+
+    def supports_tools(self) -> bool:
+        """``/props.chat_template_caps.supports_tools``."""
+        return bool(self.props().get("chat_template_caps", {}).get("supports_tools"))
+
+    def apply_template(self, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]] | None = None) -> str:
+        """The prompt text the server would build (``POST /apply-template``).
+
+        Raises :class:`ServerUnavailable` when the server refuses the messages.
+        """
+        body: dict[str, Any] = {"messages": messages}
+        if tools:
+            body["tools"] = tools
+        try:
+            resp = httpx2.post(self.base_url + "/apply-template", json=body, timeout=30.0)
+        except httpx2.HTTPError as exc:
+            raise ServerUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerUnavailable(f"/apply-template answered {resp.status_code}: "
+                                    f"{resp.text[:300]}")
+        return str(resp.json().get("prompt", ""))
+
+    def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
+                 response_format: dict | None = None, sampling: dict[str, Any] | None = None,
+                 max_tokens: int = 2048,
+                 on_text: Callable[[str], None] | None = None) -> Turn:
+        """Stream one completion and assemble it.
+
+        Raises :class:`ContextOverflow`, :class:`ServerUnavailable`; on ``KeyboardInterrupt``
+        the stream is closed first (so the server stops decoding) and the interrupt re-raised.
+        """
+        sampling = dict(sampling or {})
+        extra: dict[str, Any] = {"cache_prompt": True}
+        if self.id_slot is not None:
+            extra["id_slot"] = self.id_slot
+        for key in ("top_k", "min_p"):
+            if sampling.get(key) is not None:
+                extra[key] = sampling[key]
+        kwargs: dict[str, Any] = {"model": "local", "messages": messages, "stream": True,
+                                  "stream_options": {"include_usage": True},
+                                  "max_tokens": max_tokens, "extra_body": extra}
+        if sampling.get("temperature") is not None:
+            kwargs["temperature"] = sampling["temperature"]
+        if sampling.get("top_p") is not None:
+            kwargs["top_p"] = sampling["top_p"]
+        if tools:
+            kwargs["tools"] = tools
+            kwargs["parallel_tool_calls"] = False
+        if response_format:
+            kwargs["response_format"] = response_format
+        try:
+            stream = self.openai.chat.completions.create(**kwargs)
+        except openai.BadRequestError as exc:
+            raise _bad_request(exc) from exc
+        except openai.APIError as exc:
+            raise ServerUnavailable(f"model request to {self.base_url} failed: {exc}") from exc
+        turn = Turn()
+        calls: dict[int, dict[str, str]] = {}
+        try:
+            for chunk in stream:
+                extra_fields = chunk.model_extra or {}
+                if extra_fields.get("timings"):
+                    turn.timings = Timings.model_validate(extra_fields["timings"])
+                if chunk.usage is not None:
+                    turn.usage = chunk.usage.model_dump(exclude_none=True)
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    if choice.finish_reason:
+                        turn.finish_reason = choice.finish_reason
+                    if delta.content:
+                        turn.content += delta.content
+                        if on_text:
+                            on_text(delta.content)
+                    reasoning = (delta.model_extra or {}).get("reasoning_content")
+                    if reasoning:
+                        turn.reasoning += reasoning
+                    for tc in delta.tool_calls or []:
+                        slot = calls.setdefault(tc.index, {"id": "", "name": "",
+                                                           "arguments": ""})
+                        if tc.id:
+                            slot["id"] = tc.id
+                        if tc.function and tc.function.name:
+                            slot["name"] += tc.function.name
+                        if tc.function and tc.function.arguments:
+                            slot["arguments"] += tc.function.arguments
+        except KeyboardInterrupt:
+            stream.close()
+            raise
+        except (openai.APIError, httpx2.HTTPError) as exc:
+            stream.close()
+            raise ServerUnavailable(f"the stream from {self.base_url} broke: {exc}") from exc
+        turn.tool_calls = [calls[i] for i in sorted(calls)]
+        return turn
+
+
+def _bad_request(exc: openai.BadRequestError) -> Exception:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    err = body.get("error", body) if isinstance(body, dict) else {}
+    if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
+        return ContextOverflow(err.get("n_prompt_tokens"), err.get("n_ctx"))
+    return ServerUnavailable(f"the server rejected the request: {exc}")

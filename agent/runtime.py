@@ -1,0 +1,70 @@
+"""Connecting a session to a model server and choosing its tool-call protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.client import ServerClient, ServerUnavailable
+from agent.config import Settings
+from agent.ui import Reporter
+from backend.launch import ensure_server
+from backend.presets import get_preset
+from backend.server import ServerState
+
+_PROBE = "dflash-agent-tool-role-probe"
+
+
+@dataclass
+class Backend:
+    """A connected server and the sampling to use with it."""
+
+    client: ServerClient
+    preset: str | None
+    profile: str | None
+    sampling: dict[str, Any]
+    state: ServerState | None = None
+
+
+def connect(settings: Settings, reporter: Reporter) -> Backend:
+    """The managed server for ``settings.preset`` (built, fetched and started as needed), or
+    the server at ``settings.base_url``. Raises the backend's errors."""
+    preset = get_preset(settings.preset)
+    sampling = preset.sampling.model_dump(exclude_none=True)
+    if settings.base_url:
+        client = ServerClient(settings.base_url, settings.request_timeout)
+        return Backend(client, None, None, sampling)
+    sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
+    reporter.note(f"starting the {preset.name} server (first use builds the engine and "
+                  "fetches the model)")
+    state, reused = ensure_server(preset.name, profile=settings.profile,
+                                  ctx_size=settings.ctx_size, port=settings.port, sdist=sdist,
+                                  timeout=settings.server_start_timeout,
+                                  progress=reporter.build_progress, note=reporter.note)
+    reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
+                  f"(profile {state.plan.profile})")
+    client = ServerClient(state.base_url, settings.request_timeout)
+    return Backend(client, preset.name, state.plan.profile, sampling, state)
+
+
+def choose_protocol(setting: str, client: ServerClient) -> tuple[str, bool]:
+    """(protocol, auto_switch): ``auto`` is ``native`` when the template supports tools (and
+    may switch to ``json`` later), else ``json``."""
+    if setting != "auto":
+        return setting, False
+    if client.supports_tools():
+        return "native", True
+    return "json", False
+
+
+def renders_tool_role(client: ServerClient) -> bool:
+    """True when the server's chat template renders a ``tool``-role message (checked with
+    ``/apply-template``); False when it drops it or the server refuses it."""
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": '{"tool": "view", "arguments": {}}'},
+                {"role": "tool", "tool_call_id": "call_1", "content": _PROBE}]
+    try:
+        return _PROBE in client.apply_template(messages)
+    except ServerUnavailable:
+        return False

@@ -1,0 +1,44 @@
+"""From a preset name to a running server: engine (built on first use), model (fetched on
+first use), then the managed server (started or reused)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from backend.engines import Engine, Progress, build_llama_cpp, default_engine
+from backend.models import resolve_model
+from backend.presets import Preset, get_preset
+from backend.profiles import LaunchPlan, get_profile
+from backend.server import DEFAULT_PORT, ServerState, up
+
+
+def ensure_engine(sdist: Path | None = None, progress: Progress | None = None) -> Engine:
+    """The installed engine, building the embedded default when none exists."""
+    return default_engine() or build_llama_cpp(sdist=sdist, progress=progress)
+
+
+def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
+             ctx_size: int | None = None,
+             note: Callable[[str], None] | None = None) -> LaunchPlan:
+    """Resolve the preset's models (fetching them) into a launch plan."""
+    chosen = get_profile(profile or preset.profile)
+    model = resolve_model(preset.model, note)
+    draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
+    return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,
+                      ctx_size=ctx_size or preset.ctx_size, draft=draft,
+                      extra_flags=tuple(preset.extra_flags))
+
+
+def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int | None = None,
+                  port: int = DEFAULT_PORT, sdist: Path | None = None, timeout: float = 600.0,
+                  progress: Progress | None = None,
+                  note: Callable[[str], None] | None = None) -> tuple[ServerState, bool]:
+    """Engine, models and server for ``preset_name``; returns (state, reused).
+
+    Raises ``BuildError``, ``ModelError``, ``PresetError`` or ``ServerError``.
+    """
+    preset = get_preset(preset_name)
+    engine = ensure_engine(sdist, progress)
+    plan = plan_for(preset, engine, profile, ctx_size, note)
+    return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note)
