@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from agent.client import ServerClient, Turn
 from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolCallInfo, ToolResult
+from agent.prompts import switch_note
 from agent.protocol import (
     FINAL_ANSWER,
     FormatError,
@@ -22,6 +23,7 @@ from agent.protocol import (
     json_response_format,
     lenient_json,
     parse_json_call,
+    tools_with_final,
 )
 from tools.registry import Registry
 
@@ -69,6 +71,7 @@ class Agent:
         self._recent: list[str] = []
         self._format_errors = 0
         self._pending: list[tuple[str, str]] = []
+        self._native_calls_seen = False
 
     def run(self, task: str) -> LoopResult:
         """Run ``task`` to a final answer or a stop; never raises on Ctrl-C."""
@@ -117,6 +120,11 @@ class Agent:
         self._log_turn(turn, protocol, calls)
         if not calls:
             self.messages.append({"role": "assistant", "content": turn.content})
+            if self.auto_switch and self.protocol == "native" and not self._native_calls_seen:
+                # A model that answers in prose before ever calling a tool natively does not
+                # speak the template's tool format: continue under the json grammar.
+                self._switch_to_json()
+                return None
             return turn.content.strip(), "done"
         self._format_errors = 0
         if protocol == "json":
@@ -153,15 +161,23 @@ class Agent:
             calls.append({"id": raw["id"] or f"call_{self.steps}_{i}", "name": raw["name"],
                           "arguments": args})
         if calls:
+            self._native_calls_seen = True
             return calls
         written = calls_in_text(turn.content, set(self.registry.tools))
         if written and self.auto_switch:
-            self.protocol = "json"
+            self._switch_to_json(note=False)
         if not written and turn.finish_reason == "tool_calls":
             raise FormatError("finish_reason was tool_calls but no call arrived; call a tool "
                               "with valid arguments")
         return [{"id": f"call_{self.steps}_{i}", "name": n, "arguments": a}
                 for i, (n, a) in enumerate(written)]
+
+    def _switch_to_json(self, note: bool = True) -> None:
+        self.protocol = "json"
+        self.auto_switch = False
+        if note:
+            self.messages.append({"role": "user",
+                                  "content": switch_note(tools_with_final(self.tools))})
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         self._format_errors += 1

@@ -44,3 +44,11 @@ def system_prompt(workspace: str, protocol: str, tools: list[dict[str, Any]]) ->
         catalog = "\n".join(_signature(t) for t in tools)
         return text + _JSON.format(final=FINAL_ANSWER, catalog=catalog)
     return text + _NATIVE
+
+
+def switch_note(tools: list[dict[str, Any]]) -> str:
+    """Sent once when a session moves from ``native`` to ``json`` tool calls."""
+    catalog = "\n".join(_signature(t) for t in tools)
+    return ("From now on answer every turn with exactly one JSON object "
+            '{"tool": NAME, "arguments": {...}}; call ' + FINAL_ANSWER + " when the task is "
+            "done.\nTools:\n" + catalog)

@@ -199,15 +199,16 @@ def _run_logged(step: str, cmd: list[str], log: Path, cwd: Path,
                                     text=True, errors="replace", env=env)
         except OSError as exc:
             raise BuildError(step, f"could not start {cmd[0]}: {exc}", log) from exc
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            if progress:
-                if m := _NINJA.match(line):
-                    progress(step, int(m.group(1)), int(m.group(2)))
-                elif m := _MAKE.match(line):
-                    progress(step, int(m.group(1)), 100)
-        code = proc.wait()
+        with proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                if progress:
+                    if m := _NINJA.match(line):
+                        progress(step, int(m.group(1)), int(m.group(2)))
+                    elif m := _MAKE.match(line):
+                        progress(step, int(m.group(1)), 100)
+            code = proc.wait()
     if code != 0:
         raise BuildError(step, f"{cmd[0]} exited with status {code}", log, _tail(log))
 

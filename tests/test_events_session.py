@@ -1,0 +1,41 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.events import FinalAnswer, ModelTurn, SessionStart, Timings, parse_event
+from agent.session import SessionLog, read_events
+
+
+def test_events_round_trip_through_jsonl_with_version_and_type():
+    turn = ModelTurn(session_id="s", step=1, protocol="json", content="{}",
+                     timings=Timings(prompt_n=10, cache_n=5, predicted_n=3, draft_n=4,
+                                     draft_n_accepted=2, some_new_field=1))
+    line = turn.model_dump_json()
+    data = json.loads(line)
+    assert data["v"] == 1 and data["type"] == "model_turn"
+    back = parse_event(line)
+    assert isinstance(back, ModelTurn)
+    assert back.timings is not None and back.timings.draft_n_accepted == 2
+    assert back.timings.model_extra == {"some_new_field": 1}
+
+
+def test_session_log_is_written_per_event_and_indexed(agent_home: Path, tmp_path: Path):
+    log = SessionLog("sid-1", "task", tmp_path)
+    log.append(SessionStart(session_id="sid-1", task="task", workspace=str(tmp_path),
+                            base_url="http://x", protocol="json"))
+    assert len(log.path.read_text().splitlines()) == 1  # on disk before the session ends
+    log.append(FinalAnswer(session_id="sid-1", text="ok", reason="done", steps=1))
+    events = read_events(log.path)
+    assert [e.type for e in events] == ["session_start", "final_answer"]
+    index = (log.path.parent / "index.jsonl").read_text().splitlines()
+    assert json.loads(index[0])["id"] == "sid-1"
+    assert log.path.is_relative_to(agent_home)
+
+
+def test_a_corrupt_session_line_is_reported_with_its_line_number(tmp_path: Path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"v": 1, "type": "error", "session_id": "s", "message": "m", '
+                    '"kind": "k"}\n{"type": "nope"}\n')
+    with pytest.raises(ValueError, match=r"s.jsonl:2: not a valid event"):
+        read_events(path)

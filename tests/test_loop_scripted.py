@@ -1,0 +1,202 @@
+"""The loop's logic against a scripted OpenAI-compatible model on loopback."""
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.client import ContextOverflow, ServerClient
+from agent.loop import Agent, Limits
+from tests.scripted import ScriptedModel, error_reply, reply
+from tools.registry import default_registry
+from tools.workspace import Workspace
+
+
+def make_agent(model: ScriptedModel, root: Path, protocol: str = "json", auto: bool = False,
+               tool_role: bool = True, max_steps: int = 10):
+    root.mkdir(exist_ok=True)
+    registry = default_registry(Workspace(root))
+    events: list = []
+    agent = Agent(ServerClient(model.url), registry, session_id="t", protocol=protocol,
+                  system="system prompt", emit=events.append, auto_switch=auto,
+                  tool_role=tool_role, limits=Limits(max_steps=max_steps, max_time=120))
+    return agent, events
+
+
+def call(tool: str, **arguments) -> dict:
+    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+
+
+def test_json_protocol_runs_a_tool_then_finishes(tmp_path: Path):
+    script = [call("create", path="a.txt", file_text="hi\n"),
+              call("final_answer", text="made a.txt")]
+    with ScriptedModel(script) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("make a.txt")
+    assert (result.reason, result.text, result.steps) == ("done", "made a.txt", 2)
+    assert (tmp_path / "ws" / "a.txt").read_text() == "hi\n"
+    first, second = model.requests
+    assert first["response_format"]["type"] == "json_schema"
+    assert first["cache_prompt"] is True and first["id_slot"] == 0
+    # The reply is stored verbatim and the result comes back as a tool message.
+    assert second["messages"][-2] == {"role": "assistant", "content": script[0]["content"]}
+    assert second["messages"][-1]["role"] == "tool"
+    assert [e.type for e in events] == ["model_turn", "tool_call", "tool_result", "model_turn",
+                                        "final_answer"]
+    assert events[0].timings.predicted_per_second == 2500
+
+
+def test_json_results_go_back_as_user_messages_when_the_template_drops_tool_role(
+        tmp_path: Path):
+    with ScriptedModel([call("view", path="."), call("final_answer", text="ok")]) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", tool_role=False)
+        agent.run("look")
+    last = model.requests[1]["messages"][-1]
+    assert last["role"] == "user" and last["content"].startswith("[result of tool view]\n")
+
+
+def test_requests_are_append_only_with_identical_tools(tmp_path: Path):
+    script = [call("view", path="."), call("bash", command="echo hi"),
+              call("final_answer", text="ok")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
+        model.replies = [reply(tool_calls=[("view", {"path": "."})]),
+                         reply(tool_calls=[("bash", {"command": "echo hi"})]),
+                         reply("all done")]
+        agent.run("go")
+    bodies = [json.dumps(r["messages"], sort_keys=False) for r in model.requests]
+    for earlier, later in zip(bodies, bodies[1:], strict=False):
+        assert later.startswith(earlier[:-1])  # earlier messages byte-identical
+    assert len({json.dumps(r["tools"]) for r in model.requests}) == 1
+
+
+def test_malformed_json_gets_a_precise_error_and_the_loop_continues(tmp_path: Path):
+    script = [reply('{"tool": "view", "arguments": {"path": '), call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        result = agent.run("go")
+    assert result.reason == "done"
+    feedback = model.requests[1]["messages"][-1]
+    assert feedback["role"] == "user" and "not valid JSON" in feedback["content"]
+
+
+def test_three_malformed_replies_stop_the_loop_with_a_report(tmp_path: Path):
+    with ScriptedModel([reply("nope")] * 3) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        result = agent.run("go")
+    assert result.reason == "format_errors" and "malformed" in result.text
+
+
+def test_unknown_tool_and_schema_invalid_arguments_are_reported_to_the_model(tmp_path: Path):
+    script = [call("launch_rocket", target="moon"), call("create", path="a.txt"),
+              call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        agent.run("go")
+    results = [e for e in events if e.type == "tool_result"]
+    assert results[0].is_error and "unknown tool 'launch_rocket'" in results[0].text
+    assert "create" in results[0].text
+    assert results[1].is_error and "file_text: Field required" in results[1].text
+    assert not (tmp_path / "ws" / "a.txt").exists()
+
+
+def test_native_tool_calls_are_executed_and_answered_by_id(tmp_path: Path):
+    script = [reply(tool_calls=[("create", {"path": "n.txt", "file_text": "x"})]),
+              reply("created n.txt")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
+        result = agent.run("go")
+    assert (result.reason, result.text) == ("done", "created n.txt")
+    sent = model.requests[1]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == "tc0"
+    assert sent[-1] == {"role": "tool", "tool_call_id": "tc0", "content": "created n.txt (1 lines)"}
+    assert model.requests[0]["tools"][0]["function"]["name"] == "bash"
+    assert model.requests[0]["parallel_tool_calls"] is False
+
+
+def test_native_arguments_that_are_not_json_are_a_format_error(tmp_path: Path):
+    script = [reply(tool_calls=[("view", '{"path": ')]), reply("done")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
+        agent.run("go")
+    assert "arguments of view are not valid JSON" in model.requests[1]["messages"][-1]["content"]
+
+
+def test_a_tool_call_written_as_text_is_repaired_and_auto_switches_to_json(tmp_path: Path):
+    text = '<tool_call>\n{"name": "create", "arguments": {"path": "t.txt", "file_text": "x"}}' \
+           "\n</tool_call>"
+    script = [reply(text), call("final_answer", text="ok")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, events = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
+        result = agent.run("go")
+    assert (tmp_path / "ws" / "t.txt").read_text() == "x"
+    assert result.reason == "done" and agent.protocol == "json"
+    assert "response_format" in model.requests[1] and "tools" not in model.requests[1]
+    assert [e.protocol for e in events if e.type == "model_turn"] == ["native", "json"]
+
+
+def test_prose_before_any_native_call_switches_auto_to_json(tmp_path: Path):
+    script = [reply("```python\nprint('hi')\n```"), call("final_answer", text="ok")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
+        result = agent.run("go")
+    assert result.reason == "done" and result.text == "ok"
+    note = model.requests[1]["messages"][-1]
+    assert note["role"] == "user" and "exactly one JSON object" in note["content"]
+
+
+def test_finish_reason_tool_calls_without_calls_is_a_format_error(tmp_path: Path):
+    script = [reply("", finish_reason="tool_calls"), reply("done")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
+        agent.run("go")
+    assert "no call arrived" in model.requests[1]["messages"][-1]["content"]
+
+
+def test_the_same_call_three_times_stops_with_a_report(tmp_path: Path):
+    with ScriptedModel([call("view", path=".")] * 3) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("go")
+    assert result.reason == "repeated_call" and "3 times in a row" in result.text
+    results = [e for e in events if e.type == "tool_result"]
+    assert len(results) == 3 and "not executed" in results[-1].text
+
+
+def test_max_steps_stops_the_loop(tmp_path: Path):
+    script = [call("view", path="."), call("glob", pattern="*"), call("view", path=".")]
+    with ScriptedModel(script) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", max_steps=2)
+        result = agent.run("go")
+    assert (result.reason, result.steps) == ("max_steps", 2)
+
+
+def test_ctrl_c_mid_tool_answers_the_call_and_kills_the_command(tmp_path: Path):
+    marker = "sleep 41.5"
+    with ScriptedModel([call("bash", command=marker, timeout=60)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            result = agent.run("go")
+        finally:
+            timer.cancel()
+    assert result.reason == "interrupted"
+    last = agent.messages[-1]
+    assert last["role"] == "tool" and "interrupted" in last["content"]
+    assert events[-1].type == "final_answer" and events[-1].reason == "interrupted"
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if marker in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+def test_context_overflow_is_raised_with_the_sizes(tmp_path: Path):
+    error = {"code": 400, "type": "exceed_context_size_error", "message": "too long",
+             "n_prompt_tokens": 9000, "n_ctx": 8192}
+    with ScriptedModel([error_reply(400, error)]) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        with pytest.raises(ContextOverflow, match="9000 tokens.*8192"):
+            agent.run("go")

