@@ -8,7 +8,6 @@ import traceback
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 
@@ -211,12 +210,16 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:]
     try:
         code = command.main(args=sys.argv[1:], prog_name="agent", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         code = exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
+    except typer.TyperException as exc:  # typer's vendored click usage errors
+        show = getattr(exc, "show", None)
+        if show:
+            show()
+        else:
+            err.print(f"error: {exc}", markup=False)
         code = EXIT_USAGE
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         code = EXIT_INTERRUPTED
     except KNOWN_ERRORS as exc:

@@ -31,6 +31,8 @@ Protocol = Literal["native", "json"]
 MAX_FORMAT_ERRORS = 3
 REPEAT_LIMIT = 3
 RESULT_PREFIX = "[result of tool {name}]\n"
+REPEAT_NOTE = ("\n[note: you made this exact call twice in a row; a third time stops the task. "
+               "Do the next step, or call final_answer if the task is done.]")
 
 
 @dataclass
@@ -198,7 +200,10 @@ class Agent:
                            name=call["name"], arguments=call["arguments"]))
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
-        self._answer(call["id"], call["name"], obs.text, obs.is_error,
+        text = obs.text
+        if len(self._recent) >= 2 and self._recent[-1] == self._recent[-2]:
+            text += REPEAT_NOTE
+        self._answer(call["id"], call["name"], text, obs.is_error,
                      time.monotonic() - started)
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,

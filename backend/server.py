@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -119,8 +120,8 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def pick_port(host: str, preferred: int) -> int:
-    """``preferred`` when free, else a free port chosen by the OS."""
-    if port_is_free(host, preferred):
+    """``preferred`` when free, else (or for 0) a free port chosen by the OS."""
+    if preferred and port_is_free(host, preferred):
         return preferred
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -193,20 +194,18 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
         chosen = pick_port(host, port)
         argv = server_argv(plan, host, chosen)
         log = root / f"{digest}.log"
-        with log.open("w", encoding="utf-8") as out:
-            out.write(f"$ {' '.join(argv)}\n")
-            out.flush()
-            try:
-                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
-                raise ServerError(f"could not start {argv[0]}: {exc}") from exc
-        state = ServerState(pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(),
-                            host=host, port=chosen, config_hash=digest, plan=plan, argv=argv,
-                            log=log, started_at=time.time(), preset=preset)
+        log.write_text(f"$ {' '.join(argv)}\n", "utf-8")
+        pid = _spawn_detached(argv, log)
+        try:
+            created = psutil.Process(pid).create_time()
+        except psutil.Error:
+            created = 0.0
+        state = ServerState(pid=pid, create_time=created, host=host, port=chosen,
+                            config_hash=digest, plan=plan, argv=argv, log=log,
+                            started_at=time.time(), preset=preset)
         _write_state(state)
         try:
-            _wait_healthy(state, proc, timeout, progress)
+            _wait_healthy(state, timeout, progress)
         except BaseException:
             stop(state)
             _state_path(digest).unlink(missing_ok=True)
@@ -214,16 +213,43 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
     return state, False
 
 
-def _wait_healthy(state: ServerState, proc: subprocess.Popen, timeout: float,
+_LAUNCHER = """import subprocess, sys, os
+with open(sys.argv[1], "ab") as log:
+    proc = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+print(proc.pid, flush=True)
+os._exit(0)
+"""
+
+
+def _spawn_detached(argv: list[str], log: Path) -> int:
+    """Start ``argv`` in its own session, detached from us (a short-lived launcher process
+    starts it and exits, so the server outlives this process and is never our zombie);
+    returns its pid. Raises :class:`ServerError` when it cannot start."""
+    proc = subprocess.run([sys.executable, "-c", _LAUNCHER, str(log), *argv],
+                          capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0 or not proc.stdout.strip().isdigit():
+        reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ServerError(f"could not start {argv[0]}: {reason}")
+    return int(proc.stdout.strip())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_healthy(state: ServerState, timeout: float,
                   progress: Callable[[str], None] | None) -> None:
     deadline = time.monotonic() + timeout
     said_loading = False
     while time.monotonic() < deadline:
-        code = proc.poll()
-        if code is not None:
+        if not _alive(state.pid):
             tail = _tail(state.log)
-            raise ServerError(f"llama-server exited with status {code}: {diagnose(tail)}",
-                              state.log, tail)
+            raise ServerError(f"llama-server exited: {diagnose(tail)}", state.log, tail)
         try:
             resp = httpx2.get(state.base_url + "/health", timeout=2.0)
             if resp.status_code == 200:

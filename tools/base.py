@@ -7,13 +7,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from tools.workspace import Workspace
 
 
 class ToolError(Exception):
     """What the model did wrong (bad path, no match, …); returned to it as an error observation."""
+
+
+class ToolArgs(BaseModel):
+    """Base of every tool's arguments: unknown keys are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class Observation(BaseModel):

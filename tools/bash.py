@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolContext, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolContext, ToolError
 from tools.edits import resolve
 
 OUTPUT_CAP = 16_000
@@ -96,7 +96,7 @@ class JobTable:
                 job.proc.wait()
 
 
-class BashArgs(BaseModel):
+class BashArgs(ToolArgs):
     command: str = Field(description="Shell command, run with bash -c. stdin is closed.")
     timeout: int = Field(120, ge=1, le=MAX_TIMEOUT, description="Seconds before it is killed.")
     background: bool = Field(False, description="Start a long-running process (a server) "
@@ -154,7 +154,7 @@ class Bash(Tool):
         return Observation(text=f"{shown}\n{status}" if shown else status, is_error=code != 0)
 
 
-class JobsArgs(BaseModel):
+class JobsArgs(ToolArgs):
     """No arguments."""
 
 
@@ -180,7 +180,7 @@ class BashJobs(Tool):
         return Observation(text="\n".join(lines))
 
 
-class KillArgs(BaseModel):
+class KillArgs(ToolArgs):
     job_id: int = Field(description="Id from bash_jobs.")
 
 

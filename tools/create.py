@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve, write_recorded
 from tools.textfile import TextFile, encode, read_text
 
 
-class CreateArgs(BaseModel):
+class CreateArgs(ToolArgs):
     path: str = Field(description="File to write, relative to the workspace root.")
     file_text: str = Field(description="The complete contents of the file.")
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pathspec
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import walk
 
 MAX_RESULTS = 500
 
 
-class GlobArgs(BaseModel):
+class GlobArgs(ToolArgs):
     pattern: str = Field(description="Glob such as '**/*.py' or 'src/*.toml'.")
     path: str = Field(".", description="Directory to search from, relative to the root.")
 
@@ -31,9 +31,9 @@ class Glob(Tool):
         found = []
         for path in walk(self.ctx.workspace.root, start):
             if spec.match_file(path.relative_to(start).as_posix()):
-                found.append(self.ctx.workspace.relative(path))
-                if len(found) >= MAX_RESULTS:
+                if len(found) >= MAX_RESULTS:  # only claim a cap when a file is dropped
                     found.append(f"[stopped at {MAX_RESULTS} files; narrow the pattern]")
                     break
+                found.append(self.ctx.workspace.relative(path))
         return Observation(text="\n".join(found) or "no files match")
 

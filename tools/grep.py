@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import walk
-from tools.textfile import looks_binary
+from tools.textfile import decode, looks_binary
 
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
 
 
-class GrepArgs(BaseModel):
+class GrepArgs(ToolArgs):
     pattern: str = Field(description="Python regular expression to search for.")
     path: str = Field(".", description="File or directory to search, relative to the root.")
     glob: str | None = Field(None, description="Only files whose name matches, e.g. '*.py'.")
@@ -50,11 +50,16 @@ class Grep(Tool):
             if looks_binary(data):
                 continue
             rel = self.ctx.workspace.relative(path)
-            for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            # Decode and split like view does (BOM, cp1252, CRLF; only \n ends a line), so
+            # "^..." matches line 1 of a BOM file and line numbers agree with view's.
+            lines = decode(data).text.split("\n")
+            if lines[-1] == "":
+                lines.pop()
+            for n, line in enumerate(lines, 1):
                 if regex.search(line):
-                    out.append(f"{rel}:{n}: {line[:300]}")
-                    if len(out) >= MAX_MATCHES:
+                    if len(out) >= MAX_MATCHES:  # only claim a cap when a match is dropped
                         out.append(f"[stopped at {MAX_MATCHES} matches; narrow the pattern "
                                    "or the path]")
                         return Observation(text="\n".join(out))
+                    out.append(f"{rel}:{n}: {line[:300]}")
         return Observation(text="\n".join(out) or "no matches")

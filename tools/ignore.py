@@ -41,10 +41,13 @@ def walk(root: Path, start: Path, include_dirs: bool = False,
 
 
 def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
-    for base, spec in specs:
+    # Like git, the deepest .gitignore with a matching pattern decides, so a nested "!name"
+    # re-includes what a parent folder's file ignores.
+    for base, spec in reversed(specs):
         rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
-        if spec.match_file(rel):
-            return True
+        result = spec.check_file(rel)
+        if result.include is not None:
+            return result.include
     return False
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve, snippet, write_recorded
 from tools.textfile import encode, read_text
 
 
-class InsertArgs(BaseModel):
+class InsertArgs(ToolArgs):
     path: str = Field(description="File to edit, relative to the workspace root.")
     insert_line: int = Field(description="Insert after this line (0 inserts at the top).")
     text: str = Field(description="Text to insert.")

@@ -88,7 +88,8 @@ def default_registry(workspace: Workspace) -> Registry:
     """The core tools bound to ``workspace``."""
     ctx = ToolContext(workspace=workspace)
     jobs = JobTable()
-    tools: list[Tool] = [Bash(ctx, jobs), BashJobs(ctx, jobs), BashKill(ctx, jobs), View(ctx),
-                         Create(ctx), StrReplace(ctx), Insert(ctx), UndoEdit(ctx), Grep(ctx),
-                         Glob(ctx)]
+    # File tools first: small models lean towards the first options a grammar offers.
+    tools: list[Tool] = [View(ctx), Create(ctx), StrReplace(ctx), Insert(ctx), UndoEdit(ctx),
+                         Grep(ctx), Glob(ctx), Bash(ctx, jobs), BashJobs(ctx, jobs),
+                         BashKill(ctx, jobs)]
     return Registry(tools, jobs)

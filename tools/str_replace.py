@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve, snippet, write_recorded
 from tools.matching import Ambiguous, closest_region, find_and_replace
 from tools.textfile import encode, read_text
 
 
-class StrReplaceArgs(BaseModel):
+class StrReplaceArgs(ToolArgs):
     path: str = Field(description="File to edit, relative to the workspace root.")
     old_str: str = Field(description="Exact text to replace; must occur once in the file.")
     new_str: str = Field(description="Replacement text.")

@@ -62,11 +62,15 @@ def read_text(path: Path) -> TextFile:
 
 def encode(tf: TextFile, text: str) -> bytes:
     """Bytes for ``text`` in ``tf``'s encoding, line endings and BOM."""
-    body = text.replace("\n", tf.newline) if tf.newline != "\n" else text
+    # CRLF already in ``text`` (sent by the model) must not become CR CR LF.
+    body = text.replace("\r\n", "\n").replace("\n", tf.newline) if tf.newline != "\n" else text
     try:
         data = body.encode(tf.encoding)
-    except UnicodeEncodeError:
-        data = body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # Re-encoding the whole file as UTF-8 would change bytes outside the edit.
+        bad = exc.object[exc.start:exc.end]
+        raise ToolError(f"the file is {tf.encoding}-encoded and cannot hold {bad!r}; use "
+                        f"characters that {tf.encoding} supports") from exc
     return (_BOM if tf.bom else b"") + data
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.textfile import atomic_write
 
 
-class UndoEditArgs(BaseModel):
+class UndoEditArgs(ToolArgs):
     path: str = Field(description="File whose last edit should be reverted.")
 
 

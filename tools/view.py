@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from tools.base import Observation, Tool, ToolError
+from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import walk
 from tools.textfile import decode, looks_binary
@@ -14,7 +14,7 @@ MAX_LINE_CHARS = 2000
 MAX_ENTRIES = 300
 
 
-class ViewArgs(BaseModel):
+class ViewArgs(ToolArgs):
     path: str = Field(description="File or directory, relative to the workspace root.")
     view_range: list[int] | None = Field(
         None, description="[first_line, last_line], 1-based; last_line -1 means end of file.")

@@ -1,0 +1,139 @@
+"""The CLI as a user runs it: a real `agent` process."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from agent.session import read_events
+
+AGENT = [sys.executable, "-m", "agent"]
+
+
+def run(*args: str, home: Path, cwd: Path | None = None, timeout: float = 600,
+        **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1",
+                "COLUMNS": "200", **env}
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=full_env, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args", [[], ["new-project"], ["backend"], ["backend", "build"],
+                                  ["backend", "download"], ["backend", "up"],
+                                  ["backend", "down"], ["backend", "status"]])
+def test_every_command_has_clear_help(args: list[str], agent_home: Path):
+    proc = run(*args, "--help", home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: agent" in proc.stdout
+    assert len(proc.stdout.strip().splitlines()) >= 4
+
+
+def test_root_help_documents_exit_codes(agent_home: Path):
+    out = run("--help", home=agent_home).stdout
+    assert "Exit codes: 0 success" in out and "130 interrupted" in out
+
+
+def test_new_project_refuses_a_non_empty_directory_and_touches_nothing(agent_home: Path,
+                                                                      tmp_path: Path):
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    proc = run("new-project", "a todo app", "--dir", str(target), home=agent_home)
+    assert proc.returncode == 3
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and "not empty" in lines[0] and "--force" in lines[0]
+    assert "details: " in proc.stderr and "--debug" in proc.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
+    crash = Path(proc.stderr.split("details: ")[1].split(" ")[0])
+    assert crash.is_file() and "Traceback" in crash.read_text()
+
+
+def test_debug_shows_the_traceback(agent_home: Path, tmp_path: Path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("x")
+    proc = run("--debug", "new-project", "x", "--dir", str(tmp_path / "busy"), home=agent_home)
+    assert proc.returncode == 3 and "Traceback (most recent call last)" in proc.stderr
+
+
+def test_broken_config_is_one_clear_line(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    (agent_home / "config" / "config.toml").write_text("preset = \n")
+    proc = run("backend", "up", home=agent_home)
+    assert proc.returncode == 3
+    assert proc.stderr.startswith("error: ") and "config.toml: not valid TOML" in proc.stderr
+
+
+def test_unknown_preset_is_reported(agent_home: Path):
+    proc = run("backend", "download", "no-such-preset", home=agent_home)
+    assert proc.returncode == 3 and "unknown preset 'no-such-preset'" in proc.stderr
+
+
+def test_bad_flag_value_is_a_usage_error(agent_home: Path):
+    proc = run("new-project", "x", "--max-steps", "many", home=agent_home)
+    assert proc.returncode == 2 and "Invalid value for '--max-steps'" in proc.stderr
+
+
+def test_status_and_down_with_nothing_running(agent_home: Path):
+    assert json.loads(run("backend", "status", "--json", home=agent_home).stdout) == []
+    proc = run("backend", "down", home=agent_home)
+    assert proc.returncode == 0 and "no managed server is running" in proc.stdout
+
+
+def test_backend_build_registers_an_existing_server_binary(engine, agent_home: Path):
+    proc = run("backend", "build", "--server-bin", str(engine.binary), home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("engine system-")
+
+
+def test_backend_up_status_down_through_the_cli(engine, smollm2, shared_home: Path,
+                                                tmp_path: Path):
+    # Same engine and model, private server state: a fresh home with the binary registered
+    # and a preset pointing at the extracted model.
+    home = tmp_path / "home"
+    assert run("backend", "build", "--server-bin", str(engine.binary), home=home).returncode == 0
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "presets.toml").write_text(
+        f'[tiny]\nmodel = "{smollm2}"\nprofile = "ngram"\nctx_size = 1024\n')
+    up = run("backend", "up", "--preset", "tiny", home=home)
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.startswith("started llama-server")
+    again = run("backend", "up", "--preset", "tiny", home=home)
+    assert again.stdout.startswith("reusing llama-server")
+    status = json.loads(run("backend", "status", "--json", home=home).stdout)
+    assert len(status) == 1 and status[0]["n_ctx"] == 1024 and status[0]["profile"] == "ngram"
+    down = run("backend", "down", "--all", home=home)
+    assert down.returncode == 0 and "stopped llama-server" in down.stdout
+    assert json.loads(run("backend", "status", "--json", home=home).stdout) == []
+
+
+def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_home: Path,
+                                                        tmp_path: Path):
+    """The README's main job: real server, real SmolLM2, a commit holding a model-written
+    file, a session log with per-turn timings."""
+    try:
+        proc = run("new-project", "a python function that adds two numbers", "--max-steps",
+                   "6", home=shared_home, cwd=tmp_path)
+    finally:
+        run("backend", "down", "--all", home=shared_home)
+    assert proc.returncode in (0, 1), proc.stderr
+    project = tmp_path / "a-python-function-that-adds-two-numbers"
+    repo = git.Repo(project)
+    committed = {item.path for item in repo.head.commit.tree.traverse()}
+    assert ".gitignore" in committed
+    assert "Tests (run by dflash-agent):" in proc.stdout
+    log = Path(proc.stdout.split("session log:")[1].split()[0])
+    events = read_events(log)
+    written = {e.arguments.get("path") for e in events
+               if e.type == "tool_call" and e.name in {"create", "str_replace"}}
+    results = {e.call_id: e for e in events if e.type == "tool_result"}
+    calls_ok = [e for e in events if e.type == "tool_call" and e.name in {"create", "str_replace"}
+                and not results[e.call_id].is_error]
+    assert calls_ok, "the model issued no successful create/str_replace"
+    assert written & committed
+    turns = [e for e in events if e.type == "model_turn"]
+    assert turns and all(t.timings is not None and t.timings.predicted_n for t in turns)
+    assert events[0].type == "session_start" and events[-1].type == "final_answer"

@@ -1,0 +1,87 @@
+"""The agent loop through the real llama-server with SmolLM2-135M (temperature 0)."""
+
+import json
+from pathlib import Path
+
+from agent.client import ServerClient
+from agent.loop import Agent, Limits
+from agent.prompts import system_prompt
+from agent.protocol import tools_with_final
+from agent.runtime import choose_protocol, renders_tool_role
+from backend.engines import Engine
+from tools.registry import default_registry
+from tools.workspace import Workspace
+
+GREEDY = {"temperature": 0.0}
+
+
+def _agent(base_url: str, root: Path, protocol: str, auto: bool = False):
+    root.mkdir(exist_ok=True)
+    client = ServerClient(base_url)
+    registry = default_registry(Workspace(root))
+    listed = tools_with_final(registry.openai_tools()) if protocol == "json" else \
+        registry.openai_tools()
+    events: list = []
+    agent = Agent(client, registry, session_id="real", protocol=protocol,
+                  system=system_prompt(str(root), protocol, listed), emit=events.append,
+                  sampling=GREEDY, auto_switch=auto, tool_role=renders_tool_role(client),
+                  limits=Limits(max_steps=5, max_time=300))
+    return agent, events, client
+
+
+def test_json_protocol_executes_a_real_tool_call_in_the_workspace(real_server, tmp_path: Path):
+    server = real_server("ngram")
+    agent, events, _ = _agent(server.base_url, tmp_path / "ws", "json")
+    result = agent.run('Write hello.txt (content: hello) using create, then finish with '
+                       'final_answer {"text": "done"}.')
+    calls = [e for e in events if e.type == "tool_call"]
+    ok = [e for e in events if e.type == "tool_result" and not e.is_error]
+    assert calls and calls[0].name == "create"
+    assert ok and (tmp_path / "ws" / calls[0].arguments["path"]).is_file()
+    assert events[-1].type == "final_answer" and result.steps >= 1
+    turns = [e for e in events if e.type == "model_turn"]
+    assert all(t.timings is not None and t.timings.predicted_n for t in turns)
+    # Every reply was one grammar-valid JSON object, stored verbatim.
+    for turn in turns:
+        assert set(json.loads(turn.content)) == {"tool", "arguments"}
+    # Append-only requests: later turns reuse the cached prefix.
+    assert all((t.timings.cache_n or 0) > 0 for t in turns[1:])
+
+
+def test_json_protocol_reaches_a_model_issued_final_answer(real_server, tmp_path: Path):
+    server = real_server("ngram")
+    agent, events, _ = _agent(server.base_url, tmp_path / "ws", "json")
+    result = agent.run("Create a file named hello.txt containing the word hello. "
+                       "Then call final_answer.")
+    assert result.reason == "done" and result.text
+    last_turn = [e for e in events if e.type == "model_turn"][-1]
+    assert last_turn.tool_calls[0].name == "final_answer"
+
+
+def test_native_protocol_with_a_tool_declaring_template(real_server, engine: Engine,
+                                                       tmp_path: Path):
+    template = engine.templates / "Qwen-Qwen2.5-7B-Instruct.jinja"
+    server = real_server("baseline", ("--chat-template-file", str(template)))
+    agent, events, client = _agent(server.base_url, tmp_path / "ws", "native", auto=True)
+    assert client.supports_tools()
+    assert choose_protocol("auto", client) == ("native", True)
+    tools = agent.registry.openai_tools()
+    prompt = client.apply_template([{"role": "user", "content": "hi"}], tools=tools)
+    assert '"name": "str_replace"' in prompt and "old_str" in prompt
+    # A tool_call_id round trip is accepted by the server.
+    history = [{"role": "user", "content": "make a.txt"},
+               {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "create",
+                                             "arguments": '{"path": "a.txt", "file_text": "x"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "created a.txt"}]
+    turn = client.complete(history, tools=tools, sampling=GREEDY, max_tokens=32)
+    assert turn.timings is not None and turn.finish_reason in {"stop", "length", "tool_calls"}
+    # Whatever SmolLM2 answers ends as a parsed call, a repaired text call or the json switch.
+    agent.run("Create a file named hello.txt containing the word hello.")
+    first = [e for e in events if e.type == "model_turn"][0]
+    assert first.protocol == "native"
+    assert first.tool_calls or agent.protocol == "json"
+    if agent.protocol == "json":
+        later = [e for e in events if e.type == "model_turn"][1:]
+        assert later and all(t.protocol == "json" for t in later)

@@ -1,0 +1,785 @@
+"""The file tools (view, create, str_replace, insert, undo_edit) driven through the registry,
+on real files, so argument validation, path confinement and byte-exact writes are exercised."""
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.registry import Registry, default_registry
+from tools.workspace import Workspace
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """The workspace root (a sibling ``outside`` folder stays outside it)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder next to the workspace, holding a file the tools must never touch."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_bytes(b"outside secret\n")
+    return folder
+
+
+@pytest.fixture
+def reg(ws: Path) -> Iterator[Registry]:
+    registry = default_registry(Workspace(ws))
+    yield registry
+    registry.close()
+
+
+def numbered(first: int, lines: list[str]) -> str:
+    """Lines as the view tool numbers them, starting at ``first``."""
+    return "\n".join(f"{n:6}\t{line}" for n, line in enumerate(lines, first))
+
+
+# --- view -----------------------------------------------------------------------------------
+
+
+def test_view_shows_a_file_with_line_numbers(reg: Registry, ws: Path):
+    (ws / "a.py").write_text("import os\n\nprint(os.sep)\n")
+    obs = reg.call("view", {"path": "a.py"})
+    assert not obs.is_error
+    assert obs.text == "     1\timport os\n     2\t\n     3\tprint(os.sep)"
+
+
+def test_view_of_an_empty_file_says_so(reg: Registry, ws: Path):
+    (ws / "empty.txt").write_bytes(b"")
+    obs = reg.call("view", {"path": "empty.txt"})
+    assert not obs.is_error
+    assert obs.text == "(empty file)"
+
+
+def test_view_range_shows_only_the_requested_lines(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
+    obs = reg.call("view", {"path": "f.txt", "view_range": [3, 5]})
+    assert not obs.is_error
+    assert obs.text == numbered(3, ["line 3", "line 4", "line 5"])
+
+
+def test_view_range_minus_one_means_end_of_file(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
+    obs = reg.call("view", {"path": "f.txt", "view_range": [8, -1]})
+    assert not obs.is_error
+    assert obs.text == numbered(8, ["line 8", "line 9", "line 10"])
+
+
+def test_view_range_past_the_end_is_clamped_to_the_last_line(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("a\nb\nc\n")
+    obs = reg.call("view", {"path": "f.txt", "view_range": [2, 99]})
+    assert not obs.is_error
+    assert obs.text == numbered(2, ["b", "c"])
+
+
+@pytest.mark.parametrize("view_range", [[0, 2], [5, 2], [11, 12], [4, -1]])
+def test_invalid_view_range_is_an_error_naming_the_line_count(reg: Registry, ws: Path,
+                                                              view_range: list[int]):
+    lines = 10 if view_range != [4, -1] else 3
+    (ws / "f.txt").write_text("x\n" * lines)
+    obs = reg.call("view", {"path": "f.txt", "view_range": view_range})
+    assert obs.is_error
+    assert obs.text == f"invalid view_range {view_range}: the file has {lines} lines"
+
+
+def test_view_range_with_one_number_is_an_error(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("x\n")
+    obs = reg.call("view", {"path": "f.txt", "view_range": [1]})
+    assert obs.is_error
+    assert obs.text == "view_range must be [first_line, last_line]"
+
+
+def test_view_of_a_missing_file_is_an_error(reg: Registry):
+    obs = reg.call("view", {"path": "nope.txt"})
+    assert obs.is_error
+    assert obs.text == "nope.txt does not exist"
+
+
+def test_view_of_a_directory_lists_two_levels_hiding_gitignored_files_and_git(
+        reg: Registry, ws: Path):
+    (ws / ".git" / "objects").mkdir(parents=True)
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / ".gitignore").write_text("build/\n*.log\n")
+    (ws / "build").mkdir()
+    (ws / "build" / "out.o").write_text("x")
+    (ws / "debug.log").write_text("x")
+    (ws / "README.md").write_text("x")
+    (ws / "src" / "pkg" / "deep").mkdir(parents=True)
+    (ws / "src" / "main.py").write_text("x")
+    (ws / "src" / "trace.log").write_text("x")
+    (ws / "src" / "pkg" / "mod.py").write_text("x")
+    obs = reg.call("view", {"path": "."})
+    assert not obs.is_error
+    assert obs.text.split("\n") == [".gitignore", "README.md", "src/", "src/main.py",
+                                    "src/pkg/"]
+
+
+def test_view_of_a_subdirectory_lists_paths_relative_to_the_workspace(reg: Registry, ws: Path):
+    (ws / "src" / "pkg").mkdir(parents=True)
+    (ws / "src" / "pkg" / "mod.py").write_text("x")
+    (ws / "src" / "a.py").write_text("x")
+    obs = reg.call("view", {"path": "src"})
+    assert obs.text.split("\n") == ["src/a.py", "src/pkg/", "src/pkg/mod.py"]
+
+
+def test_view_of_an_empty_directory_says_so(reg: Registry, ws: Path):
+    (ws / "empty").mkdir()
+    assert reg.call("view", {"path": "empty"}).text == "(empty directory)"
+
+
+def test_view_refuses_a_binary_file(reg: Registry, ws: Path):
+    (ws / "img.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    obs = reg.call("view", {"path": "img.bin"})
+    assert obs.is_error
+    assert obs.text == "img.bin is a binary file (272 bytes); not shown"
+
+
+def test_view_of_a_huge_file_shows_the_first_page_with_a_hint(reg: Registry, ws: Path):
+    (ws / "big.txt").write_text("".join(f"row {n}\n" for n in range(1, 5001)))
+    obs = reg.call("view", {"path": "big.txt"})
+    assert not obs.is_error
+    lines = obs.text.split("\n")
+    assert len(lines) == 401
+    assert lines[0] == "     1\trow 1"
+    assert lines[399] == "   400\trow 400"
+    assert lines[400] == "[showing lines 1-400 of 5000; use view_range to see more]"
+
+
+def test_view_range_pages_to_the_end_of_a_huge_file_without_a_hint(reg: Registry, ws: Path):
+    (ws / "big.txt").write_text("".join(f"row {n}\n" for n in range(1, 5001)))
+    obs = reg.call("view", {"path": "big.txt", "view_range": [4999, -1]})
+    assert obs.text == numbered(4999, ["row 4999", "row 5000"])
+
+
+def test_view_clips_a_very_long_line(reg: Registry, ws: Path):
+    (ws / "min.js").write_text("a" * 5000 + "\n")
+    obs = reg.call("view", {"path": "min.js"})
+    assert obs.text == "     1\t" + "a" * 2000 + " [line clipped: 5000 chars]"
+
+
+def test_view_decodes_a_cp1252_file(reg: Registry, ws: Path):
+    (ws / "legacy.txt").write_bytes(b"caf\xe9 \x93quoted\x94\r\n")
+    assert reg.call("view", {"path": "legacy.txt"}).text == "     1\tcaf\u00e9 \u201cquoted\u201d"
+
+
+@pytest.mark.parametrize("path", ["../secret.txt", "../outside/secret.txt", "/etc/passwd",
+                                  "sub/../../outside/secret.txt"])
+def test_view_refuses_paths_outside_the_workspace(reg: Registry, ws: Path, outside: Path,
+                                                  path: str):
+    obs = reg.call("view", {"path": path})
+    assert obs.is_error
+    assert obs.text.startswith(f"{path} is outside the workspace {ws}")
+    assert "outside secret" not in obs.text
+    assert "root:" not in obs.text
+
+
+def test_view_refuses_a_symlink_pointing_outside(reg: Registry, ws: Path, outside: Path):
+    (ws / "link.txt").symlink_to(outside / "secret.txt")
+    obs = reg.call("view", {"path": "link.txt"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+    assert "outside secret" not in obs.text
+
+
+def test_view_refuses_a_file_under_a_symlinked_directory_pointing_outside(
+        reg: Registry, ws: Path, outside: Path):
+    (ws / "linkdir").symlink_to(outside, target_is_directory=True)
+    obs = reg.call("view", {"path": "linkdir/secret.txt"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+
+
+def test_view_follows_a_symlink_that_stays_inside_the_workspace(reg: Registry, ws: Path):
+    (ws / "real.txt").write_text("inside\n")
+    (ws / "alias.txt").symlink_to(ws / "real.txt")
+    assert reg.call("view", {"path": "alias.txt"}).text == "     1\tinside"
+
+
+def test_view_accepts_an_absolute_path_inside_the_workspace(reg: Registry, ws: Path):
+    (ws / "a.txt").write_text("hello\n")
+    assert reg.call("view", {"path": str(ws / "a.txt")}).text == "     1\thello"
+
+
+# --- create ---------------------------------------------------------------------------------
+
+
+def test_create_writes_a_new_file_and_its_parent_directories(reg: Registry, ws: Path):
+    obs = reg.call("create", {"path": "pkg/sub/mod.py", "file_text": "x = 1\ny = 2\n"})
+    assert not obs.is_error
+    assert obs.text == "created pkg/sub/mod.py (2 lines)"
+    assert (ws / "pkg" / "sub" / "mod.py").read_bytes() == b"x = 1\ny = 2\n"
+
+
+def test_create_gives_a_new_file_the_umask_default_mode(reg: Registry, ws: Path):
+    reg.call("create", {"path": "new.txt", "file_text": "x\n"})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((ws / "new.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_create_replacing_a_crlf_file_keeps_crlf(reg: Registry, ws: Path):
+    (ws / "win.txt").write_bytes(b"old one\r\nold two\r\n")
+    obs = reg.call("create", {"path": "win.txt", "file_text": "new one\nnew two\n"})
+    assert not obs.is_error
+    assert obs.text == "replaced win.txt (2 lines)"
+    assert (ws / "win.txt").read_bytes() == b"new one\r\nnew two\r\n"
+
+
+def test_create_with_crlf_text_over_a_crlf_file_does_not_double_carriage_returns(
+        reg: Registry, ws: Path):
+    (ws / "win.txt").write_bytes(b"old\r\n")
+    reg.call("create", {"path": "win.txt", "file_text": "a\r\nb\r\n"})
+    assert (ws / "win.txt").read_bytes() == b"a\r\nb\r\n"
+
+
+def test_create_replacing_an_executable_keeps_its_mode(reg: Registry, ws: Path):
+    script = ws / "run.sh"
+    script.write_text("#!/bin/sh\necho old\n")
+    script.chmod(0o755)
+    reg.call("create", {"path": "run.sh", "file_text": "#!/bin/sh\necho new\n"})
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    assert script.read_text() == "#!/bin/sh\necho new\n"
+
+
+def test_create_refuses_a_directory(reg: Registry, ws: Path):
+    (ws / "d").mkdir()
+    obs = reg.call("create", {"path": "d", "file_text": "x"})
+    assert obs.is_error
+    assert obs.text == "d is a directory"
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_create_refuses_paths_outside_the_workspace(reg: Registry, ws: Path, tmp_path: Path,
+                                                    absolute: bool):
+    path = str(tmp_path / "escape.txt") if absolute else "../escape.txt"
+    obs = reg.call("create", {"path": path, "file_text": "pwned\n"})
+    assert obs.is_error
+    assert obs.text.startswith(f"{path} is outside the workspace {ws}")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_create_through_a_symlink_pointing_outside_leaves_the_outside_file_unchanged(
+        reg: Registry, ws: Path, outside: Path):
+    (ws / "link.txt").symlink_to(outside / "secret.txt")
+    obs = reg.call("create", {"path": "link.txt", "file_text": "pwned\n"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+    assert (outside / "secret.txt").read_bytes() == b"outside secret\n"
+    assert (ws / "link.txt").is_symlink()
+
+
+def test_create_under_a_symlinked_directory_pointing_outside_writes_nothing(
+        reg: Registry, ws: Path, outside: Path):
+    (ws / "linkdir").symlink_to(outside, target_is_directory=True)
+    obs = reg.call("create", {"path": "linkdir/new.txt", "file_text": "pwned\n"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+# --- str_replace: basics --------------------------------------------------------------------
+
+
+def test_str_replace_replaces_an_exact_unique_match(reg: Registry, ws: Path):
+    (ws / "m.py").write_text("def f():\n    return 1\n\n\ndef g():\n    return 2\n")
+    obs = reg.call("str_replace", {"path": "m.py", "old_str": "return 2", "new_str": "return 3"})
+    assert not obs.is_error
+    assert obs.text.startswith("edited m.py:\n")
+    assert "(matched ignoring" not in obs.text
+    assert "     6\t    return 3" in obs.text
+    assert (ws / "m.py").read_text() == "def f():\n    return 1\n\n\ndef g():\n    return 3\n"
+
+
+def test_str_replace_can_delete_text_with_an_empty_new_str(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("keep\ndrop me\nkeep too\n")
+    obs = reg.call("str_replace", {"path": "f.txt", "old_str": "drop me\n", "new_str": ""})
+    assert not obs.is_error
+    assert (ws / "f.txt").read_text() == "keep\nkeep too\n"
+
+
+def test_str_replace_keeps_crlf_line_endings(reg: Registry, ws: Path):
+    (ws / "win.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    obs = reg.call("str_replace", {"path": "win.txt", "old_str": "two\nthree",
+                                   "new_str": "2\n2.5\n3"})
+    assert not obs.is_error
+    assert (ws / "win.txt").read_bytes() == b"one\r\n2\r\n2.5\r\n3\r\n"
+
+
+def test_str_replace_accepts_crlf_in_old_and_new_str_for_a_crlf_file(reg: Registry, ws: Path):
+    (ws / "win.txt").write_bytes(b"one\r\ntwo\r\n")
+    obs = reg.call("str_replace", {"path": "win.txt", "old_str": "one\r\ntwo",
+                                   "new_str": "uno\r\ndos"})
+    assert not obs.is_error
+    assert (ws / "win.txt").read_bytes() == b"uno\r\ndos\r\n"
+
+
+def test_str_replace_keeps_cp1252_bytes_outside_the_edit(reg: Registry, ws: Path):
+    (ws / "legacy.txt").write_bytes(b"caf\xe9 = 1\nx = 2\nna\xefve = \x93q\x94\n")
+    obs = reg.call("str_replace", {"path": "legacy.txt", "old_str": "x = 2", "new_str": "x = 3"})
+    assert not obs.is_error
+    assert (ws / "legacy.txt").read_bytes() == b"caf\xe9 = 1\nx = 3\nna\xefve = \x93q\x94\n"
+
+
+def test_str_replace_writes_non_ascii_new_text_in_the_files_cp1252_encoding(
+        reg: Registry, ws: Path):
+    (ws / "legacy.txt").write_bytes(b"caf\xe9 = 1\n")
+    obs = reg.call("str_replace", {"path": "legacy.txt", "old_str": "caf\u00e9 = 1",
+                                   "new_str": "caf\u00e9 = 2  # d\u00e9j\u00e0"})
+    assert not obs.is_error
+    assert (ws / "legacy.txt").read_bytes() == b"caf\xe9 = 2  # d\xe9j\xe0\n"
+
+
+def test_str_replace_keeps_latin1_bytes_that_cp1252_cannot_decode(reg: Registry, ws: Path):
+    # 0x81 is undefined in cp1252, so this file can only be read as latin-1.
+    original = b"a\x81b caf\xe9\nvalue = 1\n"
+    (ws / "raw.txt").write_bytes(original)
+    obs = reg.call("str_replace", {"path": "raw.txt", "old_str": "value = 1",
+                                   "new_str": "value = 2"})
+    assert not obs.is_error
+    assert (ws / "raw.txt").read_bytes() == original.replace(b"value = 1", b"value = 2")
+
+
+def test_str_replace_keeps_a_utf8_bom(reg: Registry, ws: Path):
+    (ws / "bom.cs").write_bytes(b"\xef\xbb\xbfusing System;\nclass A {}\n")
+    obs = reg.call("str_replace", {"path": "bom.cs", "old_str": "class A {}",
+                                   "new_str": "class B {}"})
+    assert not obs.is_error
+    assert (ws / "bom.cs").read_bytes() == b"\xef\xbb\xbfusing System;\nclass B {}\n"
+
+
+def test_str_replace_can_match_the_first_line_of_a_bom_file(reg: Registry, ws: Path):
+    (ws / "bom.txt").write_bytes(b"\xef\xbb\xbffirst\nsecond\n")
+    obs = reg.call("str_replace", {"path": "bom.txt", "old_str": "first\nsecond",
+                                   "new_str": "1st\n2nd"})
+    assert not obs.is_error
+    assert (ws / "bom.txt").read_bytes() == b"\xef\xbb\xbf1st\n2nd\n"
+
+
+def test_str_replace_keeps_the_trailing_newline(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("a\nb\n")
+    reg.call("str_replace", {"path": "f.txt", "old_str": "b", "new_str": "c"})
+    assert (ws / "f.txt").read_bytes() == b"a\nc\n"
+
+
+def test_str_replace_keeps_an_absent_trailing_newline_absent(reg: Registry, ws: Path):
+    (ws / "f.txt").write_bytes(b"a\nb")
+    reg.call("str_replace", {"path": "f.txt", "old_str": "b", "new_str": "c"})
+    assert (ws / "f.txt").read_bytes() == b"a\nc"
+
+
+def test_fuzzy_str_replace_keeps_an_absent_trailing_newline_absent(reg: Registry, ws: Path):
+    (ws / "f.txt").write_bytes(b"a  \nb")
+    obs = reg.call("str_replace", {"path": "f.txt", "old_str": "a\nb", "new_str": "x\ny"})
+    assert "(matched ignoring trailing-whitespace)" in obs.text
+    assert (ws / "f.txt").read_bytes() == b"x\ny"
+
+
+def test_fuzzy_str_replace_keeps_the_trailing_newline(reg: Registry, ws: Path):
+    (ws / "f.txt").write_bytes(b"a  \nb\n")
+    obs = reg.call("str_replace", {"path": "f.txt", "old_str": "a\nb", "new_str": "x\ny"})
+    assert "(matched ignoring trailing-whitespace)" in obs.text
+    assert (ws / "f.txt").read_bytes() == b"x\ny\n"
+
+
+def test_str_replace_keeps_the_file_mode(reg: Registry, ws: Path):
+    script = ws / "run.sh"
+    script.write_text("#!/bin/sh\necho old\n")
+    script.chmod(0o755)
+    reg.call("str_replace", {"path": "run.sh", "old_str": "old", "new_str": "new"})
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    assert script.read_text() == "#!/bin/sh\necho new\n"
+
+
+def test_edits_leave_no_temporary_files_in_the_directory(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("one\n")
+    reg.call("str_replace", {"path": "f.txt", "old_str": "one", "new_str": "two"})
+    reg.call("insert", {"path": "f.txt", "insert_line": 1, "text": "three"})
+    reg.call("create", {"path": "g.txt", "file_text": "g\n"})
+    reg.call("undo_edit", {"path": "f.txt"})
+    assert sorted(os.listdir(ws)) == ["f.txt", "g.txt"]
+
+
+def test_str_replace_through_an_inside_symlink_edits_the_target_and_keeps_the_link(
+        reg: Registry, ws: Path):
+    (ws / "real.txt").write_text("old\n")
+    (ws / "alias.txt").symlink_to("real.txt")
+    obs = reg.call("str_replace", {"path": "alias.txt", "old_str": "old", "new_str": "new"})
+    assert not obs.is_error
+    assert (ws / "alias.txt").is_symlink()
+    assert (ws / "real.txt").read_text() == "new\n"
+
+
+def test_str_replace_through_a_symlink_pointing_outside_leaves_the_outside_file_unchanged(
+        reg: Registry, ws: Path, outside: Path):
+    (ws / "link.txt").symlink_to(outside / "secret.txt")
+    obs = reg.call("str_replace", {"path": "link.txt", "old_str": "secret", "new_str": "pwned"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+    assert (outside / "secret.txt").read_bytes() == b"outside secret\n"
+
+
+def test_str_replace_refuses_a_relative_path_outside_the_workspace(
+        reg: Registry, ws: Path, outside: Path):
+    obs = reg.call("str_replace", {"path": "../outside/secret.txt", "old_str": "secret",
+                                   "new_str": "pwned"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+    assert (outside / "secret.txt").read_bytes() == b"outside secret\n"
+
+
+def test_str_replace_of_a_missing_file_is_an_error(reg: Registry, ws: Path):
+    obs = reg.call("str_replace", {"path": "nope.py", "old_str": "a", "new_str": "b"})
+    assert obs.is_error
+    assert obs.text == f"{ws / 'nope.py'} does not exist"
+
+
+def test_str_replace_refuses_a_binary_file(reg: Registry, ws: Path):
+    (ws / "data.bin").write_bytes(b"abc\x00def")
+    obs = reg.call("str_replace", {"path": "data.bin", "old_str": "abc", "new_str": "xyz"})
+    assert obs.is_error
+    assert "is a binary file (7 bytes)" in obs.text
+    assert (ws / "data.bin").read_bytes() == b"abc\x00def"
+
+
+# --- str_replace: the tolerant cascade ------------------------------------------------------
+
+
+def test_str_replace_matches_ignoring_trailing_whitespace(reg: Registry, ws: Path):
+    (ws / "f.py").write_text("x = 1   \ny = 2\t\nz = 3\n")
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "x = 1\ny = 2",
+                                   "new_str": "x = 10\ny = 20"})
+    assert not obs.is_error
+    assert obs.text.startswith("edited f.py (matched ignoring trailing-whitespace):\n")
+    assert (ws / "f.py").read_text() == "x = 10\ny = 20\nz = 3\n"
+
+
+def test_str_replace_matches_ignoring_indentation_and_reindents_the_replacement(
+        reg: Registry, ws: Path):
+    (ws / "f.py").write_text("class A:\n    def f(self):\n        if x:\n            go()\n"
+                             "        return 1\n")
+    # The model dropped one indentation level; its replacement uses that same level.
+    obs = reg.call("str_replace", {"path": "f.py",
+                                   "old_str": "    if x:\n        go()",
+                                   "new_str": "    if x and y:\n        go()\n        stop()"})
+    assert not obs.is_error
+    assert obs.text.startswith("edited f.py (matched ignoring indentation):\n")
+    assert (ws / "f.py").read_text() == ("class A:\n    def f(self):\n        if x and y:\n"
+                                         "            go()\n            stop()\n"
+                                         "        return 1\n")
+
+
+def test_str_replace_reindents_from_no_indentation_to_the_files(reg: Registry, ws: Path):
+    (ws / "f.py").write_text("def f():\n    a = 1\n    b = 2\n")
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "a = 1\nb = 2",
+                                   "new_str": "a = 1\n\nb = 3"})
+    assert "(matched ignoring indentation)" in obs.text
+    assert (ws / "f.py").read_text() == "def f():\n    a = 1\n\n    b = 3\n"
+
+
+@pytest.mark.parametrize(("in_file", "sent"), [
+    ('msg = \u201chello\u201d', 'msg = "hello"'),
+    ("it\u2019s = \u2018x\u2019", "it's = 'x'"),
+    ("a = b \u2014 c", "a = b - c"),
+    ("a = b \u2013 c", "a = b - c"),
+    ("x\u00a0=\u00a01", "x = 1"),
+    ("wait\u2026", "wait..."),
+])
+def test_str_replace_matches_typographic_punctuation_in_the_file_with_ascii_from_the_model(
+        reg: Registry, ws: Path, in_file: str, sent: str):
+    (ws / "f.txt").write_text(f"before\n{in_file}\nafter\n", encoding="utf-8")
+    obs = reg.call("str_replace", {"path": "f.txt", "old_str": sent, "new_str": "replaced"})
+    assert not obs.is_error, obs.text
+    assert "(matched ignoring unicode-punctuation)" in obs.text
+    assert (ws / "f.txt").read_text("utf-8") == "before\nreplaced\nafter\n"
+
+
+@pytest.mark.parametrize(("in_file", "sent"), [
+    ('msg = "hello"', 'msg = \u201chello\u201d'),
+    ("a = b - c", "a = b \u2014 c"),
+    ("x = 1", "x\u00a0=\u00a01"),
+])
+def test_str_replace_matches_ascii_in_the_file_with_typographic_punctuation_from_the_model(
+        reg: Registry, ws: Path, in_file: str, sent: str):
+    (ws / "f.txt").write_text(f"before\n    {in_file}\nafter\n")
+    obs = reg.call("str_replace", {"path": "f.txt", "old_str": sent, "new_str": "done = 1"})
+    assert not obs.is_error, obs.text
+    assert "(matched ignoring unicode-punctuation)" in obs.text
+    assert (ws / "f.txt").read_text() == "before\n    done = 1\nafter\n"
+
+
+def test_str_replace_refuses_multiple_matches_with_count_and_lines(reg: Registry, ws: Path):
+    original = "x = 1\ny = 2\nx = 1\nz = 3\nx = 1\n"
+    (ws / "f.py").write_text(original)
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "x = 1", "new_str": "x = 9"})
+    assert obs.is_error
+    assert obs.text == ("old_str matches 3 places in f.py (lines 1, 3, 5); add surrounding "
+                        "lines so it matches exactly one")
+    assert (ws / "f.py").read_text() == original
+
+
+def test_str_replace_refuses_an_ambiguous_fuzzy_match_rather_than_guessing(
+        reg: Registry, ws: Path):
+    original = "    a\n    b\n\n        a\n        b\n"
+    (ws / "f.py").write_text(original)
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "  a\n  b", "new_str": "c"})
+    assert obs.is_error
+    assert obs.text.startswith("old_str matches 2 places in f.py (lines 1, 4)")
+    assert (ws / "f.py").read_text() == original
+
+
+def test_str_replace_without_a_match_shows_the_closest_region_with_line_numbers(
+        reg: Registry, ws: Path):
+    original = "import os\n\ndef hello_world():\n    return 1\n\nprint(hello_world())\n"
+    (ws / "f.py").write_text(original)
+    obs = reg.call("str_replace", {"path": "f.py",
+                                   "old_str": "def helo_world():\n    return 2",
+                                   "new_str": "def hello_world():\n    return 3"})
+    assert obs.is_error
+    assert obs.text.startswith("old_str was not found in f.py (not even ignoring whitespace")
+    assert "is lines 3-4:\n     3\tdef hello_world():\n     4\t    return 1\n" in obs.text
+    assert obs.text.endswith("Copy the text exactly from the file with the view tool and retry.")
+    assert (ws / "f.py").read_text() == original
+
+
+def test_str_replace_reports_a_replacement_that_is_already_present(reg: Registry, ws: Path):
+    (ws / "f.py").write_text("a = 1\nb = 2\n")
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "b = 1", "new_str": "b = 2"})
+    assert obs.is_error
+    assert obs.text == ("old_str was not found in f.py, but new_str is already present at line "
+                        "2: the edit may already be applied")
+
+
+def test_str_replace_refuses_an_empty_old_str(reg: Registry, ws: Path):
+    (ws / "f.py").write_text("a\n")
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "", "new_str": "b"})
+    assert obs.is_error
+    assert obs.text.startswith("old_str is empty")
+    assert (ws / "f.py").read_text() == "a\n"
+
+
+def test_str_replace_refuses_identical_old_and_new_str(reg: Registry, ws: Path):
+    (ws / "f.py").write_text("a\n")
+    obs = reg.call("str_replace", {"path": "f.py", "old_str": "a", "new_str": "a"})
+    assert obs.is_error
+    assert obs.text == "old_str and new_str are identical; nothing would change"
+
+
+# --- insert ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    (0, "zero\none\ntwo\nthree\n"),
+    (2, "one\ntwo\nzero\nthree\n"),
+    (3, "one\ntwo\nthree\nzero\n"),
+])
+def test_insert_puts_text_after_the_given_line(reg: Registry, ws: Path, line: int,
+                                               expected: str):
+    (ws / "f.txt").write_text("one\ntwo\nthree\n")
+    obs = reg.call("insert", {"path": "f.txt", "insert_line": line, "text": "zero"})
+    assert not obs.is_error
+    assert obs.text.startswith("inserted 1 lines into f.txt:\n")
+    assert f"{line + 1:6}\tzero" in obs.text
+    assert (ws / "f.txt").read_text() == expected
+
+
+def test_insert_of_several_lines_with_a_trailing_newline_adds_no_blank_line(
+        reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("a\nd\n")
+    obs = reg.call("insert", {"path": "f.txt", "insert_line": 1, "text": "b\nc\n"})
+    assert obs.text.startswith("inserted 2 lines into f.txt:\n")
+    assert (ws / "f.txt").read_text() == "a\nb\nc\nd\n"
+
+
+def test_insert_at_the_end_of_a_file_without_trailing_newline_keeps_it_absent(
+        reg: Registry, ws: Path):
+    (ws / "f.txt").write_bytes(b"a\nb")
+    reg.call("insert", {"path": "f.txt", "insert_line": 2, "text": "c"})
+    assert (ws / "f.txt").read_bytes() == b"a\nb\nc"
+
+
+def test_insert_into_an_empty_file(reg: Registry, ws: Path):
+    (ws / "f.txt").write_bytes(b"")
+    obs = reg.call("insert", {"path": "f.txt", "insert_line": 0, "text": "first"})
+    assert not obs.is_error
+    assert (ws / "f.txt").read_bytes() == b"first\n"
+
+
+def test_insert_keeps_crlf_line_endings(reg: Registry, ws: Path):
+    (ws / "win.txt").write_bytes(b"a\r\nc\r\n")
+    reg.call("insert", {"path": "win.txt", "insert_line": 1, "text": "b"})
+    assert (ws / "win.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
+
+
+def test_insert_of_crlf_text_into_a_crlf_file_does_not_double_carriage_returns(
+        reg: Registry, ws: Path):
+    (ws / "win.txt").write_bytes(b"a\r\nd\r\n")
+    reg.call("insert", {"path": "win.txt", "insert_line": 1, "text": "b\r\nc"})
+    assert (ws / "win.txt").read_bytes() == b"a\r\nb\r\nc\r\nd\r\n"
+
+
+@pytest.mark.parametrize("line", [-1, 4, 100])
+def test_insert_out_of_range_is_refused_and_the_file_unchanged(reg: Registry, ws: Path,
+                                                               line: int):
+    (ws / "f.txt").write_text("one\ntwo\nthree\n")
+    obs = reg.call("insert", {"path": "f.txt", "insert_line": line, "text": "x"})
+    assert obs.is_error
+    assert obs.text == (f"insert_line {line} is out of range: the file has 3 lines "
+                        "(use 0..3)")
+    assert (ws / "f.txt").read_text() == "one\ntwo\nthree\n"
+
+
+def test_insert_through_a_symlink_pointing_outside_leaves_the_outside_file_unchanged(
+        reg: Registry, ws: Path, outside: Path):
+    (ws / "link.txt").symlink_to(outside / "secret.txt")
+    obs = reg.call("insert", {"path": "link.txt", "insert_line": 0, "text": "pwned"})
+    assert obs.is_error
+    assert "outside the workspace" in obs.text
+    assert (outside / "secret.txt").read_bytes() == b"outside secret\n"
+
+
+# --- undo_edit ------------------------------------------------------------------------------
+
+
+def test_undo_edit_restores_the_previous_bytes(reg: Registry, ws: Path):
+    original = b"caf\xe9\r\nx = 1\r\n"
+    (ws / "f.txt").write_bytes(original)
+    reg.call("str_replace", {"path": "f.txt", "old_str": "x = 1", "new_str": "x = 2"})
+    obs = reg.call("undo_edit", {"path": "f.txt"})
+    assert not obs.is_error
+    assert obs.text == "restored f.txt to its contents before the last edit"
+    assert (ws / "f.txt").read_bytes() == original
+
+
+def test_undo_edit_steps_back_one_edit_at_a_time(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("v1\n")
+    reg.call("str_replace", {"path": "f.txt", "old_str": "v1", "new_str": "v2"})
+    reg.call("insert", {"path": "f.txt", "insert_line": 1, "text": "more"})
+    assert (ws / "f.txt").read_text() == "v2\nmore\n"
+    reg.call("undo_edit", {"path": "f.txt"})
+    assert (ws / "f.txt").read_text() == "v2\n"
+    reg.call("undo_edit", {"path": "f.txt"})
+    assert (ws / "f.txt").read_text() == "v1\n"
+    obs = reg.call("undo_edit", {"path": "f.txt"})
+    assert obs.is_error
+    assert (ws / "f.txt").read_text() == "v1\n"
+
+
+def test_undo_edit_removes_a_newly_created_file(reg: Registry, ws: Path):
+    reg.call("create", {"path": "new/file.py", "file_text": "x = 1\n"})
+    assert (ws / "new" / "file.py").is_file()
+    obs = reg.call("undo_edit", {"path": "new/file.py"})
+    assert not obs.is_error
+    assert obs.text == "removed new/file.py (it did not exist before)"
+    assert not (ws / "new" / "file.py").exists()
+
+
+def test_undo_edit_of_a_create_that_replaced_a_file_restores_it(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("original\n")
+    reg.call("create", {"path": "f.txt", "file_text": "replacement\n"})
+    reg.call("undo_edit", {"path": "f.txt"})
+    assert (ws / "f.txt").read_text() == "original\n"
+
+
+def test_undo_edit_without_history_is_an_error(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("untouched\n")
+    obs = reg.call("undo_edit", {"path": "f.txt"})
+    assert obs.is_error
+    assert obs.text == "no edit of f.txt to undo in this session"
+    assert (ws / "f.txt").read_text() == "untouched\n"
+
+
+def test_undo_edit_history_is_per_file(reg: Registry, ws: Path):
+    (ws / "a.txt").write_text("a\n")
+    (ws / "b.txt").write_text("b\n")
+    reg.call("str_replace", {"path": "a.txt", "old_str": "a", "new_str": "A"})
+    obs = reg.call("undo_edit", {"path": "b.txt"})
+    assert obs.is_error
+    assert (ws / "a.txt").read_text() == "A\n"
+
+
+# --- registry: argument validation ----------------------------------------------------------
+
+
+def test_a_missing_required_argument_is_named(reg: Registry):
+    obs = reg.call("view", {})
+    assert obs.is_error
+    assert obs.text == "invalid arguments for view: path: Field required"
+
+
+def test_several_missing_arguments_are_all_named(reg: Registry):
+    obs = reg.call("str_replace", {"path": "f.py"})
+    assert obs.is_error
+    assert obs.text == ("invalid arguments for str_replace: old_str: Field required; "
+                        "new_str: Field required")
+
+
+def test_a_wrongly_typed_integer_argument_is_named(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("a\n")
+    obs = reg.call("insert", {"path": "f.txt", "insert_line": "top", "text": "x"})
+    assert obs.is_error
+    assert obs.text.startswith("invalid arguments for insert: insert_line: Input should be a "
+                               "valid integer")
+    assert (ws / "f.txt").read_text() == "a\n"
+
+
+def test_a_wrongly_typed_string_argument_is_named(reg: Registry):
+    obs = reg.call("create", {"path": "f.txt", "file_text": 42})
+    assert obs.is_error
+    assert obs.text == "invalid arguments for create: file_text: Input should be a valid string"
+
+
+def test_a_wrongly_typed_list_item_is_named_with_its_index(reg: Registry, ws: Path):
+    (ws / "f.txt").write_text("a\n")
+    obs = reg.call("view", {"path": "f.txt", "view_range": [1, "end"]})
+    assert obs.is_error
+    assert obs.text.startswith("invalid arguments for view: view_range.1: Input should be a "
+                               "valid integer")
+
+
+def test_arguments_that_are_not_an_object_are_refused(reg: Registry):
+    obs = reg.call("view", ["f.txt"])
+    assert obs.is_error
+    assert obs.text == "arguments for view must be a JSON object, got list"
+
+
+def test_an_unknown_tool_is_an_error_listing_the_tools(reg: Registry):
+    obs = reg.call("edit_file", {"path": "f.txt"})
+    assert obs.is_error
+    prefix = "unknown tool 'edit_file'; available tools: "
+    assert obs.text.startswith(prefix)
+    listed = obs.text.removeprefix(prefix).split(", ")
+    assert listed == list(reg.tools)
+    assert set(listed) == {"bash", "bash_jobs", "bash_kill", "view", "create", "str_replace",
+                           "insert", "undo_edit", "grep", "glob"}
+
+
+def test_openai_tool_schemas_have_no_titles_and_list_required_fields(reg: Registry):
+    tools = {t["function"]["name"]: t["function"] for t in reg.openai_tools()}
+    params = tools["str_replace"]["parameters"]
+    assert params["required"] == ["path", "old_str", "new_str"]
+    assert "title" not in str(params)
+    assert reg.parameters("bash_jobs")["properties"] == {}
+
+
+def test_an_edit_a_legacy_encoding_cannot_hold_is_refused_and_the_file_kept(reg: Registry,
+                                                                            ws: Path):
+    path = ws / "legacy.txt"
+    original = b"caf\xe9 = 1\nother = 2\n"
+    path.write_bytes(original)
+    obs = reg.call("str_replace", {"path": "legacy.txt", "old_str": "other = 2",
+                                   "new_str": "other = '\u2192'"})
+    assert obs.is_error and "cannot hold" in obs.text
+    assert path.read_bytes() == original
+
+
+def test_unknown_argument_keys_are_errors_not_silently_dropped(reg: Registry, ws: Path):
+    (ws / "a.txt").write_text("x\n")
+    obs = reg.call("view", {"path": "a.txt", "range": [1, 2]})
+    assert obs.is_error and "range: Extra inputs are not permitted" in obs.text

@@ -1,0 +1,292 @@
+"""The search tools (grep, glob) driven through the registry over real file trees with real
+``.gitignore`` files (root and nested)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.registry import Registry, default_registry
+from tools.workspace import Workspace
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def reg(ws: Path) -> Iterator[Registry]:
+    registry = default_registry(Workspace(ws))
+    yield registry
+    registry.close()
+
+
+def write(root: Path, files: dict[str, str | bytes]) -> None:
+    """Create ``files`` (relative path → text or bytes) under ``root``."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+@pytest.fixture
+def tree(ws: Path) -> Path:
+    """A small project: ignored build output, a nested ignore file, a binary, a .git folder."""
+    write(ws, {
+        ".gitignore": "build/\n*.pyc\n",
+        ".git/config": "needle = in git config\n",
+        "main.py": "import os\nneedle = 1\n",
+        "README.md": "The needle is documented.\n",
+        "src/app.py": "def f():\n    return 'needle'\n",
+        "src/app.pyc": "needle compiled\n",
+        "src/settings.toml": "needle = true\n",
+        "src/sub/conf.toml": "needle = false\n",
+        "src/sub/deep.py": "# no match here\n",
+        "build/gen.py": "needle = 'generated'\n",
+        "logs/.gitignore": "*.log\n!keep.md\n",
+        "logs/run.log": "needle in a log\n",
+        "logs/keep.md": "needle kept\n",
+        "other/src/x.toml": "needle = 0\n",
+        "blob.bin": b"needle\x00\x01\x02",
+    })
+    return ws
+
+
+# --- grep -----------------------------------------------------------------------------------
+
+
+def test_grep_prints_path_line_and_text_for_each_match(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "needle"})
+    assert not obs.is_error
+    assert obs.text.split("\n") == [
+        "README.md:1: The needle is documented.",
+        "logs/keep.md:1: needle kept",
+        "main.py:2: needle = 1",
+        "other/src/x.toml:1: needle = 0",
+        "src/app.py:2:     return 'needle'",
+        "src/settings.toml:1: needle = true",
+        "src/sub/conf.toml:1: needle = false",
+    ]
+
+
+def test_grep_respects_the_root_gitignore(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "generated|compiled"})
+    assert obs.text == "no matches"
+
+
+def test_grep_respects_a_nested_gitignore(reg: Registry, tree: Path):
+    assert reg.call("grep", {"pattern": "in a log"}).text == "no matches"
+    assert reg.call("grep", {"pattern": "in a log", "path": "logs"}).text == "no matches"
+
+
+def test_a_nested_gitignore_applies_only_below_its_folder(reg: Registry, ws: Path):
+    write(ws, {"sub/.gitignore": "*.log\n", "sub/a.log": "hit\n", "top.log": "hit\n",
+               "other/b.log": "hit\n"})
+    assert reg.call("grep", {"pattern": "hit"}).text.split("\n") == ["other/b.log:1: hit",
+                                                                     "top.log:1: hit"]
+
+
+def test_a_nested_gitignore_can_re_include_a_file_the_root_ignores(reg: Registry, ws: Path):
+    write(ws, {".gitignore": "*.log\n", "logs/.gitignore": "!important.log\n",
+               "logs/important.log": "hit\n", "logs/noise.log": "hit\n", "top.log": "hit\n"})
+    assert reg.call("grep", {"pattern": "hit"}).text == "logs/important.log:1: hit"
+
+
+def test_grep_never_searches_the_git_folder(reg: Registry, tree: Path):
+    assert reg.call("grep", {"pattern": "in git config"}).text == "no matches"
+
+
+def test_grep_skips_binary_files(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "needle"})
+    assert "blob.bin" not in obs.text
+
+
+def test_grep_of_a_binary_file_named_directly_finds_nothing(reg: Registry, tree: Path):
+    assert reg.call("grep", {"pattern": "needle", "path": "blob.bin"}).text == "no matches"
+
+
+def test_grep_reports_an_invalid_regex(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "needle("})
+    assert obs.is_error
+    assert obs.text.startswith("invalid regular expression 'needle(': missing ), "
+                               "unterminated subpattern")
+
+
+def test_grep_glob_filters_by_file_name(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "needle", "glob": "*.toml"})
+    assert obs.text.split("\n") == ["other/src/x.toml:1: needle = 0",
+                                    "src/settings.toml:1: needle = true",
+                                    "src/sub/conf.toml:1: needle = false"]
+
+
+def test_grep_path_limits_the_search_to_a_folder(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "needle", "path": "src/sub"})
+    assert obs.text == "src/sub/conf.toml:1: needle = false"
+
+
+def test_grep_path_can_name_a_single_file(reg: Registry, tree: Path):
+    obs = reg.call("grep", {"pattern": "needle", "path": "main.py"})
+    assert obs.text == "main.py:2: needle = 1"
+
+
+def test_grep_is_case_sensitive_by_default(reg: Registry, ws: Path):
+    write(ws, {"a.txt": "Needle\nneedle\nNEEDLE\n"})
+    assert reg.call("grep", {"pattern": "needle"}).text == "a.txt:2: needle"
+
+
+def test_grep_ignore_case_matches_any_case(reg: Registry, ws: Path):
+    write(ws, {"a.txt": "Needle\nneedle\nNEEDLE\nhay\n"})
+    obs = reg.call("grep", {"pattern": "needle", "ignore_case": True})
+    assert obs.text.split("\n") == ["a.txt:1: Needle", "a.txt:2: needle", "a.txt:3: NEEDLE"]
+
+
+def test_grep_stops_at_200_matches_with_a_message(reg: Registry, ws: Path):
+    write(ws, {"many.txt": "".join(f"hit {n}\n" for n in range(1, 301))})
+    lines = reg.call("grep", {"pattern": "hit"}).text.split("\n")
+    assert len(lines) == 201
+    assert lines[0] == "many.txt:1: hit 1"
+    assert lines[199] == "many.txt:200: hit 200"
+    assert lines[200] == "[stopped at 200 matches; narrow the pattern or the path]"
+
+
+def test_grep_with_exactly_200_matches_shows_them_all_without_a_cap_message(
+        reg: Registry, ws: Path):
+    write(ws, {"many.txt": "hit\n" * 200})
+    lines = reg.call("grep", {"pattern": "hit"}).text.split("\n")
+    assert len(lines) == 200
+    assert lines[199] == "many.txt:200: hit"
+
+
+def test_grep_clips_long_lines(reg: Registry, ws: Path):
+    write(ws, {"min.js": "needle" + "x" * 1000 + "\n"})
+    obs = reg.call("grep", {"pattern": "needle"})
+    assert obs.text == "min.js:1: needle" + "x" * 294
+
+
+def test_grep_anchored_pattern_matches_the_first_line_of_a_bom_file(reg: Registry, ws: Path):
+    write(ws, {"bom.py": b"\xef\xbb\xbfimport os\nimport sys\n"})
+    obs = reg.call("grep", {"pattern": "^import"})
+    assert obs.text.split("\n") == ["bom.py:1: import os", "bom.py:2: import sys"]
+
+
+def test_grep_finds_non_ascii_text_in_a_cp1252_file(reg: Registry, ws: Path):
+    write(ws, {"legacy.txt": b"menu = 'caf\xe9'\n"})
+    assert reg.call("grep", {"pattern": "caf\u00e9"}).text == "legacy.txt:1: menu = 'caf\u00e9'"
+
+
+def test_grep_counts_lines_of_a_crlf_file_correctly(reg: Registry, ws: Path):
+    write(ws, {"win.txt": b"a\r\nb\r\nneedle\r\n"})
+    assert reg.call("grep", {"pattern": "needle$"}).text == "win.txt:3: needle"
+
+
+def test_grep_line_numbers_agree_with_view_when_a_file_has_form_feeds(reg: Registry, ws: Path):
+    write(ws, {"old.c": "int a;\n\x0c\nint needle;\n"})
+    assert reg.call("grep", {"pattern": "needle"}).text == "old.c:3: int needle;"
+    assert reg.call("view", {"path": "old.c", "view_range": [3, 3]}).text == "     3\tint needle;"
+
+
+def test_grep_of_a_missing_path_is_an_error(reg: Registry):
+    obs = reg.call("grep", {"pattern": "x", "path": "nope"})
+    assert obs.is_error
+    assert obs.text == "nope does not exist"
+
+
+def test_grep_refuses_a_path_outside_the_workspace(reg: Registry, ws: Path):
+    obs = reg.call("grep", {"pattern": "root", "path": "/etc"})
+    assert obs.is_error
+    assert obs.text.startswith(f"/etc is outside the workspace {ws}")
+
+
+def test_grep_does_not_follow_a_symlinked_folder_out_of_the_workspace(
+        reg: Registry, ws: Path, tmp_path: Path):
+    write(tmp_path / "outside", {"secret.txt": "needle outside\n"})
+    (ws / "link").symlink_to(tmp_path / "outside", target_is_directory=True)
+    write(ws, {"inside.txt": "needle inside\n"})
+    assert reg.call("grep", {"pattern": "needle"}).text == "inside.txt:1: needle inside"
+
+
+def test_grep_without_a_pattern_names_the_field(reg: Registry):
+    obs = reg.call("grep", {"path": "."})
+    assert obs.is_error
+    assert obs.text == "invalid arguments for grep: pattern: Field required"
+
+
+# --- glob -----------------------------------------------------------------------------------
+
+
+def test_glob_double_star_finds_top_level_and_nested_files(reg: Registry, tree: Path):
+    obs = reg.call("glob", {"pattern": "**/*.py"})
+    assert not obs.is_error
+    assert obs.text.split("\n") == ["main.py", "src/app.py", "src/sub/deep.py"]
+
+
+def test_glob_without_a_slash_matches_at_any_depth(reg: Registry, tree: Path):
+    obs = reg.call("glob", {"pattern": "*.toml"})
+    assert obs.text.split("\n") == ["other/src/x.toml", "src/settings.toml",
+                                    "src/sub/conf.toml"]
+
+
+def test_glob_respects_root_and_nested_gitignore(reg: Registry, tree: Path):
+    assert reg.call("glob", {"pattern": "build/**"}).text == "no files match"
+    assert reg.call("glob", {"pattern": "**/*.pyc"}).text == "no files match"
+    assert reg.call("glob", {"pattern": "logs/*"}).text.split("\n") == ["logs/.gitignore",
+                                                                        "logs/keep.md"]
+
+
+def test_glob_folder_pattern_is_anchored_and_does_not_cross_folders(reg: Registry, tree: Path):
+    obs = reg.call("glob", {"pattern": "src/*.toml"})
+    assert obs.text == "src/settings.toml"
+
+
+def test_glob_accepts_a_leading_dot_slash(reg: Registry, tree: Path):
+    assert reg.call("glob", {"pattern": "./src/*.toml"}).text == "src/settings.toml"
+
+
+def test_glob_path_makes_the_pattern_relative_to_that_folder(reg: Registry, tree: Path):
+    obs = reg.call("glob", {"pattern": "*.toml", "path": "src/sub"})
+    assert obs.text == "src/sub/conf.toml"
+
+
+def test_glob_without_matches_says_so(reg: Registry, tree: Path):
+    obs = reg.call("glob", {"pattern": "**/*.rs"})
+    assert not obs.is_error
+    assert obs.text == "no files match"
+
+
+def test_glob_never_lists_the_git_folder(reg: Registry, tree: Path):
+    assert reg.call("glob", {"pattern": "**/config"}).text == "no files match"
+
+
+def test_glob_stops_at_500_files_with_a_message(reg: Registry, ws: Path):
+    write(ws, {f"many/f{n:04}.txt": "" for n in range(600)})
+    lines = reg.call("glob", {"pattern": "*.txt"}).text.split("\n")
+    assert len(lines) == 501
+    assert lines[0] == "many/f0000.txt"
+    assert lines[499] == "many/f0499.txt"
+    assert lines[500] == "[stopped at 500 files; narrow the pattern]"
+
+
+def test_glob_with_exactly_500_files_lists_them_all_without_a_cap_message(
+        reg: Registry, ws: Path):
+    write(ws, {f"many/f{n:04}.txt": "" for n in range(500)})
+    lines = reg.call("glob", {"pattern": "*.txt"}).text.split("\n")
+    assert len(lines) == 500
+    assert lines[-1] == "many/f0499.txt"
+
+
+def test_glob_path_must_be_a_directory(reg: Registry, tree: Path):
+    obs = reg.call("glob", {"pattern": "*", "path": "main.py"})
+    assert obs.is_error
+    assert obs.text == "main.py is not a directory"
+
+
+def test_glob_refuses_a_path_outside_the_workspace(reg: Registry, ws: Path):
+    obs = reg.call("glob", {"pattern": "*", "path": ".."})
+    assert obs.is_error
+    assert obs.text.startswith(f".. is outside the workspace {ws}")
