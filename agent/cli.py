@@ -108,6 +108,8 @@ def new_project_cmd(
                       f"{stats['draft_tokens']} drafted tokens accepted")
         out.print(f"Commit: {result.commit or '(nothing to commit)'}; session log: "
                   f"{result.log}")
+    if result.loop.reason == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)
     ok = result.loop.reason == "done" and result.tests.status == "passed"
     raise typer.Exit(EXIT_OK if ok else EXIT_TASK_FAILED)
 
@@ -190,7 +192,8 @@ def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every
 @backend_app.command("status")
 def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False
                ) -> None:
-    """Running managed servers: binary, model, profile, port, uptime, context size."""
+    """Running managed servers: binary, flavour, model, profile, port, uptime, context
+    size."""
     infos = [server.describe(s) for s in server.running()]
     if json_out:
         typer.echo(json.dumps(infos, indent=2))
@@ -200,8 +203,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
     for info in infos:
         typer.echo(f"{info['url']}  pid {info['pid']}  preset {info['preset']}  profile "
                    f"{info['profile']}  n_ctx {info['n_ctx']}  up {info['uptime_s']} s\n"
-                   f"  binary {info['binary']}\n  model  {info['model']}\n  log    "
-                   f"{info['log']}")
+                   f"  binary {info['binary']} ({info['flavour']})\n  model  {info['model']}"
+                   f"\n  log    {info['log']}")
 
 
 def main() -> None:

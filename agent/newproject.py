@@ -13,7 +13,7 @@ import git
 
 from agent.config import Settings
 from agent.errors import UserError
-from agent.events import SessionStart, Timings
+from agent.events import ErrorEvent, SessionStart, Timings
 from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
@@ -168,9 +168,16 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                   limits=Limits(settings.max_steps, settings.max_time))
     try:
         result = agent.run(task)
+    except Exception as exc:
+        emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
+        raise
     finally:
         registry.close()
         client.close()
+    if result.reason == "interrupted":
+        # The user asked to stop: the files stay as they are, uncommitted.
+        return ProjectResult(directory, session_id, log.path, result,
+                             TestReport("not run", "interrupted"))
     reporter.note("running the project's tests")
     tests = run_project_tests(directory)
     sha, files = _commit(repo, description.strip())

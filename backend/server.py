@@ -26,6 +26,7 @@ import psutil
 from filelock import FileLock
 from pydantic import BaseModel
 
+from backend.flavour import detect_flavour
 from backend.home import home
 from backend.profiles import LaunchPlan, server_argv
 
@@ -297,8 +298,14 @@ def down(all_servers: bool = False) -> list[ServerState]:
 
 
 def describe(state: ServerState) -> dict:
-    """Status fields for display: binary, model, profile, port, uptime (s), n_ctx, pid."""
-    info = {"pid": state.pid, "binary": str(state.plan.binary), "model": str(state.plan.model),
+    """Status fields: pid, binary, flavour, model, profile, preset, url, uptime (s), log,
+    n_ctx (tokens, from ``/props``) and build info."""
+    try:
+        flavour: str = detect_flavour(state.plan.binary)
+    except (OSError, subprocess.SubprocessError):
+        flavour = "unknown"
+    info = {"pid": state.pid, "binary": str(state.plan.binary), "flavour": flavour,
+            "model": str(state.plan.model),
             "profile": state.plan.profile, "preset": state.preset, "url": state.base_url,
             "uptime_s": round(time.time() - state.started_at), "log": str(state.log)}
     try:

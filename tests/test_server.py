@@ -44,6 +44,7 @@ def test_up_starts_a_healthy_server_reuses_it_and_down_stops_it(plan: LaunchPlan
         assert reused_again and again.pid == state.pid  # no second process
         info = describe(state)
         assert info["n_ctx"] == 2048 and info["profile"] == "baseline"
+        assert info["flavour"] == "upstream"
         assert current() == state
         assert state.log.is_file() and state.log.is_relative_to(agent_home)
     finally:
@@ -149,3 +150,22 @@ def test_pick_port_never_returns_zero_or_a_busy_port():
         busy = sock.getsockname()[1]
         assert pick_port("127.0.0.1", busy) not in (busy, 0)
     assert pick_port("127.0.0.1", 0) != 0
+
+
+def test_flavour_is_detected_from_help_ignoring_removed_flags():
+    from backend.flavour import flavour_from_help
+
+    assert flavour_from_help("--spec-dflash-cross-ctx N  window") == "bee-old"
+    assert flavour_from_help("--cache-type-k  f16, q8_0, turbo4") == "bee-old"
+    assert flavour_from_help("--spec-dm-controller profit|off") == "bee-new"
+    assert flavour_from_help("types: f16, kvarn4") == "bee-new"
+    assert flavour_from_help("--spec-dflash-cross-ctx N  has been removed") == "upstream"
+    assert flavour_from_help("--spec-type draft-dflash") == "upstream"
+
+
+def test_the_real_engine_is_upstream_and_the_answer_is_cached(engine: Engine, agent_home: Path):
+    from backend.flavour import detect_flavour
+
+    assert detect_flavour(engine.binary) == "upstream"
+    cached = list((agent_home / "cache" / "flavours").iterdir())
+    assert len(cached) == 1 and cached[0].read_text() == "upstream"

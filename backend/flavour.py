@@ -1,0 +1,56 @@
+"""Which llama-server flavour a binary is: BeeLlama ≤0.3 (``bee-old``), BeeLlama ≥0.4
+(``bee-new``) or upstream llama.cpp.
+
+Detected from ``llama-server --help`` (rules from BACKEND-FACTS.md: ``--spec-dflash-cross-ctx``
+or ``turbo4`` → bee-old; ``kvarn`` or ``--spec-dm-controller`` → bee-new; neither → upstream).
+``--help`` still lists removed flags with a "has been removed" note: those lines do not count.
+The answer is cached per binary content hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Literal
+
+from backend.home import home
+
+Flavour = Literal["bee-old", "bee-new", "upstream"]
+
+
+def flavour_from_help(text: str) -> Flavour:
+    """Classify ``--help`` output."""
+    live = "\n".join(line for line in text.splitlines() if "has been removed" not in line)
+    if "--spec-dflash-cross-ctx" in live or "turbo4" in live:
+        return "bee-old"
+    if "kvarn" in live or "--spec-dm-controller" in live:
+        return "bee-new"
+    return "upstream"
+
+
+def _digest(binary: Path) -> str:
+    sha = hashlib.sha256()
+    with binary.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def detect_flavour(binary: Path) -> Flavour:
+    """The flavour of ``binary`` (cached by content hash).
+
+    Raises ``OSError`` or ``subprocess.SubprocessError`` when the binary cannot run.
+    """
+    cache = home().cache / "flavours"
+    cache.mkdir(parents=True, exist_ok=True)
+    entry = cache / _digest(binary)
+    if entry.is_file():
+        cached = entry.read_text("utf-8").strip()
+        if cached in ("bee-old", "bee-new", "upstream"):
+            return cached  # type: ignore[return-value]
+    proc = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    flavour = flavour_from_help(proc.stdout + proc.stderr)
+    entry.write_text(flavour, "utf-8")
+    return flavour

@@ -1,0 +1,1 @@
+"""Agent Skills (SKILL.md folders): loader, validator and bundled skills."""
