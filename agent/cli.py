@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +22,7 @@ from agent.errors import (
     EXIT_OK,
     EXIT_TASK_FAILED,
     EXIT_USAGE,
+    UsageError,
     UserError,
     write_crash_log,
 )
@@ -30,7 +32,7 @@ from backend import engines, server
 from backend.engines import BuildError
 from backend.launch import ensure_engine, plan_for
 from backend.models import ModelError, resolve_model
-from backend.presets import PresetError, get_preset
+from backend.presets import PresetError, UnknownPreset, get_preset
 from backend.server import ServerError
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -40,25 +42,36 @@ backend_app = typer.Typer(help="The managed inference server: build, download, u
                           "status.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(backend_app, name="backend")
 _state = {"debug": False}
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow)
 
-Preset = Annotated[str | None, typer.Option(help="Model preset (default: from config).")]
+Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
+                                           "`preset` in config.toml).")]
 Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram, "
                                              "dflash.")]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dflash-agent {metadata.version('dflash-agent')}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]
-          = False) -> None:
+          = False,
+          version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False,
+          ) -> None:
     _state["debug"] = debug
 
 
 @app.command("new-project", epilog=EXIT_CODES_HELP)
 def new_project_cmd(
-    description: Annotated[str, typer.Argument(help="What to build, in plain words.")],
+    description: Annotated[str, typer.Argument(help="What to build, in plain words.",
+                                               metavar="DESCRIPTION")],
     dir: Annotated[Path | None, typer.Option("--dir", help="Target directory (default: a "
                                              "slug of the description here).")] = None,
     preset: Preset = None,
@@ -74,7 +87,7 @@ def new_project_cmd(
     = False,
 ) -> None:
     """Create a project from a description: git init, the agent writes code and tests in
-    full-auto mode, the product runs the tests itself, then commits."""
+    full-auto mode, dflash-agent then runs the project's tests itself and commits."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "base_url": base_url,
                                   "ctx_size": ctx_size, "tool_protocol": tool_protocol,
                                   "max_steps": max_steps, "max_time": max_time,
@@ -93,7 +106,7 @@ def new_project_cmd(
     if json_out:
         print(json.dumps({"type": "summary", **summary}))
     else:
-        out = Console(highlight=False)
+        out = Console(highlight=False, soft_wrap=True)
         out.print(f"\n[bold]Project:[/bold] {result.directory}")
         out.print(f"Files: {', '.join(result.files) or '(none)'}")
         out.print(f"Tests (run by dflash-agent): {result.tests.status}")
@@ -145,7 +158,7 @@ def build_cmd(
     typer.echo(f"engine {found.key}: {found.binary}")
 
 
-@backend_app.command("download")
+@backend_app.command("download", epilog=EXIT_CODES_HELP)
 def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.")] = None
                  ) -> None:
     """Fetch a preset's model (and draft) into the model cache, verified."""
@@ -156,7 +169,7 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
         typer.echo(f"{source} -> {path}")
 
 
-@backend_app.command("up")
+@backend_app.command("up", epilog=EXIT_CODES_HELP)
 def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = None,
            port: Annotated[int | None, typer.Option(help="Preferred port.")] = None) -> None:
     """Start the managed server (or reuse the running one with the same configuration)."""
@@ -177,11 +190,11 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
                f"(preset {chosen.name}, profile {plan.profile})")
 
 
-@backend_app.command("down")
+@backend_app.command("down", epilog=EXIT_CODES_HELP)
 def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every server "
                                                        "dflash-agent started.")] = False
              ) -> None:
-    """Stop the current managed server (or all of them)."""
+    """Stop the current managed server (the one most recently started or reused), or all."""
     stopped = server.down(all_servers)
     if not stopped:
         typer.echo("no managed server is running")
@@ -189,7 +202,7 @@ def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every
         typer.echo(f"stopped llama-server pid {state.pid} ({state.base_url})")
 
 
-@backend_app.command("status")
+@backend_app.command("status", epilog=EXIT_CODES_HELP)
 def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False
                ) -> None:
     """Running managed servers: binary, flavour, model, profile, port, uptime, context
@@ -226,6 +239,7 @@ def main() -> None:
         err.print("interrupted")
         code = EXIT_INTERRUPTED
     except KNOWN_ERRORS as exc:
+        usage = isinstance(exc, UsageError | UnknownPreset)
         crash = write_crash_log(exc)
         err.print(f"error: {exc}", markup=False)
         tail = getattr(exc, "tail", "")
@@ -235,7 +249,7 @@ def main() -> None:
                                           "traceback)"), markup=False)
         if debug:
             err.print("".join(traceback.format_exception(exc)), markup=False)
-        code = EXIT_ERROR
+        code = EXIT_USAGE if usage else EXIT_ERROR
     except Exception as exc:
         crash = write_crash_log(exc)
         err.print(f"internal error: {type(exc).__name__}: {exc}", markup=False)

@@ -69,6 +69,14 @@ class ServerClient:
                 self._props = {}
         return self._props
 
+    def check_reachable(self) -> None:
+        """Raise :class:`ServerUnavailable` with a next step when nothing answers."""
+        try:
+            httpx2.get(self.base_url + "/v1/models", timeout=10.0)
+        except httpx2.HTTPError as exc:
+            raise ServerUnavailable(f"no server answers at {self.base_url} ({exc}); start it, "
+                                    "or drop --base-url to use the managed server") from exc
+
     def n_ctx(self) -> int | None:
         """The server's per-slot context size in tokens, when it says."""
         return self.props().get("default_generation_settings", {}).get("n_ctx")

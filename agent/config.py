@@ -109,5 +109,8 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
             bad = {str(e["loc"][0]) for e in exc.errors() if e["type"] != "missing"}
             if bad & set(data):
                 err = next(e for e in exc.errors() if str(e["loc"][0]) in data)
-                raise ConfigError(f"{origin}: {err['loc'][0]}: {err['msg']}") from exc
+                key = str(err["loc"][0])
+                where = f"{ENV_PREFIX}{key.upper()}" if origin == "environment" else \
+                    f"{origin}: {key}"
+                raise ConfigError(f"{where}: {err['msg']}") from exc
     return Settings.model_validate(merged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 import traceback
 
@@ -15,18 +16,24 @@ EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES_HELP = ("Exit codes: 0 success; 1 the task did not finish or the project's tests "
-                   "failed; 2 bad usage; 3 an error with a stated cause (build, model, server, "
-                   "config); 4 internal error (see the crash log); 130 interrupted.")
+                   "failed; 2 bad usage (flags, empty description, unknown preset); 3 an error "
+                   "with a stated cause (build, model, server, config); 4 internal error (see "
+                   "the crash log); 130 interrupted.")
 
 
 class UserError(RuntimeError):
     """A failure the user can act on; the message says what happened and what to do."""
 
 
+class UsageError(UserError):
+    """The command line asks for something impossible (exit code 2)."""
+
+
 def write_crash_log(exc: BaseException) -> str:
     """Write the traceback to ``<state>/crashes/<time>.log``; returns the path."""
     folder = home().crashes
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{type(exc).__name__}.log"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = folder / f"{stamp}-{secrets.token_hex(3)}-{type(exc).__name__}.log"
     path.write_text("".join(traceback.format_exception(exc)), "utf-8")
     return str(path)

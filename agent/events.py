@@ -87,14 +87,25 @@ class FinalAnswer(_Event):
     steps: int
 
 
+class ProjectChecked(_Event):
+    """``new-project``'s own verdict: the project's tests as the product ran them, and the
+    commit it made."""
+
+    type: Literal["project_checked"] = "project_checked"
+    tests: str
+    detail: str = ""
+    commit: str | None = None
+    files: list[str] = []
+
+
 class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     message: str
     kind: str
 
 
-Event = Annotated[SessionStart | ModelTurn | ToolCall | ToolResult | FinalAnswer | ErrorEvent,
-                  Field(discriminator="type")]
+Event = Annotated[SessionStart | ModelTurn | ToolCall | ToolResult | FinalAnswer
+                  | ProjectChecked | ErrorEvent, Field(discriminator="type")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 

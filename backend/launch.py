@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backend.engines import Engine, Progress, build_llama_cpp, default_engine
 from backend.models import resolve_model
-from backend.presets import Preset, get_preset
+from backend.presets import Preset, PresetError, get_preset
 from backend.profiles import LaunchPlan, get_profile
 from backend.server import DEFAULT_PORT, ServerState, up
 
@@ -23,6 +23,10 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              note: Callable[[str], None] | None = None) -> LaunchPlan:
     """Resolve the preset's models (fetching them) into a launch plan."""
     chosen = get_profile(profile or preset.profile)
+    if chosen.needs_draft and not preset.draft:
+        raise PresetError(f"the {chosen.name} profile needs a draft model and preset "
+                          f"'{preset.name}' has none; set `draft` for it in presets.toml or "
+                          "choose another --profile")
     model = resolve_model(preset.model, note)
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
     return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,

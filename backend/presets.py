@@ -23,6 +23,10 @@ class PresetError(ValueError):
     """A preset is unknown or its TOML is invalid; the message names the file and the key."""
 
 
+class UnknownPreset(PresetError):
+    """The preset name is not defined in any presets file (a usage mistake)."""
+
+
 class Sampling(BaseModel):
     """Sampling parameters sent with each request (llama-server names)."""
 
@@ -84,5 +88,5 @@ def get_preset(name: str) -> Preset:
     presets = load_presets()
     if name not in presets:
         known = ", ".join(sorted(presets))
-        raise PresetError(f"unknown preset '{name}' (known: {known})")
+        raise UnknownPreset(f"unknown preset '{name}' (known: {known})")
     return presets[name]

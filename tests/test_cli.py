@@ -43,7 +43,7 @@ def test_new_project_refuses_a_non_empty_directory_and_touches_nothing(agent_hom
     target.mkdir()
     (target / "keep.txt").write_text("mine")
     proc = run("new-project", "a todo app", "--dir", str(target), home=agent_home)
-    assert proc.returncode == 3
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines[0].startswith("error: ") and "not empty" in lines[0] and "--force" in lines[0]
     assert "details: " in proc.stderr and "--debug" in proc.stderr
@@ -56,7 +56,7 @@ def test_debug_shows_the_traceback(agent_home: Path, tmp_path: Path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("x")
     proc = run("--debug", "new-project", "x", "--dir", str(tmp_path / "busy"), home=agent_home)
-    assert proc.returncode == 3 and "Traceback (most recent call last)" in proc.stderr
+    assert proc.returncode == 2 and "Traceback (most recent call last)" in proc.stderr
 
 
 def test_broken_config_is_one_clear_line(agent_home: Path):
@@ -69,7 +69,7 @@ def test_broken_config_is_one_clear_line(agent_home: Path):
 
 def test_unknown_preset_is_reported(agent_home: Path):
     proc = run("backend", "download", "no-such-preset", home=agent_home)
-    assert proc.returncode == 3 and "unknown preset 'no-such-preset'" in proc.stderr
+    assert proc.returncode == 2 and "unknown preset 'no-such-preset'" in proc.stderr
 
 
 def test_bad_flag_value_is_a_usage_error(agent_home: Path):
@@ -136,4 +136,52 @@ def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_
     assert written & committed
     turns = [e for e in events if e.type == "model_turn"]
     assert turns and all(t.timings is not None and t.timings.predicted_n for t in turns)
-    assert events[0].type == "session_start" and events[-1].type == "final_answer"
+    assert events[0].type == "session_start" and events[-2].type == "final_answer"
+    checked = events[-1]
+    assert checked.type == "project_checked" and checked.commit == repo.head.commit.hexsha
+    assert f"Tests (run by dflash-agent): {checked.tests}" in proc.stdout
+
+
+def test_version_is_printed(agent_home: Path):
+    proc = run("--version", home=agent_home)
+    assert proc.returncode == 0 and proc.stdout.startswith("dflash-agent ")
+
+
+def test_empty_description_is_a_usage_error(agent_home: Path, tmp_path: Path):
+    proc = run("new-project", "   ", "--dir", str(tmp_path / "p"), home=agent_home)
+    assert proc.returncode == 2 and "description is empty" in proc.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_unreachable_base_url_fails_before_anything_is_written(agent_home: Path,
+                                                                  tmp_path: Path):
+    target = tmp_path / "proj"
+    proc = run("new-project", "hello", "--dir", str(target), "--base-url",
+               "http://127.0.0.1:9", home=agent_home)
+    assert proc.returncode == 3
+    assert "no server answers at http://127.0.0.1:9" in proc.stderr
+    assert "drop --base-url" in proc.stderr
+    assert not target.exists()  # a retry is not blocked by a half-made directory
+
+
+def test_the_dflash_profile_without_a_draft_is_a_clear_error(engine, agent_home: Path):
+    assert run("backend", "build", "--server-bin", str(engine.binary),
+               home=agent_home).returncode == 0
+    proc = run("backend", "up", "--profile", "dflash", home=agent_home)
+    assert proc.returncode == 3
+    assert "needs a draft model" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_crash_logs_never_overwrite_each_other(agent_home: Path):
+    for _ in range(3):
+        run("backend", "download", "nope", home=agent_home)
+    assert len(list((agent_home / "state" / "crashes").iterdir())) == 3
+
+
+def test_output_is_not_hard_wrapped_when_piped(agent_home: Path, tmp_path: Path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    (deep / "x").write_text("x")
+    proc = run("new-project", "x", "--dir", str(deep), home=agent_home, COLUMNS="80")
+    first = proc.stderr.splitlines()[0]
+    assert str(deep) in first and "not empty" in first

@@ -52,5 +52,5 @@ def test_unknown_and_invalid_settings_are_reported_with_their_origin(
         load_settings()
     (agent_home / "config" / "config.toml").write_text("")
     monkeypatch.setenv("DFLASH_AGENT_MAX_STEPS", "lots")
-    with pytest.raises(ConfigError, match="environment: max_steps"):
+    with pytest.raises(ConfigError, match="DFLASH_AGENT_MAX_STEPS: Input should be"):
         load_settings()

