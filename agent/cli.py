@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +28,8 @@ from agent.errors import (
     write_crash_log,
 )
 from agent.newproject import new_project, slugify
+from agent.repo_session import RepoSession, diff_session, load_record, undo_task
+from agent.session import list_sessions
 from agent.ui import Reporter
 from backend import engines, server
 from backend.engines import BuildError
@@ -125,6 +128,185 @@ def new_project_cmd(
         raise typer.Exit(EXIT_INTERRUPTED)
     ok = result.loop.reason == "done" and result.tests.status == "passed"
     raise typer.Exit(EXIT_OK if ok else EXIT_TASK_FAILED)
+
+
+Repo = Annotated[Path, typer.Option("--repo", help="Repository to work in (default: the "
+                                      "current directory).")]
+Approval = Annotated[str | None, typer.Option(help="ask, auto-edit (default) or full-auto.")]
+BaseUrl = Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server instead of "
+                                             "the managed one.")]
+ToolProtocol = Annotated[str | None, typer.Option(help="auto, native or json.")]
+NoGit = Annotated[bool, typer.Option("--no-git", help="Work outside git: no checkpoints, "
+                                     "no undo.")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]
+
+
+def _session_settings(repo: Path, **cli: object):
+    return load_settings(project=repo.expanduser().resolve(), cli=cli)
+
+
+def _exit_for(reason: str) -> int:
+    return {"done": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(reason, EXIT_TASK_FAILED)
+
+
+@app.command("run", epilog=EXIT_CODES_HELP)
+def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words.",
+                                                metavar="TASK")],
+            repo: Repo = Path("."), approval: Approval = None, preset: Preset = None,
+            profile: Profile = None, base_url: BaseUrl = None, ctx_size: CtxSize = None,
+            tool_protocol: ToolProtocol = None,
+            max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
+            max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
+            commit: Annotated[bool, typer.Option(help="Commit the task's changes.")] = False,
+            no_git: NoGit = False, json_out: JsonOut = False) -> None:
+    """Run one task in a repository, checkpointed (undo with `agent undo`), then exit."""
+    if not task.strip():
+        raise UsageError("the task is empty; say what to do")
+    settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
+                                 base_url=base_url, ctx_size=ctx_size,
+                                 tool_protocol=tool_protocol, max_steps=max_steps,
+                                 max_time=max_time)
+    reporter = Reporter(json_mode=json_out)
+    session = RepoSession(settings, repo, reporter, no_git=no_git)
+    try:
+        result = session.run_task(task)
+        sha = session.commit_last() if commit and result.reason == "done" else None
+    finally:
+        session.close()
+        reporter.close()
+    if not json_out:
+        err.print(f"session {session.id} (undo: agent undo {session.id})"
+                  + (f"; committed {sha[:10]}" if sha else ""), markup=False)
+    raise typer.Exit(_exit_for(result.reason))
+
+
+def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
+    out = Console(highlight=False, soft_wrap=True)
+    out.print("Type a task, or /undo /diff /commit /status /exit.")
+    while True:
+        try:
+            line = input("> ").strip()
+        except EOFError:
+            return
+        if not line:
+            continue
+        if line in {"/exit", "/quit"}:
+            return
+        if line == "/undo":
+            plan = undo_task(session.id, log=session.log)
+            out.print("restored: " + (", ".join(plan.changed) or "nothing"), markup=False)
+        elif line == "/diff":
+            out.print(diff_session(session.id) or "(no changes)", markup=False)
+        elif line == "/commit":
+            sha = session.commit_last()
+            out.print(f"committed {sha}" if sha else "nothing to commit", markup=False)
+        elif line == "/status":
+            props = session.backend.client.props()
+            out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
+                      f"{session.backend.client.n_ctx()}, model {props.get('model_path')}",
+                      markup=False)
+        elif line.startswith("/"):
+            out.print(f"unknown command {line}; try /undo /diff /commit /status /exit",
+                      markup=False)
+        else:
+            session.run_task(line)
+
+
+@app.command("chat", epilog=EXIT_CODES_HELP)
+def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset = None,
+             profile: Profile = None, base_url: BaseUrl = None, ctx_size: CtxSize = None,
+             tool_protocol: ToolProtocol = None, no_git: NoGit = False) -> None:
+    """Interactive session: a prompt between tasks, one session, checkpoints per task."""
+    settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
+                                 base_url=base_url, ctx_size=ctx_size,
+                                 tool_protocol=tool_protocol)
+    reporter = Reporter()
+    session = RepoSession(settings, repo, reporter, no_git=no_git)
+    try:
+        _chat_loop(session, reporter)
+    finally:
+        session.close()
+        reporter.close()
+
+
+def _pick_session(session_id: str | None) -> str:
+    if session_id:
+        return session_id
+    sessions = list_sessions()
+    if not sessions:
+        raise UsageError("there is no saved session yet (start one with `agent run` or "
+                         "`agent chat`)")
+    return sessions[0].id
+
+
+@app.command("resume", epilog=EXIT_CODES_HELP)
+def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (see "
+                                                                "`agent sessions`).")] = None,
+               last: Annotated[bool, typer.Option("--last", help="The most recent "
+                                                  "session.")] = False,
+               approval: Approval = None, preset: Preset = None, base_url: BaseUrl = None,
+               ctx_size: CtxSize = None) -> None:
+    """Continue a saved session (the exact conversation) in chat mode."""
+    chosen = None if last else session_id
+    chosen = _pick_session(chosen)
+    record = load_record(chosen)
+    repo = Path(record.start.repo or record.start.workspace)
+    settings = _session_settings(repo, approval=approval, preset=preset, base_url=base_url,
+                                 ctx_size=ctx_size)
+    reporter = Reporter()
+    session = RepoSession(settings, repo, reporter, no_git=record.start.repo is None,
+                          resume=chosen)
+    try:
+        _chat_loop(session, reporter)
+    finally:
+        session.close()
+        reporter.close()
+
+
+@app.command("sessions")
+def sessions_cmd(json_out: JsonOut = False) -> None:
+    """Saved sessions: id, first task, repository, age, tasks and steps."""
+    found = list_sessions()
+    if json_out:
+        typer.echo(json.dumps([s.__dict__ for s in found], indent=2))
+        return
+    if not found:
+        typer.echo("no sessions yet")
+    now = time.time()
+    for s in found:
+        age = _age(now - s.started)
+        typer.echo(f"{s.id}  {age:>6} ago  tasks {s.tasks}  steps {s.steps}  {s.workspace}"
+                   f"  {s.task[:60]!r}")
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@app.command("undo", epilog=EXIT_CODES_HELP)
+def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (default: "
+                                                              "the last session).")] = None,
+             task: Annotated[int | None, typer.Option(help="Task number (default: the "
+                                                      "last).")] = None,
+             force: Annotated[bool, typer.Option(help="Overwrite files you changed after "
+                                                 "the agent.")] = False) -> None:
+    """Put back the files a task changed (the current state is checkpointed first)."""
+    plan = undo_task(_pick_session(session_id), task, force)
+    if not plan.changed:
+        typer.echo("nothing to undo: the task changed no files")
+    for path in plan.changed:
+        typer.echo(f"restored {path}")
+
+
+@app.command("diff")
+def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (default: the "
+                                                              "last session).")] = None
+             ) -> None:
+    """The working tree against the session's first checkpoint, as a unified diff."""
+    typer.echo(diff_session(_pick_session(session_id)) or "(no changes)")
 
 
 @backend_app.command("build", epilog=EXIT_CODES_HELP)

@@ -103,6 +103,24 @@ class ServerClient:
                                     f"{resp.text[:300]}")
         return str(resp.json().get("prompt", ""))
 
+    def tokenize(self, text: str) -> list[int]:
+        """The server's token ids for ``text`` (``POST /tokenize``, no special tokens added).
+
+        Raises :class:`ServerUnavailable` when the server cannot be reached or refuses.
+        """
+        try:
+            resp = httpx2.post(self.base_url + "/tokenize", json={"content": text}, timeout=30.0)
+        except httpx2.HTTPError as exc:
+            raise ServerUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
+        if resp.status_code != 200:
+            raise ServerUnavailable(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
+        try:
+            tokens = resp.json()["tokens"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ServerUnavailable(f"/tokenize answered without tokens: {resp.text[:300]}") \
+                from exc
+        return [int(t) for t in tokens]
+
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,
                  max_tokens: int = 2048,

@@ -42,6 +42,7 @@ class SessionStart(_Event):
     profile: str | None = None
     model: str | None = None
     n_ctx: int | None = None
+    repo: str | None = Field(None, description="Git work tree root, when there is one.")
 
 
 class ToolCallInfo(BaseModel):
@@ -87,6 +88,29 @@ class FinalAnswer(_Event):
     steps: int
 
 
+class Message(_Event):
+    """A message appended to the model's history, exactly as sent (``resume`` replays these)."""
+
+    type: Literal["message"] = "message"
+    message: dict[str, Any]
+
+
+class TaskStart(_Event):
+    type: Literal["task_start"] = "task_start"
+    task: int = Field(description="1-based task number within the session.")
+    text: str
+
+
+class Checkpoint(_Event):
+    """A snapshot of the working tree on a private git ref."""
+
+    type: Literal["checkpoint"] = "checkpoint"
+    task: int
+    kind: Literal["before", "after", "undo", "redo"]
+    ref: str
+    sha: str
+
+
 class ProjectChecked(_Event):
     """``new-project``'s own verdict: the project's tests as the product ran them, and the
     commit it made."""
@@ -104,8 +128,9 @@ class ErrorEvent(_Event):
     kind: str
 
 
-Event = Annotated[SessionStart | ModelTurn | ToolCall | ToolResult | FinalAnswer
-                  | ProjectChecked | ErrorEvent, Field(discriminator="type")]
+Event = Annotated[SessionStart | Message | TaskStart | Checkpoint | ModelTurn | ToolCall
+                  | ToolResult | FinalAnswer | ProjectChecked | ErrorEvent,
+                  Field(discriminator="type")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 

@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.client import ServerClient, Turn
-from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolCallInfo, ToolResult
+from agent.events import (
+    Event,
+    FinalAnswer,
+    Message,
+    ModelTurn,
+    Timings,
+    ToolCall,
+    ToolCallInfo,
+    ToolResult,
+)
 from agent.prompts import switch_note
 from agent.protocol import (
     FINAL_ANSWER,
@@ -33,6 +42,15 @@ REPEAT_LIMIT = 3
 RESULT_PREFIX = "[result of tool {name}]\n"
 REPEAT_NOTE = ("\n[note: you made this exact call twice in a row; a third time stops the task. "
                "Do the next step, or call final_answer if the task is done.]")
+
+
+class ApprovalUnavailable(Exception):
+    """A call needs the user's approval and nobody can be asked (stdin is not a terminal)."""
+
+
+Approver = Callable[[dict[str, Any]], str | None]
+"""Called before each tool call: None approves; a string denies, with the user's reason.
+May raise :class:`ApprovalUnavailable`."""
 
 
 @dataclass
@@ -56,17 +74,23 @@ class Agent:
     ``protocol`` is ``native`` or ``json``; ``auto_switch`` moves a native session to ``json``
     once the model writes tool calls as text. ``tool_role`` says whether the chat template
     renders ``tool`` messages (else json-protocol results go back as ``user`` messages).
+    ``history`` resumes a session: the exact messages sent before (system message first).
     """
 
     def __init__(self, client: ServerClient, registry: Registry, *, session_id: str,
                  protocol: Protocol, system: str, emit: Callable[[Event], None],
                  sampling: dict[str, Any] | None = None, limits: Limits | None = None,
-                 auto_switch: bool = False, tool_role: bool = True, max_tokens: int = 2048):
+                 auto_switch: bool = False, tool_role: bool = True, max_tokens: int = 2048,
+                 approve: Approver | None = None,
+                 history: list[dict[str, Any]] | None = None):
         self.client, self.registry, self.session_id = client, registry, session_id
         self.protocol, self.auto_switch, self.tool_role = protocol, auto_switch, tool_role
         self.emit, self.sampling = emit, sampling or {}
         self.limits, self.max_tokens = limits or Limits(), max_tokens
-        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        self.approve = approve
+        self.messages: list[dict[str, Any]] = list(history or [])
+        if not self.messages:
+            self._add({"role": "system", "content": system})
         self.tools = registry.openai_tools()
         self.steps = 0
         self.timings: list[Timings] = []
@@ -77,7 +101,8 @@ class Agent:
 
     def run(self, task: str) -> LoopResult:
         """Run ``task`` to a final answer or a stop; never raises on Ctrl-C."""
-        self.messages.append({"role": "user", "content": task})
+        self.steps, self._recent, self._format_errors = 0, [], 0
+        self._add({"role": "user", "content": task})
         started = time.monotonic()
         try:
             while True:
@@ -86,15 +111,25 @@ class Agent:
                 if time.monotonic() - started > self.limits.max_time:
                     return self._finish("", "max_time")
                 self.steps += 1
-                outcome = self._step()
+                try:
+                    outcome = self._step()
+                except ApprovalUnavailable as exc:
+                    self._deny_pending(str(exc))
+                    return self._finish(str(exc), "approval_needed")
                 if outcome is not None:
                     return self._finish(*outcome)
         except KeyboardInterrupt:
-            for call_id, name in self._pending:
-                self._answer(call_id, name, "interrupted by the user before this call finished",
-                             True, 0.0)
-            self._pending.clear()
+            self._deny_pending("interrupted by the user before this call finished")
             return self._finish("", "interrupted")
+
+    def _add(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.emit(Message(session_id=self.session_id, message=message))
+
+    def _deny_pending(self, reason: str) -> None:
+        for call_id, name in list(self._pending):
+            self._answer(call_id, name, reason, True, 0.0)
+        self._pending.clear()
 
     def _finish(self, text: str, reason: str) -> LoopResult:
         self.emit(FinalAnswer(session_id=self.session_id, text=text, reason=reason,
@@ -121,7 +156,7 @@ class Agent:
             return self._format_error(turn, str(exc))
         self._log_turn(turn, protocol, calls)
         if not calls:
-            self.messages.append({"role": "assistant", "content": turn.content})
+            self._add({"role": "assistant", "content": turn.content})
             if self.auto_switch and self.protocol == "native" and not self._native_calls_seen:
                 # A model that answers in prose before ever calling a tool natively does not
                 # speak the template's tool format: continue under the json grammar.
@@ -130,10 +165,10 @@ class Agent:
             return turn.content.strip(), "done"
         self._format_errors = 0
         if protocol == "json":
-            self.messages.append({"role": "assistant", "content": turn.content})
+            self._add({"role": "assistant", "content": turn.content})
         else:
-            self.messages.append({"role": "assistant", "content": turn.content or None,
-                                  "tool_calls": [_wire(c) for c in calls]})
+            self._add({"role": "assistant", "content": turn.content or None,
+                       "tool_calls": [_wire(c) for c in calls]})
         self._pending = [(c["id"], c["name"]) for c in calls]
         for call in calls:
             if call["name"] == FINAL_ANSWER:
@@ -141,12 +176,14 @@ class Agent:
                 self._pending.clear()
                 return (text if isinstance(text, str) else json.dumps(call["arguments"])), "done"
             if self._repeated(call):
-                for call_id, name in self._pending:
-                    self._answer(call_id, name, "not executed: the same call was repeated "
-                                 f"{REPEAT_LIMIT} times in a row", True, 0.0)
-                self._pending.clear()
+                self._deny_pending(f"not executed: the same call was repeated {REPEAT_LIMIT} "
+                                   "times in a row")
                 return (f"stopped: {call['name']} was called {REPEAT_LIMIT} times in a row "
                         "with the same arguments"), "repeated_call"
+            denial = self.approve(call) if self.approve else None
+            if denial is not None:
+                self._answer(call["id"], call["name"], f"denied by the user: {denial}", True, 0.0)
+                continue
             self._execute(call)
         return None
 
@@ -178,13 +215,12 @@ class Agent:
         self.protocol = "json"
         self.auto_switch = False
         if note:
-            self.messages.append({"role": "user",
-                                  "content": switch_note(tools_with_final(self.tools))})
+            self._add({"role": "user", "content": switch_note(tools_with_final(self.tools))})
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         self._format_errors += 1
-        self.messages.append({"role": "assistant", "content": turn.content})
-        self.messages.append({"role": "user", "content": f"Format error: {message}"})
+        self._add({"role": "assistant", "content": turn.content})
+        self._add({"role": "user", "content": f"Format error: {message}"})
         if self._format_errors >= MAX_FORMAT_ERRORS:
             return f"stopped after {MAX_FORMAT_ERRORS} malformed replies: {message}", \
                 "format_errors"
@@ -211,10 +247,9 @@ class Agent:
         self._pending = [p for p in self._pending if p[0] != call_id]
         content = ("ERROR: " if is_error else "") + text
         if self.protocol == "json" and not self.tool_role:
-            self.messages.append({"role": "user",
-                                  "content": RESULT_PREFIX.format(name=name) + content})
+            self._add({"role": "user", "content": RESULT_PREFIX.format(name=name) + content})
         else:
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            self._add({"role": "tool", "tool_call_id": call_id, "content": content})
         self.emit(ToolResult(session_id=self.session_id, step=self.steps, call_id=call_id,
                              name=name, text=text, is_error=is_error,
                              duration_s=round(duration, 3)))

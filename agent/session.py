@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.events import Event, parse_event
@@ -19,12 +20,17 @@ def new_session_id() -> str:
 
 
 class SessionLog:
-    """Append-only event log of one session; each event is fsynced so a crash loses nothing."""
+    """Append-only event log of one session; each event is fsynced so a crash loses nothing.
 
-    def __init__(self, session_id: str, task: str, workspace: Path):
+    ``resume=True`` appends to an existing session's log (no new index entry).
+    """
+
+    def __init__(self, session_id: str, task: str, workspace: Path, resume: bool = False):
         self.id = session_id
         folder = home().ensure().sessions
         self.path = folder / f"{session_id}.jsonl"
+        if resume:
+            return
         with (folder / "index.jsonl").open("a", encoding="utf-8") as idx:
             idx.write(json.dumps({"id": session_id, "task": task, "workspace": str(workspace),
                                   "started": time.time()}) + "\n")
@@ -48,3 +54,50 @@ def read_events(path: Path) -> list[Event]:
         except ValueError as exc:
             raise ValueError(f"{path}:{n}: not a valid event: {exc}") from exc
     return events
+
+
+@dataclass
+class SessionSummary:
+    """One line of ``agent sessions``."""
+
+    id: str
+    task: str
+    workspace: str
+    started: float
+    """Unix time, seconds."""
+    steps: int
+    tasks: int
+
+
+def session_path(session_id: str) -> Path:
+    """The log of ``session_id``; raises ``FileNotFoundError`` naming the id."""
+    path = home().sessions / f"{session_id}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no session '{session_id}' (see `agent sessions`)")
+    return path
+
+
+def list_sessions() -> list[SessionSummary]:
+    """Every indexed session with a log, newest first; corrupt index lines are skipped."""
+    index = home().sessions / "index.jsonl"
+    if not index.is_file():
+        return []
+    found: dict[str, SessionSummary] = {}
+    for line in index.read_text("utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+            path = home().sessions / f"{entry['id']}.jsonl"
+        except (ValueError, KeyError, TypeError):
+            continue
+        if not path.is_file():
+            continue
+        steps = tasks = 0
+        for raw in path.read_text("utf-8", errors="replace").splitlines():
+            if '"type":"model_turn"' in raw:
+                steps += 1
+            elif '"type":"task_start"' in raw:
+                tasks += 1
+        found[entry["id"]] = SessionSummary(entry["id"], str(entry.get("task", "")),
+                                            str(entry.get("workspace", "")),
+                                            float(entry.get("started", 0)), steps, tasks)
+    return sorted(found.values(), key=lambda s: s.started, reverse=True)

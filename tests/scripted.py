@@ -26,12 +26,17 @@ def error_reply(status: int, error: dict[str, Any]) -> dict[str, Any]:
 
 
 class ScriptedModel:
-    """Serve ``replies`` in order; ``requests`` collects the parsed request bodies."""
+    """Serve ``replies`` in order; ``requests`` collects the parsed request bodies.
+
+    ``POST /tokenize`` answers one token per 4 characters and does not consume a reply.
+    """
 
     def __init__(self, replies: list[dict[str, Any]], supports_tools: bool = False,
                  n_ctx: int = 8192):
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
+        self.tokenize_requests: list[str] = []
+        """Texts sent to ``/tokenize`` (kept apart from ``requests``, the completion bodies)."""
         self.props = {"default_generation_settings": {"n_ctx": n_ctx},
                       "chat_template_caps": {"supports_tools": supports_tools},
                       "model_path": "/scripted/model.gguf"}
@@ -61,6 +66,11 @@ class ScriptedModel:
                     text = "\n".join(f"<{m['role']}>{m.get('content')}"
                                      for m in body["messages"])
                     self._json(200, {"prompt": text})
+                    return
+                if self.path == "/tokenize":
+                    # Deterministic stand-in tokenizer: one token per 4 characters (rounded up).
+                    model.tokenize_requests.append(body["content"])
+                    self._json(200, {"tokens": list(range(-(-len(body["content"]) // 4)))})
                     return
                 model.requests.append(body)
                 if not model.replies:

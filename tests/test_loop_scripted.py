@@ -45,9 +45,12 @@ def test_json_protocol_runs_a_tool_then_finishes(tmp_path: Path):
     # The reply is stored verbatim and the result comes back as a tool message.
     assert second["messages"][-2] == {"role": "assistant", "content": script[0]["content"]}
     assert second["messages"][-1]["role"] == "tool"
-    assert [e.type for e in events] == ["model_turn", "tool_call", "tool_result", "model_turn",
-                                        "final_answer"]
-    assert events[0].timings.predicted_per_second == 2500
+    assert [e.type for e in events if e.type != "message"] == [
+        "model_turn", "tool_call", "tool_result", "model_turn", "final_answer"]
+    # Every message sent is logged, so a session can be rebuilt exactly.
+    logged = [e.message for e in events if e.type == "message"]
+    assert logged == agent.messages
+    assert [e for e in events if e.type == "model_turn"][0].timings.predicted_per_second == 2500
 
 
 def test_json_results_go_back_as_user_messages_when_the_template_drops_tool_role(
@@ -200,3 +203,27 @@ def test_context_overflow_is_raised_with_the_sizes(tmp_path: Path):
         agent, _ = make_agent(model, tmp_path / "ws")
         with pytest.raises(ContextOverflow, match="9000 tokens.*8192"):
             agent.run("go")
+
+
+def test_a_denied_call_goes_back_to_the_model_as_a_tool_result(tmp_path: Path):
+    from agent.approval import make_approver
+
+    script = [call("bash", command="touch x"), call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        agent.approve = make_approver("auto-edit", ask=lambda p: "not now", interactive=True)
+        result = agent.run("go")
+    assert result.reason == "done" and not (tmp_path / "ws" / "x").exists()
+    assert model.requests[1]["messages"][-1]["content"] == "ERROR: denied by the user: not now"
+
+
+def test_a_needed_approval_without_a_terminal_stops_the_task(tmp_path: Path):
+    from agent.approval import make_approver
+
+    with ScriptedModel([call("bash", command="touch x")]) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        agent.approve = make_approver("auto-edit", interactive=False)
+        result = agent.run("go")
+    assert result.reason == "approval_needed" and "not a terminal" in result.text
+    assert agent.messages[-1]["role"] == "tool"  # the call id is still answered
+    assert not (tmp_path / "ws" / "x").exists()

@@ -1,0 +1,71 @@
+"""Approval modes: what needs the user's confirmation before it runs.
+
+- ``ask``: every bash command and every edit (the edit shown as a diff);
+- ``auto-edit``: edits run, bash asks;
+- ``full-auto``: nothing asks.
+Read-only tools (view, grep, glob, bash_jobs) never ask. With no terminal to ask on, a call that
+needs approval stops the task with a message instead of hanging.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from agent.loop import ApprovalUnavailable, Approver
+
+READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs"})
+EDITS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+
+
+def needs_approval(mode: str, tool: str) -> bool:
+    """Whether ``tool`` needs confirmation under ``mode`` (unknown tools count as commands)."""
+    if mode == "full-auto" or tool in READ_ONLY:
+        return False
+    if mode == "auto-edit":
+        return tool not in EDITS
+    return True
+
+
+def describe(call: dict[str, Any]) -> str:
+    """What the user is asked to approve: the command, or the edit as a diff."""
+    args = call["arguments"]
+    name = call["name"]
+    if name == "bash":
+        return f"$ {args.get('command', '')}"
+    if name == "str_replace":
+        diff = difflib.unified_diff(str(args.get("old_str", "")).splitlines(),
+                                    str(args.get("new_str", "")).splitlines(),
+                                    fromfile=str(args.get("path")), tofile=str(args.get("path")),
+                                    lineterm="")
+        return "\n".join(diff)
+    if name == "create":
+        head = str(args.get("file_text", "")).splitlines()[:20]
+        return f"create {args.get('path')}:\n" + "\n".join(f"+{line}" for line in head)
+    return f"{name} {args}"
+
+
+def make_approver(mode: str, ask: Callable[[str], str] | None = None,
+                  interactive: bool | None = None) -> Approver | None:
+    """An approver for ``mode`` (None for full-auto). ``ask`` shows a prompt and returns the
+    answer (default: ``input``); ``interactive`` defaults to stdin being a terminal."""
+    if mode == "full-auto":
+        return None
+    prompt = ask or input
+    tty = sys.stdin.isatty() if interactive is None else interactive
+
+    def approve(call: dict[str, Any]) -> str | None:
+        if not needs_approval(mode, call["name"]):
+            return None
+        if not tty:
+            raise ApprovalUnavailable(
+                f"{call['name']} needs approval (--approval {mode}) but stdin is not a "
+                "terminal; rerun in a terminal or with --approval full-auto")
+        answer = prompt(f"{describe(call)}\nAllow {call['name']}? [y/N or a reason] ").strip()
+        if answer.lower() in {"y", "yes"}:
+            return None
+        return answer or "no"
+
+    return approve

@@ -1,0 +1,360 @@
+"""Checkpoints: snapshots of the user's working tree in private refs, so a task can be undone.
+
+A snapshot is a commit of the whole working tree (tracked files, staged or not, and untracked
+files that are not ignored) built through a temporary index file, stored under
+``refs/agent/checkpoints/<session>/<task>``. Taking one never changes HEAD, the branch, the real
+index, the stash or any file. Restoring rewrites only the files the task changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from agent.errors import UserError
+
+REF_PREFIX = "refs/agent/checkpoints"
+AGENT_NAME = "dflash-agent"
+AGENT_EMAIL = "dflash-agent@localhost"
+# Snapshots are private bookkeeping: always the agent's identity, whatever the user configured.
+AGENT_IDENTITY = {
+    "GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
+    "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL,
+}
+NULL_MODE = "000000"
+GITLINK_MODE = "160000"
+_REF_PIECE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# (state file or folder in the git dir, what is in progress, how to finish it)
+_IN_PROGRESS = (
+    ("rebase-merge", "a rebase", "`git rebase --continue` or `git rebase --abort`"),
+    ("rebase-apply/applying", "a `git am`", "`git am --continue` or `git am --abort`"),
+    ("rebase-apply", "a rebase", "`git rebase --continue` or `git rebase --abort`"),
+    ("MERGE_HEAD", "a merge", "commit the merge or run `git merge --abort`"),
+    ("CHERRY_PICK_HEAD", "a cherry-pick",
+     "`git cherry-pick --continue` or `git cherry-pick --abort`"),
+    ("REVERT_HEAD", "a revert", "`git revert --continue` or `git revert --abort`"),
+)
+
+
+class RepoStateError(UserError):
+    """The repository cannot be checkpointed as it is; the message says what to do."""
+
+
+class RestoreConflict(UserError):
+    """Files the task changed were edited again after the agent finished."""
+
+    def __init__(self, conflicts: Sequence[str]):
+        self.conflicts = list(conflicts)
+        shown = ", ".join(self.conflicts[:10])
+        more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
+        super().__init__(
+            f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}{more}; "
+            "nothing was restored. Review them, then rerun with --force to overwrite them")
+
+
+@dataclass
+class RestorePlan:
+    """What a restore rewrites: ``changed`` files, of which ``conflicts`` were edited by the
+    user after the agent finished."""
+
+    changed: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+def open_repo(path: Path) -> git.Repo:
+    """The repository containing ``path`` (parent folders are searched).
+
+    Raises :class:`RepoStateError` when ``path`` is not inside a work tree, or when a merge,
+    rebase, ``git am``, cherry-pick or revert is in progress (a snapshot would capture
+    conflict markers and a restore would fight with git).
+    """
+    try:
+        repo = git.Repo(Path(path).expanduser().resolve(), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise RepoStateError(f"{path} is not inside a git repository; run `git init` there "
+                             "or pass --no-git") from None
+    if repo.bare or repo.working_tree_dir is None:
+        raise RepoStateError(f"{repo.git_dir} is a bare repository with no files to work on; "
+                             "clone it or pass --no-git")
+    git_dir = Path(repo.git_dir)
+    for name, what, finish in _IN_PROGRESS:
+        if (git_dir / name).exists():
+            raise RepoStateError(f"{what} is in progress in {repo.working_tree_dir}; finish it "
+                                 f"({finish}), then retry, or pass --no-git")
+    return repo
+
+
+def checkpoint_ref(session_id: str, task: int, suffix: str = "") -> str:
+    """``refs/agent/checkpoints/<session>/<task>`` or, with a suffix, ``.../<task>-<suffix>``.
+
+    The suffix is joined with ``-`` rather than ``/`` because a ref cannot also be a folder of
+    refs. Raises :class:`ValueError` when a piece would make an invalid ref name.
+    """
+    for piece in (session_id, suffix) if suffix else (session_id,):
+        if not _REF_PIECE.fullmatch(piece) or ".." in piece or piece.endswith((".", ".lock")):
+            raise ValueError(f"{piece!r} cannot be part of a git ref name")
+    if task < 0:
+        raise ValueError(f"task number {task} is negative")
+    return f"{REF_PREFIX}/{session_id}/{task}" + (f"-{suffix}" if suffix else "")
+
+
+def snapshot(repo: git.Repo, ref: str, message: str) -> str:
+    """Commit the whole working tree and point ``ref`` at it; returns the commit's sha.
+
+    The parent is HEAD when there is one (an unborn branch gives a root commit). Raises
+    :class:`RepoStateError` when git cannot read the tree (unreadable files, a broken index).
+    """
+    tree = _write_tree(repo)
+    head = _head(repo)
+    parents = ["-p", head] if head else []
+    sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message, tree,
+               env=AGENT_IDENTITY).strip()
+    _git(repo, "update-ref", "-m", message, ref, sha)
+    return sha
+
+
+def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
+    """Sorted paths that differ between two commits or trees (added, modified, deleted,
+    or only the file mode changed)."""
+    return sorted(_raw_diff(repo, a, b))
+
+
+def diff(repo: git.Repo, checkpoint: str) -> str:
+    """Unified diff from ``checkpoint`` to the current working tree; ``""`` when unchanged."""
+    current = _write_tree(repo)
+    return _git(repo, "diff", "--no-color", "--no-ext-diff", checkpoint, current)
+
+
+def plan_restore(repo: git.Repo, before: str, after: str | None) -> RestorePlan:
+    """The files a restore to ``before`` rewrites, and which of them the user edited since.
+
+    With ``after`` (the snapshot taken when the agent finished) the files are those the task
+    changed, and a conflict is one whose current content or mode differs from ``after``.
+    Without it every file changed since ``before`` is restored and nothing is a conflict.
+    """
+    return _plan(repo, before, after, _write_tree(repo))
+
+
+def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
+            force: bool = False) -> RestorePlan:
+    """Put back the files the task changed as they were in ``before``; returns the plan.
+
+    The current tree is first snapshotted to ``undo_ref``, so restoring ``undo_ref`` undoes
+    this. Files absent from ``before`` are deleted, with the folders that became empty and did
+    not exist in ``before``. No other file is touched, nor the index, HEAD or the stash;
+    submodules are left alone. Raises :class:`RestoreConflict` (nothing written) when the
+    user edited some of the files after the agent finished, unless ``force``; raises
+    :class:`RepoStateError` when a folder or a symbolic link stands where a file must go.
+    """
+    current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}")
+    plan = _plan(repo, before, after, current)
+    if plan.conflicts and not force:
+        raise RestoreConflict(plan.conflicts)
+    modes = _raw_diff(repo, before, after or current)
+    root = Path(repo.working_tree_dir)
+    write = sorted(p for p in plan.changed if modes[p] not in (NULL_MODE, GITLINK_MODE))
+    delete = sorted((p for p in plan.changed if modes[p] == NULL_MODE),
+                    key=lambda p: (-p.count("/"), p))
+    _check_targets(root, write, delete)
+    # Deletions first: a file may have to make way for a folder of the same name, or back.
+    if delete:
+        kept_dirs = set(_lines(_git(repo, "ls-tree", "-r", "-d", "-z", "--name-only", before)))
+        for rel in delete:
+            _remove(root, rel, kept_dirs)
+    if write:
+        _checkout(repo, before, write)
+    return plan
+
+
+def commit_task(repo: git.Repo, before: str, after: str, message: str,
+                include_preexisting: bool = False) -> str | None:
+    """Commit the task's files on the current branch (or detached HEAD); returns the new sha,
+    or ``None`` when there is nothing to commit.
+
+    The files are those changed between ``before`` and ``after``, minus — unless
+    ``include_preexisting`` — those the user had already modified when the task started
+    (they differ between the snapshot's parent, i.e. HEAD at that time, and ``before``).
+    Their current content is committed; other staged changes stay staged and uncommitted.
+    The user's identity is used, or the agent's when none is configured; commit hooks run.
+    Raises :class:`RepoStateError` when git refuses the commit (a hook, signing).
+    """
+    files = set(changed_paths(repo, before, after))
+    if not include_preexisting:
+        files -= set(changed_paths(repo, _parent_or_empty(repo, before), before))
+    if not files:
+        return None
+    root = Path(repo.working_tree_dir)
+    # Paths are file names, not patterns (a file may be called `*.py`).
+    env = {"GIT_LITERAL_PATHSPECS": "1"}
+    known = set(_lines(_git(repo, "ls-files", "-z", "--cached", "--", *files, env=env)))
+    head = _head(repo)
+    if head:
+        known |= set(_lines(_git(repo, "ls-tree", "-r", "-z", "--name-only", head, "--", *files,
+                                 env=env)))
+    # A path neither on disk nor known to git (created, then removed again) is skipped:
+    # `git add` would reject the whole command for it.
+    paths = sorted(p for p in files if p in known or os.path.lexists(root / p))
+    if not paths:
+        return None
+    _git(repo, "add", "-A", "--", *paths, env=env)
+    # Only paths that now differ from HEAD: a path in neither HEAD nor the index (a staged new
+    # file the task deleted) would make `git commit -- <paths>` fail.
+    base = head or _empty_tree(repo)
+    paths = _lines(_git(repo, "diff-index", "--cached", "-z", "--name-only", "--no-renames",
+                        base, "--", *paths, env=env))
+    if not paths:
+        return None
+    env |= _identity_fallback(repo)
+    _git(repo, "commit", "-q", "-m", message, "--only", "--", *paths, env=env)
+    return _head(repo)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None,
+         istream: object = None) -> str:
+    """Run git in the work tree; its failure becomes :class:`RepoStateError` with git's words."""
+    try:
+        return repo.git.execute([repo.git.GIT_PYTHON_GIT_EXECUTABLE, *args], env=env,
+                                istream=istream, strip_newline_in_stdout=False)
+    except git.GitCommandError as exc:
+        detail = (exc.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
+        raise RepoStateError(f"`git {args[0]}` failed in {repo.working_tree_dir}: "
+                             f"{detail or exc}; fix that and retry, or pass --no-git") from exc
+
+
+def _lines(output: str) -> list[str]:
+    """Split ``-z`` output into its entries."""
+    return [item for item in output.split("\0") if item]
+
+
+def _head(repo: git.Repo) -> str | None:
+    """HEAD's sha, or ``None`` on an unborn branch."""
+    return repo.head.commit.hexsha if repo.head.is_valid() else None
+
+
+def _empty_tree(repo: git.Repo) -> str:
+    """The empty tree's id (sha1 or sha256, whatever the repo uses)."""
+    return _git(repo, "mktree").strip()
+
+
+def _parent_or_empty(repo: git.Repo, commit: str) -> str:
+    """The first parent of ``commit`` (HEAD when it was snapshotted), else the empty tree."""
+    parents = repo.commit(commit).parents
+    return parents[0].hexsha if parents else _empty_tree(repo)
+
+
+@contextmanager
+def _temp_index(repo: git.Repo, seed: bool) -> Iterator[dict[str, str]]:
+    """Environment pointing git at a private index file inside the git dir (outside the work
+    tree, so `git add -A` cannot pick it up), seeded from the real index when ``seed``;
+    removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="dflash-agent-index-", dir=repo.git_dir))
+    try:
+        index = folder / "index"
+        real = Path(repo.index.path)
+        # Seeding keeps tracked-but-ignored files and the cached stat data (so unchanged files
+        # are not hashed again); the real index is only read.
+        if seed and real.is_file():
+            shutil.copyfile(real, index)
+        yield {"GIT_INDEX_FILE": str(index)}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_tree(repo: git.Repo) -> str:
+    """Tree id of the whole working tree as `git add -A` sees it, via a temporary index."""
+    with _temp_index(repo, seed=True) as env:
+        # No split index: writing one could create or expire shared index files in the git dir.
+        _git(repo, "-c", "core.splitIndex=false", "-c", "advice.addEmbeddedRepo=false",
+             "add", "-A", env=env)
+        return _git(repo, "write-tree", env=env).strip()
+
+
+def _raw_diff(repo: git.Repo, a: str, b: str) -> dict[str, str]:
+    """``{path: mode in a}`` for every path differing between ``a`` and ``b``
+    (``000000`` when the path is absent from ``a``)."""
+    items = _lines(_git(repo, "diff-tree", "-r", "-z", "--no-renames", a, b))
+    # Entries come in pairs: ":<mode a> <mode b> <sha a> <sha b> <status>", then the path.
+    return {items[i + 1]: items[i].lstrip(":").split(" ")[0] for i in range(0, len(items), 2)}
+
+
+def _plan(repo: git.Repo, before: str, after: str | None, current: str) -> RestorePlan:
+    if after is None:
+        return RestorePlan(changed=changed_paths(repo, before, current))
+    changed = changed_paths(repo, before, after)
+    edited = set(changed_paths(repo, after, current))
+    return RestorePlan(changed=changed, conflicts=[p for p in changed if p in edited])
+
+
+def _check_targets(root: Path, write: list[str], delete: list[str]) -> None:
+    """Refuse before touching anything when a path leads through a symbolic link (it could
+    point outside the work tree) or a folder holding other files stands where a file goes."""
+    resolved = root.resolve()
+    going = set(delete)
+    for rel in write + delete:
+        parent = (root / rel).parent
+        if parent.resolve() != resolved.joinpath(*Path(rel).parent.parts):
+            raise RepoStateError(f"cannot restore {rel}: a folder on its path is a symbolic "
+                                 "link; replace it with a real folder and retry")
+    for rel in write:
+        target = root / rel
+        if target.is_dir() and not target.is_symlink():
+            others = [str(p.relative_to(root)) for p in target.rglob("*")
+                      if (p.is_symlink() or not p.is_dir())
+                      and p.relative_to(root).as_posix() not in going]
+            if others:
+                raise RepoStateError(f"cannot restore {rel}: a folder holding files the task "
+                                     f"did not create ({others[0]}) is in its place; move it "
+                                     "away and retry")
+
+
+def _remove(root: Path, rel: str, kept_dirs: set[str]) -> None:
+    """Delete ``rel`` and then its parent folders that are empty and absent from the
+    checkpoint."""
+    target = root / rel
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir() and not any(target.iterdir()):
+        target.rmdir()
+    parent = Path(rel).parent
+    while parent.parts and parent.as_posix() not in kept_dirs:
+        try:
+            (root / parent).rmdir()
+        except OSError:  # not empty (or already gone): stop climbing
+            break
+        parent = parent.parent
+
+
+def _checkout(repo: git.Repo, commit: str, paths: list[str]) -> None:
+    """Write ``paths`` from ``commit`` into the work tree the way a checkout would (modes,
+    symbolic links, line-ending and smudge filters) without touching the real index."""
+    with _temp_index(repo, seed=False) as env:
+        _git(repo, "read-tree", commit, env=env)
+        listing = Path(env["GIT_INDEX_FILE"]).with_name(f"paths-{secrets.token_hex(4)}")
+        listing.write_bytes("".join(f"{p}\0" for p in paths).encode("utf-8"))
+        with listing.open("rb") as stdin:
+            # --stdin: no limit on the number of paths; -f: replace what is there now.
+            _git(repo, "checkout-index", "-f", "-z", "--stdin", env=env, istream=stdin)
+
+
+def _identity_fallback(repo: git.Repo) -> dict[str, str]:
+    """The agent's identity for whichever of author and committer git cannot work out."""
+    env: dict[str, str] = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        try:
+            repo.git.var(f"GIT_{role}_IDENT")
+        except git.GitCommandError:
+            env[f"GIT_{role}_NAME"] = AGENT_NAME
+            env[f"GIT_{role}_EMAIL"] = AGENT_EMAIL
+    return env

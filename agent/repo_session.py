@@ -1,0 +1,229 @@
+"""Repo edit sessions: ``agent run`` / ``chat`` / ``resume`` over one event log, with a git
+checkpoint before and after every task, and undo / diff / commit from those checkpoints.
+
+Undo and diff need no model server: they read the session log and the private refs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import git
+
+from agent import checkpoints as cp
+from agent.approval import make_approver
+from agent.config import Settings
+from agent.errors import UserError
+from agent.events import Checkpoint, Event, Message, SessionStart, TaskStart, ToolCall, ToolResult
+from agent.instructions import load_instructions
+from agent.loop import RESULT_PREFIX, Agent, Limits, LoopResult
+from agent.prompts import system_prompt
+from agent.protocol import tools_with_final
+from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
+from agent.session import SessionLog, new_session_id, read_events, session_path
+from agent.ui import Reporter
+from tools.registry import Registry, default_registry
+from tools.workspace import Workspace
+
+INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
+
+
+@dataclass
+class SessionRecord:
+    """What a session log says about its repo and checkpoints."""
+
+    session_id: str
+    start: SessionStart
+    tasks: dict[int, str] = field(default_factory=dict)
+    checkpoints: dict[int, dict[str, str]] = field(default_factory=dict)
+    """task → kind (before/after/undo) → commit sha."""
+    events: list[Event] = field(default_factory=list)
+
+
+def load_record(session_id: str) -> SessionRecord:
+    """Read a session's log; raises :class:`UserError` when it is missing or unreadable."""
+    try:
+        events = read_events(session_path(session_id))
+    except (FileNotFoundError, ValueError) as exc:
+        raise UserError(str(exc)) from exc
+    starts = [e for e in events if isinstance(e, SessionStart)]
+    if not starts:
+        raise UserError(f"session '{session_id}' has no session_start event; it cannot be used")
+    record = SessionRecord(session_id, starts[0], events=events)
+    for e in events:
+        if isinstance(e, TaskStart):
+            record.tasks[e.task] = e.text
+        elif isinstance(e, Checkpoint):
+            record.checkpoints.setdefault(e.task, {})[e.kind] = e.sha
+    return record
+
+
+def _task_checkpoints(record: SessionRecord, task: int | None) -> tuple[int, str, str | None]:
+    done = [t for t, c in record.checkpoints.items() if "before" in c]
+    if not done:
+        raise UserError(f"session '{record.session_id}' has no checkpoint to go back to "
+                        "(it made no task in a git repo)")
+    number = task if task is not None else max(done)
+    if number not in record.checkpoints or "before" not in record.checkpoints[number]:
+        raise UserError(f"session '{record.session_id}' has no task {number} "
+                        f"(tasks with checkpoints: {', '.join(map(str, sorted(done)))})")
+    marks = record.checkpoints[number]
+    return number, marks["before"], marks.get("after")
+
+
+def _repo_of(record: SessionRecord) -> git.Repo:
+    if not record.start.repo:
+        raise UserError(f"session '{record.session_id}' did not run in a git repo")
+    return cp.open_repo(Path(record.start.repo))
+
+
+def undo_task(session_id: str, task: int | None = None, force: bool = False,
+              log: SessionLog | None = None) -> cp.RestorePlan:
+    """Restore the files a task changed to their state before it (the last task by default);
+    run again right after, it undoes that undo (the files come back as the agent left them).
+
+    The current tree is snapshotted first, so every undo can itself be undone. Raises
+    :class:`UserError` (including ``RestoreConflict`` when the user changed those files after the
+    agent, unless ``force``).
+    """
+    record = load_record(session_id)
+    repo = _repo_of(record)
+    number, before, after = _task_checkpoints(record, task)
+    marks = [e for e in record.events if isinstance(e, Checkpoint) and e.task == number
+             and e.kind in ("undo", "redo")]
+    kind: Literal["undo", "redo"] = "undo"
+    if marks and marks[-1].kind == "undo":
+        # Undo the undo: back to the snapshot taken just before it.
+        kind, before, after = "redo", marks[-1].sha, before
+    ref = cp.checkpoint_ref(session_id, number, f"{kind}-{len(marks) + 1}")
+    plan = cp.restore(repo, before, after, ref, force=force)
+    sha = repo.git.rev_parse(ref)
+    (log or SessionLog(session_id, "", Path(record.start.workspace), resume=True)).append(
+        Checkpoint(session_id=session_id, task=number, kind=kind, ref=ref, sha=sha))
+    return plan
+
+
+def diff_session(session_id: str, task: int | None = None) -> str:
+    """Unified diff from the task's starting checkpoint (first task by default) to now."""
+    record = load_record(session_id)
+    repo = _repo_of(record)
+    first = min(t for t, c in record.checkpoints.items() if "before" in c) \
+        if task is None and record.checkpoints else task
+    _, before, _ = _task_checkpoints(record, first)
+    return cp.diff(repo, before)
+
+
+class RepoSession:
+    """A live session in a repository: connected backend, agent, log and checkpoints."""
+
+    def __init__(self, settings: Settings, path: Path, reporter: Reporter, *,
+                 no_git: bool = False, resume: str | None = None,
+                 ask: Callable[[str], str] | None = None, interactive: bool | None = None):
+        self.settings, self.reporter = settings, reporter
+        cwd = path.expanduser().resolve()
+        self.repo = None if no_git else cp.open_repo(cwd)
+        root = Path(self.repo.working_tree_dir) if self.repo is not None else cwd
+        record = load_record(resume) if resume else None
+        self.backend: Backend = connect(settings, reporter)
+        client = self.backend.client
+        self.registry: Registry = default_registry(Workspace(root))
+        if record is not None:
+            self.id = record.session_id
+            protocol, auto_switch = record.start.protocol, False
+            self.tasks = max(record.tasks, default=0)
+        else:
+            self.id = new_session_id()
+            protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
+            self.tasks = 0
+        self.log = SessionLog(self.id, "", root, resume=record is not None)
+        tools = self.registry.openai_tools()
+        listed = tools_with_final(tools) if protocol == "json" else tools
+        system = system_prompt(str(root), protocol, listed)
+        instructions = load_instructions(root, cwd)
+        if instructions:
+            system += "\nProject instructions (AGENTS.md):\n" + instructions + "\n"
+        history = _replay(record) if record is not None else None
+        if record is None:
+            self.emit(SessionStart(
+                session_id=self.id, task="", workspace=str(root), base_url=client.base_url,
+                protocol=protocol, preset=self.backend.preset, profile=self.backend.profile,
+                model=client.props().get("model_path"), n_ctx=client.n_ctx(),
+                repo=str(root) if self.repo is not None else None))
+        self.agent = Agent(client, self.registry, session_id=self.id, protocol=protocol,
+                           system=system, emit=self.emit, sampling=self.backend.sampling,
+                           auto_switch=auto_switch, tool_role=renders_tool_role(client),
+                           limits=Limits(settings.max_steps, settings.max_time),
+                           approve=make_approver(settings.approval, ask, interactive),
+                           history=history)
+        if record is not None:
+            for call, message in _unanswered(record, self.agent):
+                self.agent.messages.append(message)
+                self.log.append(Message(session_id=self.id, message=message))
+                self.log.append(ToolResult(session_id=self.id, step=call.step,
+                                           call_id=call.call_id, name=call.name,
+                                           text=INTERRUPTED, is_error=True, duration_s=0.0))
+
+    def emit(self, event: Event) -> None:
+        self.log.append(event)
+        self.reporter.event(event)
+
+    def run_task(self, text: str) -> LoopResult:
+        """Run one task between a before and an after checkpoint."""
+        self.tasks += 1
+        self.emit(TaskStart(session_id=self.id, task=self.tasks, text=text))
+        self._checkpoint("before")
+        try:
+            return self.agent.run(text)
+        finally:
+            self._checkpoint("after")
+
+    def _checkpoint(self, kind: Literal["before", "after"]) -> None:
+        if self.repo is None:
+            return
+        ref = cp.checkpoint_ref(self.id, self.tasks, "" if kind == "before" else kind)
+        sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}")
+        self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
+
+    def commit_last(self, include_preexisting: bool = False) -> str | None:
+        """Commit the last task's changes with a message from its text."""
+        if self.repo is None:
+            raise UserError("this session runs without git (--no-git): nothing to commit")
+        record = load_record(self.id)
+        number, before, after = _task_checkpoints(record, None)
+        if after is None:
+            raise UserError(f"task {number} has not finished; nothing to commit yet")
+        subject = record.tasks.get(number, "changes").strip().splitlines()[0][:60]
+        return cp.commit_task(self.repo, before, after,
+                              f"{subject}\n\nMade by dflash-agent (session {self.id}, task "
+                              f"{number}).", include_preexisting)
+
+    def close(self) -> None:
+        self.registry.close()
+        self.backend.client.close()
+
+
+def _replay(record: SessionRecord) -> list[dict[str, Any]]:
+    history = [e.message for e in record.events if isinstance(e, Message)]
+    if not history or history[0].get("role") != "system":
+        raise UserError(f"session '{record.session_id}' has no recorded system message; "
+                        "it cannot be resumed")
+    return history
+
+
+def _unanswered(record: SessionRecord,
+                agent: Agent) -> list[tuple[ToolCall, dict[str, Any]]]:
+    """Result messages for calls that never got one (the process died mid-tool)."""
+    answered = {e.call_id for e in record.events if isinstance(e, ToolResult)}
+    out = []
+    for e in record.events:
+        if isinstance(e, ToolCall) and e.call_id not in answered:
+            if agent.protocol == "json" and not agent.tool_role:
+                message = {"role": "user",
+                           "content": RESULT_PREFIX.format(name=e.name) + INTERRUPTED}
+            else:
+                message = {"role": "tool", "tool_call_id": e.call_id, "content": INTERRUPTED}
+            out.append((e, message))
+    return out

@@ -1,0 +1,189 @@
+"""`agent run` / `sessions` / `diff` / `undo` / `resume` as a user runs them, with the scripted
+model on loopback (the loop's logic) and real git repositories."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import git
+import psutil
+import pytest
+
+from agent.config import load_settings
+from agent.events import parse_event
+from agent.repo_session import RepoSession
+from agent.ui import Reporter
+from tests.scripted import ScriptedModel, reply
+
+AGENT = [sys.executable, "-m", "agent"]
+
+
+def call(tool: str, **arguments) -> dict:
+    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+
+
+def agent(*args: str, home: Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> git.Repo:
+    r = git.Repo.init(tmp_path / "repo")
+    with r.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
+    root = Path(r.working_tree_dir)
+    (root / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    (root / ".gitignore").write_text("*.log\n")
+    r.index.add(["app.py", ".gitignore"])
+    r.index.commit("init")
+    (root / "notes.txt").write_text("user's own untracked notes\n")
+    (root / "debug.log").write_text("ignored\n")
+    return r
+
+
+def _state(r: git.Repo) -> tuple[str, str, str, str]:
+    return (r.head.commit.hexsha, r.git.status("--porcelain"), r.git.ls_files("-s"),
+            r.git.stash("list"))
+
+
+def test_run_then_sessions_diff_and_undo(repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    script = [call("str_replace", path="app.py", old_str="return a - b", new_str="return a + b"),
+              call("create", path="test_app.py", file_text="from app import add\n"),
+              call("final_answer", text="fixed add")]
+    before = _state(repo)
+    with ScriptedModel(script) as model:
+        proc = agent("run", "fix add", "--base-url", model.url, home=agent_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "return a + b" in (root / "app.py").read_text()
+    session_id = proc.stderr.split("session ")[-1].split()[0]
+    listed = agent("sessions", "--json", home=agent_home, cwd=root)
+    entry = json.loads(listed.stdout)[0]
+    assert entry["id"] == session_id and entry["tasks"] == 1 and entry["steps"] == 3
+    diff = agent("diff", home=agent_home, cwd=root).stdout
+    assert "-    return a - b" in diff and "+    return a + b" in diff and "test_app.py" in diff
+    undone = agent("undo", home=agent_home, cwd=root)
+    assert undone.returncode == 0, undone.stderr
+    assert "restored app.py" in undone.stdout and "restored test_app.py" in undone.stdout
+    assert (root / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+    assert not (root / "test_app.py").exists()
+    assert (root / "notes.txt").read_text() == "user's own untracked notes\n"
+    assert _state(repo) == before  # HEAD, status, index and stash as the user left them
+    redo = agent("undo", session_id, home=agent_home, cwd=root)  # the undo is undoable
+    assert redo.returncode == 0 and "return a + b" in (root / "app.py").read_text()
+
+
+def test_undo_refuses_to_overwrite_a_file_the_user_changed_after_the_agent(
+        repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    script = [call("str_replace", path="app.py", old_str="a - b", new_str="a + b"),
+              call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
+        assert agent("run", "fix", "--base-url", model.url, home=agent_home,
+                     cwd=root).returncode == 0
+    (root / "app.py").write_text("my own rewrite\n")
+    proc = agent("undo", home=agent_home, cwd=root)
+    assert proc.returncode == 3 and "app.py" in proc.stderr
+    assert (root / "app.py").read_text() == "my own rewrite\n"
+    forced = agent("undo", "--force", home=agent_home, cwd=root)
+    assert forced.returncode == 0 and "a - b" in (root / "app.py").read_text()
+
+
+def test_run_with_commit_commits_only_the_tasks_files(repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    script = [call("create", path="new.py", file_text="x = 1\n"),
+              call("final_answer", text="added new.py")]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "add new.py", "--commit", "--base-url", model.url,
+                     home=agent_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    head = repo.head.commit
+    assert head.message.startswith("add new.py")
+    assert sorted(head.stats.files) == ["new.py"]
+    assert "notes.txt" in repo.untracked_files  # the user's file was left alone
+
+
+def test_json_output_is_a_stream_of_valid_events(repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    with ScriptedModel([call("view", path="app.py"), call("final_answer", text="ok")]) as model:
+        proc = agent("run", "look", "--json", "--base-url", model.url, home=agent_home,
+                     cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    events = [parse_event(line) for line in proc.stdout.splitlines()]
+    types = [e.type for e in events]
+    assert types[0] == "session_start" and "checkpoint" in types and types[-1] == "checkpoint"
+    assert "final_answer" in types and "tool_result" in types
+
+
+def test_outside_a_git_repo_run_refuses_with_a_hint_unless_no_git(tmp_path: Path,
+                                                                  agent_home: Path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with ScriptedModel([call("create", path="a.txt", file_text="x"),
+                        call("final_answer", text="ok")]) as model:
+        proc = agent("run", "x", "--base-url", model.url, home=agent_home, cwd=plain)
+        assert proc.returncode == 3 and "--no-git" in proc.stderr
+        ok = agent("run", "x", "--no-git", "--base-url", model.url, home=agent_home, cwd=plain)
+    assert ok.returncode == 0, ok.stderr
+    assert (plain / "a.txt").read_text() == "x"
+
+
+def test_a_bash_call_that_needs_approval_fails_fast_without_a_terminal(repo: git.Repo,
+                                                                      agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    with ScriptedModel([call("bash", command="touch hacked")]) as model:
+        proc = agent("run", "x", "--base-url", model.url, home=agent_home, cwd=root,
+                     timeout=60)
+    assert proc.returncode == 1 and "stdin is not a terminal" in proc.stderr
+    assert not (root / "hacked").exists()
+
+
+def test_resume_after_sigkill_mid_tool_answers_the_interrupted_call(repo: git.Repo,
+                                                                   agent_home: Path,
+                                                                   tmp_path: Path):
+    root = Path(repo.working_tree_dir)
+    marker = "sleep 47.25"
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home)}
+    with ScriptedModel([call("bash", command=marker, timeout=120)]) as model:
+        proc = subprocess.Popen([*AGENT, "run", "wait", "--approval", "full-auto",
+                                 "--base-url", model.url], cwd=root, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        sessions = agent_home / "data" / "sessions"
+        deadline = time.monotonic() + 60
+        log = None
+        while time.monotonic() < deadline:
+            logs = [p for p in sessions.glob("*.jsonl") if p.name != "index.jsonl"] \
+                if sessions.is_dir() else []
+            if logs and '"type":"tool_call"' in logs[0].read_text():
+                log = logs[0]
+                break
+            time.sleep(0.1)
+        assert log is not None, "the agent never started the tool"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or []):
+            p.kill()
+    session_id = log.stem
+    with ScriptedModel([call("final_answer", text="resumed")]) as model:
+        settings = load_settings(cli={"base_url": model.url, "approval": "full-auto"})
+        session = RepoSession(settings, root, Reporter(), resume=session_id)
+        try:
+            last = session.agent.messages[-1]
+            assert last["role"] == "tool" and last["content"].startswith("interrupted")
+            result = session.run_task("go on")
+        finally:
+            session.close()
+    assert result.reason == "done" and result.text == "resumed"
+    sent = model.requests[0]["messages"]
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    replayed = [e["message"] for e in logged if e["type"] == "message"]
+    assert sent == replayed[: len(sent)]  # the exact conversation, so the server cache holds
+    assert sent[-1] == {"role": "user", "content": "go on"}
