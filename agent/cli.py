@@ -353,7 +353,11 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
 
 @backend_app.command("up", epilog=EXIT_CODES_HELP)
 def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = None,
-           port: Annotated[int | None, typer.Option(help="Preferred port.")] = None) -> None:
+           port: Annotated[int | None, typer.Option(help="Preferred port.")] = None,
+           parallel: Annotated[int, typer.Option(min=1, help="Server slots (-np): sessions "
+                                                 "run side by side, one slot each; the "
+                                                 "context is shared between slots.")] = 1
+           ) -> None:
     """Start the managed server (or reuse the running one with the same configuration)."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
                                   "port": port})
@@ -364,7 +368,8 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     finally:
         reporter.close()
     chosen = get_preset(settings.preset)
-    plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note)
+    plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
+                    parallel=parallel)
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)
     verb = "reusing" if reused else "started"

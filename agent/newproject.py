@@ -20,6 +20,7 @@ from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
 from agent.runtime import choose_protocol, connect, renders_tool_role
 from agent.session import SessionLog, new_session_id
+from agent.slots import hold_slot
 from agent.ui import Reporter
 from tools.bash import tool_env
 from tools.ignore import walk
@@ -182,7 +183,10 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                   tool_role=renders_tool_role(client),
                   limits=Limits(settings.max_steps, settings.max_time))
     try:
-        result = agent.run(task)
+        total = int(client.props().get("total_slots") or 1)
+        with hold_slot(client.base_url, total, reporter.note) as slot:
+            client.id_slot = slot
+            result = agent.run(task)
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         raise

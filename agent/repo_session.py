@@ -24,6 +24,7 @@ from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
 from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
 from agent.session import SessionLog, new_session_id, read_events, session_path
+from agent.slots import hold_slot
 from agent.ui import Reporter
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
@@ -175,8 +176,12 @@ class RepoSession:
         self.tasks += 1
         self.emit(TaskStart(session_id=self.id, task=self.tasks, text=text))
         self._checkpoint("before")
+        client = self.backend.client
+        total = int(client.props().get("total_slots") or 1)
         try:
-            return self.agent.run(text)
+            with hold_slot(client.base_url, total, self.reporter.note) as slot:
+                client.id_slot = slot
+                return self.agent.run(text)
         finally:
             self._checkpoint("after")
 

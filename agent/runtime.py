@@ -33,6 +33,8 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     the server at ``settings.base_url``. Raises the backend's errors."""
     preset = get_preset(settings.preset)
     sampling = preset.sampling.model_dump(exclude_none=True)
+    if settings.tool_temperature is not None:
+        sampling["temperature"] = settings.tool_temperature
     if settings.base_url:
         client = ServerClient(settings.base_url, settings.request_timeout)
         client.check_reachable()

@@ -19,8 +19,8 @@ def ensure_engine(sdist: Path | None = None, progress: Progress | None = None) -
 
 
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
-             ctx_size: int | None = None,
-             note: Callable[[str], None] | None = None) -> LaunchPlan:
+             ctx_size: int | None = None, note: Callable[[str], None] | None = None,
+             parallel: int = 1) -> LaunchPlan:
     """Resolve the preset's models (fetching them) into a launch plan."""
     chosen = get_profile(profile or preset.profile)
     if chosen.needs_draft and not preset.draft:
@@ -30,7 +30,7 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     model = resolve_model(preset.model, note)
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
     return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,
-                      ctx_size=ctx_size or preset.ctx_size, draft=draft,
+                      ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
                       extra_flags=tuple(preset.extra_flags))
 
 

@@ -54,3 +54,10 @@ def test_unknown_and_invalid_settings_are_reported_with_their_origin(
     monkeypatch.setenv("DFLASH_AGENT_MAX_STEPS", "lots")
     with pytest.raises(ConfigError, match="DFLASH_AGENT_MAX_STEPS: Input should be"):
         load_settings()
+
+
+def test_tool_turns_default_to_temperature_zero_and_can_be_changed(
+        monkeypatch: pytest.MonkeyPatch):
+    assert load_settings().tool_temperature == 0.0
+    monkeypatch.setenv("DFLASH_AGENT_TOOL_TEMPERATURE", "0.7")
+    assert load_settings().tool_temperature == 0.7
