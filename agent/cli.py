@@ -15,6 +15,7 @@ from rich.console import Console
 
 from agent.client import ContextOverflow, ServerUnavailable
 from agent.config import ConfigError, load_settings
+from agent.context import ContextTooSmall
 from agent.errors import (
     EXIT_CODES_HELP,
     EXIT_ERROR,
@@ -47,7 +48,7 @@ app.add_typer(backend_app, name="backend")
 _state = {"debug": False}
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
-                ServerUnavailable, ContextOverflow)
+                ServerUnavailable, ContextOverflow, ContextTooSmall)
 
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]

@@ -95,6 +95,13 @@ class Message(_Event):
     message: dict[str, Any]
 
 
+class Compaction(_Event):
+    """The history was compacted: ``messages`` replaces everything sent before."""
+
+    type: Literal["compaction"] = "compaction"
+    messages: list[dict[str, Any]]
+
+
 class TaskStart(_Event):
     type: Literal["task_start"] = "task_start"
     task: int = Field(description="1-based task number within the session.")
@@ -128,8 +135,8 @@ class ErrorEvent(_Event):
     kind: str
 
 
-Event = Annotated[SessionStart | Message | TaskStart | Checkpoint | ModelTurn | ToolCall
-                  | ToolResult | FinalAnswer | ProjectChecked | ErrorEvent,
+Event = Annotated[SessionStart | Message | Compaction | TaskStart | Checkpoint | ModelTurn
+                  | ToolCall | ToolResult | FinalAnswer | ProjectChecked | ErrorEvent,
                   Field(discriminator="type")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.client import ServerClient, Turn
+from agent.client import ContextOverflow, ServerClient, Turn
+from agent.context import ContextKeeper
 from agent.events import (
+    Compaction,
     Event,
     FinalAnswer,
     Message,
@@ -82,12 +84,15 @@ class Agent:
                  sampling: dict[str, Any] | None = None, limits: Limits | None = None,
                  auto_switch: bool = False, tool_role: bool = True, max_tokens: int = 2048,
                  approve: Approver | None = None,
-                 history: list[dict[str, Any]] | None = None):
+                 history: list[dict[str, Any]] | None = None,
+                 context: ContextKeeper | None = None):
         self.client, self.registry, self.session_id = client, registry, session_id
         self.protocol, self.auto_switch, self.tool_role = protocol, auto_switch, tool_role
         self.emit, self.sampling = emit, sampling or {}
         self.limits, self.max_tokens = limits or Limits(), max_tokens
-        self.approve = approve
+        self.approve, self.context = approve, context
+        if context is not None and context.budget is not None:
+            self.max_tokens = min(max_tokens, context.budget.max_output)
         self.messages: list[dict[str, Any]] = list(history or [])
         if not self.messages:
             self._add({"role": "system", "content": system})
@@ -137,6 +142,26 @@ class Agent:
         return LoopResult(text=text, reason=reason, steps=self.steps, timings=self.timings)
 
     def _request(self) -> Turn:
+        tools = None if self.protocol == "json" else self.tools
+        if self.context is not None:
+            compacted = self.context.before_request(self.messages, tools)
+            if compacted is not None:
+                self._replace_history(compacted)
+        try:
+            return self._send()
+        except ContextOverflow as exc:
+            if self.context is None or self.context.budget is None:
+                raise
+            # Our estimate was low: compact once more, tighter, and retry once.
+            self._replace_history(self.context.after_overflow(self.messages, tools,
+                                                              exc.n_prompt_tokens))
+            return self._send()
+
+    def _replace_history(self, messages: list[dict[str, Any]]) -> None:
+        self.messages[:] = messages
+        self.emit(Compaction(session_id=self.session_id, messages=messages))
+
+    def _send(self) -> Turn:
         if self.protocol == "json":
             return self.client.complete(self.messages, sampling=self.sampling,
                                         response_format=json_response_format(self.tools),

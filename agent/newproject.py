@@ -13,6 +13,7 @@ from pathlib import Path
 import git
 
 from agent.config import Settings
+from agent.context import ContextKeeper
 from agent.errors import UsageError
 from agent.events import ErrorEvent, ProjectChecked, SessionStart, Timings
 from agent.loop import Agent, Limits, LoopResult
@@ -181,7 +182,9 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                   system=system_prompt(str(directory), protocol, listed), emit=emit,
                   sampling=backend.sampling, auto_switch=auto_switch,
                   tool_role=renders_tool_role(client),
-                  limits=Limits(settings.max_steps, settings.max_time))
+                  limits=Limits(settings.max_steps, settings.max_time),
+                  context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
+                                        max_output=2048))
     try:
         total = int(client.props().get("total_slots") or 1)
         with hold_slot(client.base_url, total, reporter.note) as slot:

@@ -16,8 +16,18 @@ import git
 from agent import checkpoints as cp
 from agent.approval import make_approver
 from agent.config import Settings
+from agent.context import ContextKeeper
 from agent.errors import UserError
-from agent.events import Checkpoint, Event, Message, SessionStart, TaskStart, ToolCall, ToolResult
+from agent.events import (
+    Checkpoint,
+    Compaction,
+    Event,
+    Message,
+    SessionStart,
+    TaskStart,
+    ToolCall,
+    ToolResult,
+)
 from agent.instructions import load_instructions
 from agent.loop import RESULT_PREFIX, Agent, Limits, LoopResult
 from agent.prompts import system_prompt
@@ -158,7 +168,9 @@ class RepoSession:
                            auto_switch=auto_switch, tool_role=renders_tool_role(client),
                            limits=Limits(settings.max_steps, settings.max_time),
                            approve=make_approver(settings.approval, ask, interactive),
-                           history=history)
+                           history=history,
+                           context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
+                                                 max_output=2048))
         if record is not None:
             for call, message in _unanswered(record, self.agent):
                 self.agent.messages.append(message)
@@ -211,7 +223,12 @@ class RepoSession:
 
 
 def _replay(record: SessionRecord) -> list[dict[str, Any]]:
-    history = [e.message for e in record.events if isinstance(e, Message)]
+    history: list[dict[str, Any]] = []
+    for e in record.events:
+        if isinstance(e, Message):
+            history.append(e.message)
+        elif isinstance(e, Compaction):
+            history = list(e.messages)
     if not history or history[0].get("role") != "system":
         raise UserError(f"session '{record.session_id}' has no recorded system message; "
                         "it cannot be resumed")

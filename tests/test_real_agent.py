@@ -32,8 +32,11 @@ def _agent(base_url: str, root: Path, protocol: str, auto: bool = False):
 def test_json_protocol_executes_a_real_tool_call_in_the_workspace(real_server, tmp_path: Path):
     server = real_server("ngram")
     agent, events, _ = _agent(server.base_url, tmp_path / "ws", "json")
-    result = agent.run('Write hello.txt (content: hello) using create, then finish with '
-                       'final_answer {"text": "done"}.')
+    try:
+        result = agent.run('Write hello.txt (content: hello) using create, then finish with '
+                           'final_answer {"text": "done"}.')
+    finally:
+        agent.registry.close()  # the model may have started background jobs
     calls = [e for e in events if e.type == "tool_call"]
     ok = [e for e in events if e.type == "tool_result" and not e.is_error]
     assert calls and calls[0].name == "create"
@@ -51,8 +54,11 @@ def test_json_protocol_executes_a_real_tool_call_in_the_workspace(real_server, t
 def test_json_protocol_reaches_a_model_issued_final_answer(real_server, tmp_path: Path):
     server = real_server("ngram")
     agent, events, _ = _agent(server.base_url, tmp_path / "ws", "json")
-    result = agent.run("Create a file named hello.txt containing the word hello. "
-                       "Then call final_answer.")
+    try:
+        result = agent.run("Create a file named hello.txt containing the word hello. "
+                           "Then call final_answer.")
+    finally:
+        agent.registry.close()
     assert result.reason == "done" and result.text
     last_turn = [e for e in events if e.type == "model_turn"][-1]
     assert last_turn.tool_calls[0].name == "final_answer"
@@ -78,7 +84,10 @@ def test_native_protocol_with_a_tool_declaring_template(real_server, engine: Eng
     turn = client.complete(history, tools=tools, sampling=GREEDY, max_tokens=32)
     assert turn.timings is not None and turn.finish_reason in {"stop", "length", "tool_calls"}
     # Whatever SmolLM2 answers ends as a parsed call, a repaired text call or the json switch.
-    agent.run("Create a file named hello.txt containing the word hello.")
+    try:
+        agent.run("Create a file named hello.txt containing the word hello.")
+    finally:
+        agent.registry.close()
     first = [e for e in events if e.type == "model_turn"][0]
     assert first.protocol == "native"
     assert first.tool_calls or agent.protocol == "json"
