@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from agent.client import ContextOverflow, ServerClient, Turn
 from agent.context import ContextKeeper
+from agent.doom import LoopDetector
 from agent.events import (
     Compaction,
     Event,
@@ -40,10 +41,9 @@ from tools.registry import Registry
 
 Protocol = Literal["native", "json"]
 MAX_FORMAT_ERRORS = 3
-REPEAT_LIMIT = 3
 RESULT_PREFIX = "[result of tool {name}]\n"
-REPEAT_NOTE = ("\n[note: you made this exact call twice in a row; a third time stops the task. "
-               "Do the next step, or call final_answer if the task is done.]")
+NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call "
+        "final_answer if the task is done.]")
 
 
 class ApprovalUnavailable(Exception):
@@ -99,14 +99,14 @@ class Agent:
         self.tools = registry.openai_tools()
         self.steps = 0
         self.timings: list[Timings] = []
-        self._recent: list[str] = []
+        self._loops = LoopDetector()
         self._format_errors = 0
         self._pending: list[tuple[str, str]] = []
         self._native_calls_seen = False
 
     def run(self, task: str) -> LoopResult:
         """Run ``task`` to a final answer or a stop; never raises on Ctrl-C."""
-        self.steps, self._recent, self._format_errors = 0, [], 0
+        self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
         self._add({"role": "user", "content": task})
         started = time.monotonic()
         try:
@@ -200,16 +200,16 @@ class Agent:
                 text = call["arguments"].get("text")
                 self._pending.clear()
                 return (text if isinstance(text, str) else json.dumps(call["arguments"])), "done"
-            if self._repeated(call):
-                self._deny_pending(f"not executed: the same call was repeated {REPEAT_LIMIT} "
-                                   "times in a row")
-                return (f"stopped: {call['name']} was called {REPEAT_LIMIT} times in a row "
-                        "with the same arguments"), "repeated_call"
+            verdict = self._loops.observe(call["name"], call["arguments"])
+            if verdict == "stop":
+                self._deny_pending(f"not executed: {self._loops.report}")
+                return f"stopped: {self._loops.report}", "repeated_call"
             denial = self.approve(call) if self.approve else None
             if denial is not None:
                 self._answer(call["id"], call["name"], f"denied by the user: {denial}", True, 0.0)
                 continue
-            self._execute(call)
+            self._execute(call, NOTE.format(report=self._loops.report) if verdict == "warn"
+                          else "")
         return None
 
     def _calls(self, turn: Turn) -> list[dict[str, Any]]:
@@ -251,20 +251,12 @@ class Agent:
                 "format_errors"
         return None
 
-    def _repeated(self, call: dict[str, Any]) -> bool:
-        sig = call["name"] + json.dumps(call["arguments"], sort_keys=True)
-        self._recent = (self._recent + [sig])[-REPEAT_LIMIT:]
-        return len(self._recent) == REPEAT_LIMIT and len(set(self._recent)) == 1
-
-    def _execute(self, call: dict[str, Any]) -> None:
+    def _execute(self, call: dict[str, Any], note: str = "") -> None:
         self.emit(ToolCall(session_id=self.session_id, step=self.steps, call_id=call["id"],
                            name=call["name"], arguments=call["arguments"]))
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
-        text = obs.text
-        if len(self._recent) >= 2 and self._recent[-1] == self._recent[-2]:
-            text += REPEAT_NOTE
-        self._answer(call["id"], call["name"], text, obs.is_error,
+        self._answer(call["id"], call["name"], obs.text + note, obs.is_error,
                      time.monotonic() - started)
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,

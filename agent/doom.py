@@ -1,0 +1,44 @@
+"""Doom-loop detection (FIELD-CASES.md class 6): the same call again and again, or two calls
+alternating (A-B-A-B). The model is warned first, then the task stops with a report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Verdict = Literal["ok", "warn", "stop"]
+SAME_WARN, SAME_STOP = 2, 3
+CYCLE_WARN, CYCLE_STOP = 4, 6
+
+
+@dataclass
+class LoopDetector:
+    """Feed every tool call to :meth:`observe`; ``report`` explains the last warn or stop."""
+
+    history: list[str] = field(default_factory=list)
+    report: str = ""
+
+    def observe(self, name: str, arguments: Any) -> Verdict:
+        self.history.append(name + json.dumps(arguments, sort_keys=True))
+        same = 1
+        while same < len(self.history) and self.history[-1 - same] == self.history[-1]:
+            same += 1
+        if same >= SAME_WARN:
+            self.report = f"{name} was called {same} times in a row with the same arguments"
+            return "stop" if same >= SAME_STOP else "warn"
+        cycle = self._alternating()
+        if cycle >= CYCLE_WARN:
+            self.report = (f"the last {cycle} calls alternate between the same two calls "
+                           "without progress")
+            return "stop" if cycle >= CYCLE_STOP else "warn"
+        return "ok"
+
+    def _alternating(self) -> int:
+        h = self.history
+        if len(h) < 2 or h[-1] == h[-2]:
+            return 0
+        n = 2
+        while n < len(h) and h[-1 - n] == h[-1 - (n % 2)]:
+            n += 1
+        return n
