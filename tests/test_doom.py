@@ -2,8 +2,8 @@ import json
 from pathlib import Path
 
 from agent.doom import LoopDetector
-from tests.test_loop_scripted import make_agent
 from tests.scripted import ScriptedModel, reply
+from tests.test_loop_scripted import make_agent
 
 
 def call(tool: str, **arguments) -> dict:

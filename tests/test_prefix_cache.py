@@ -1,0 +1,65 @@
+"""Prefix-cache stability measured on the real server's own timings."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import git
+
+from agent.events import ModelTurn
+from agent.session import read_events
+
+SLACK = 24
+"""Tokens per request the template may re-render differently (end-of-turn markers)."""
+
+
+def test_a_five_task_chat_prefills_only_what_each_request_adds(real_server, tmp_path: Path,
+                                                               agent_home: Path):
+    server = real_server("ngram")
+    repo = git.Repo.init(tmp_path / "repo")
+    root = Path(repo.working_tree_dir)
+    (root / "README.md").write_text("# demo\n")
+    tasks = ["Create a file named a.txt containing the word alpha.",
+             "Create a file named b.txt containing the word beta.",
+             "Show the contents of a.txt with the view tool.",
+             "Create a file named c.txt containing the word gamma.",
+             "Call final_answer with the text: all done."]
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "DFLASH_AGENT_MAX_STEPS": "3"}
+    proc = subprocess.run([sys.executable, "-m", "agent", "chat", "--approval", "full-auto",
+                           "--tool-protocol", "json", "--base-url", server.base_url],
+                          input="\n".join([*tasks, "/exit"]) + "\n", capture_output=True,
+                          text=True, cwd=root, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    log = next((agent_home / "data" / "sessions").glob("2*.jsonl"))
+    events = read_events(log)
+    assert sum(e.type == "task_start" for e in events) == 5
+    turns = [e.timings for e in events if isinstance(e, ModelTurn)]
+    assert len(turns) >= 5 and all(t is not None for t in turns)
+    prefilled = added = 0
+    for prev, cur in zip(turns, turns[1:], strict=False):
+        # Tokens this request adds to the previous prompt: the model's last reply (its
+        # re-tokenized text is prefilled again) and the new tool result or task.
+        new_tokens = (cur.prompt_n + cur.cache_n) - (prev.prompt_n + prev.cache_n)
+        assert cur.cache_n >= prev.prompt_n + prev.cache_n - SLACK, (prev, cur)
+        assert cur.prompt_n <= new_tokens + SLACK, (prev, cur)
+        prefilled += cur.prompt_n
+        added += new_tokens
+    assert prefilled <= added + SLACK * (len(turns) - 1)
+    # Tasks 2..5 reuse everything before them: the first request alone pays the system prompt.
+    assert turns[0].prompt_n > 5 * max(t.prompt_n for t in turns[1:]) / 2
+
+
+def test_the_system_prompt_and_tools_carry_no_clock(tmp_path: Path):
+    from agent.prompts import system_prompt
+    from tools.registry import default_registry
+    from tools.workspace import Workspace
+
+    tools = default_registry(Workspace(tmp_path)).openai_tools()
+    first = system_prompt("/w", "json", tools)
+    time.sleep(1.1)
+    assert system_prompt("/w", "json", tools) == first
+    assert json.dumps(default_registry(Workspace(tmp_path)).openai_tools()) == json.dumps(tools)
+    assert time.strftime("%Y-%m-%d") not in first and time.strftime("%H:%M") not in first
