@@ -187,7 +187,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                                         max_output=2048))
     try:
         total = int(client.props().get("total_slots") or 1)
-        with hold_slot(client.base_url, total, reporter.note) as slot:
+        with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
             client.id_slot = slot
             result = agent.run(task)
     except Exception as exc:

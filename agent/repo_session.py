@@ -191,7 +191,7 @@ class RepoSession:
         client = self.backend.client
         total = int(client.props().get("total_slots") or 1)
         try:
-            with hold_slot(client.base_url, total, self.reporter.note) as slot:
+            with hold_slot(client.base_url, total, self.reporter.note, self.id) as slot:
                 client.id_slot = slot
                 return self.agent.run(text)
         finally:

@@ -63,3 +63,36 @@ def test_the_system_prompt_and_tools_carry_no_clock(tmp_path: Path):
     assert system_prompt("/w", "json", tools) == first
     assert json.dumps(default_registry(Workspace(tmp_path)).openai_tools()) == json.dumps(tools)
     assert time.strftime("%Y-%m-%d") not in first and time.strftime("%H:%M") not in first
+
+
+def test_two_sessions_on_one_server_keep_their_caches(engine, smollm2, tmp_path: Path):
+    from agent.config import load_settings
+    from agent.repo_session import RepoSession
+    from agent.ui import Reporter
+    from backend.profiles import LaunchPlan
+    from backend.server import pick_port, stop, up
+
+    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=8192,
+                      parallel=2)
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=120)
+    sessions = {}
+    try:
+        settings = load_settings(cli={"base_url": state.base_url, "approval": "full-auto",
+                                      "max_steps": 2, "tool_protocol": "json"})
+        for name in ("a", "b"):
+            repo = git.Repo.init(tmp_path / name)
+            sessions[name] = RepoSession(settings, Path(repo.working_tree_dir), Reporter())
+        for name in ("a", "b", "a", "b"):
+            sessions[name].run_task(f"Create a file named {name}.txt containing the word "
+                                    f"{name}.")
+        for session in sessions.values():
+            events = read_events(session.log.path)
+            second_task = max(i for i, e in enumerate(events) if e.type == "task_start")
+            before = [e.timings for e in events[:second_task] if isinstance(e, ModelTurn)]
+            after = [e.timings for e in events[second_task:] if isinstance(e, ModelTurn)]
+            # The other session's task ran in between on the other slot: nothing was evicted.
+            assert after[0].cache_n >= before[-1].prompt_n + before[-1].cache_n - SLACK
+    finally:
+        for session in sessions.values():
+            session.close()
+        stop(state)

@@ -42,3 +42,12 @@ def test_a_second_session_waits_for_the_only_slot_with_a_message():
 def test_with_two_slots_sessions_run_side_by_side_on_different_slots():
     with hold_slot(URL, 2, lambda m: None) as one, hold_slot(URL, 2, lambda m: None) as two:
         assert {one, two} == {0, 1}
+
+
+def test_alternating_sessions_keep_their_own_slots():
+    seen = []
+    for session in ["a", "b", "a", "b"]:
+        with hold_slot(URL, 2, lambda m: None, session) as slot:
+            seen.append((session, slot))
+    assert seen[0][1] != seen[1][1]
+    assert seen[2] == seen[0] and seen[3] == seen[1]
