@@ -183,7 +183,7 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
 
 def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
     out = Console(highlight=False, soft_wrap=True)
-    out.print("Type a task, or /undo /diff /commit /status /exit.")
+    out.print("Type a task, or /undo /diff /commit /compact /status /exit.")
     while True:
         try:
             line = input("> ").strip()
@@ -201,13 +201,19 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
         elif line == "/commit":
             sha = session.commit_last()
             out.print(f"committed {sha}" if sha else "nothing to commit", markup=False)
+        elif line == "/compact":
+            before = len(session.agent.messages)
+            done = session.agent.compact()
+            out.print(f"compacted {before} messages into {len(session.agent.messages)}" if done
+                      else "the server's context size is unknown: nothing to compact against",
+                      markup=False)
         elif line == "/status":
             props = session.backend.client.props()
             out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
                       f"{session.backend.client.n_ctx()}, model {props.get('model_path')}",
                       markup=False)
         elif line.startswith("/"):
-            out.print(f"unknown command {line}; try /undo /diff /commit /status /exit",
+            out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
                       markup=False)
         else:
             session.run_task(line)

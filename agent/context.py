@@ -357,6 +357,12 @@ class ContextKeeper:
             return None
         return compact(messages, self.counter, self.budget, tools, self._summarise)
 
+    def compact_now(self, messages: list[Message],
+                    tools: list[dict[str, Any]] | None) -> list[Message]:
+        """Compact on request (``/compact``), whatever the size (only with a known ``n_ctx``)."""
+        assert self.budget is not None
+        return compact(messages, self.counter, self.budget, tools, self._summarise)
+
     def after_overflow(self, messages: list[Message], tools: list[dict[str, Any]] | None,
                        n_prompt_tokens: int | None) -> list[Message]:
         """A history shrunk by how far our estimate was below the server's count (only with a

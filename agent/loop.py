@@ -157,6 +157,14 @@ class Agent:
                                                               exc.n_prompt_tokens))
             return self._send()
 
+    def compact(self) -> bool:
+        """Compact the history now (``/compact``); False when the context size is unknown."""
+        if self.context is None or self.context.budget is None:
+            return False
+        tools = None if self.protocol == "json" else self.tools
+        self._replace_history(self.context.compact_now(self.messages, tools))
+        return True
+
     def _replace_history(self, messages: list[dict[str, Any]]) -> None:
         self.messages[:] = messages
         self.emit(Compaction(session_id=self.session_id, messages=messages))

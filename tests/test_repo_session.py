@@ -187,3 +187,22 @@ def test_resume_after_sigkill_mid_tool_answers_the_interrupted_call(repo: git.Re
     replayed = [e["message"] for e in logged if e["type"] == "message"]
     assert sent == replayed[: len(sent)]  # the exact conversation, so the server cache holds
     assert sent[-1] == {"role": "user", "content": "go on"}
+
+
+def test_chat_slash_commands(repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    script = [call("create", path="made.txt", file_text="made\n"),
+              call("final_answer", text="made it"), reply("summary: made.txt was created")]
+    lines = ["make a file", "/diff", "/compact", "/status", "/bogus", "/undo", "/exit"]
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel(script) as model:
+        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=root, env=env,
+                              input="\n".join(lines) + "\n", capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "+made" in out  # /diff
+    assert "compacted" in out and "into" in out  # /compact
+    assert "tasks 1" in out  # /status
+    assert "unknown command /bogus" in out
+    assert "restored: made.txt" in out and not (root / "made.txt").exists()  # /undo
