@@ -241,6 +241,10 @@ class Agent:
         if not written and turn.finish_reason == "tool_calls":
             raise FormatError("finish_reason was tool_calls but no call arrived; call a tool "
                               "with valid arguments")
+        if not written and not turn.content.strip():
+            # Reasoning that ran out of tokens, or nothing at all: never a silent stop.
+            raise FormatError("the reply had no answer and no tool call; call a tool, or reply "
+                              "with a short summary when the task is done")
         return [{"id": f"call_{self.steps}_{i}", "name": n, "arguments": a}
                 for i, (n, a) in enumerate(written)]
 

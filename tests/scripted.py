@@ -14,10 +14,12 @@ from typing import Any
 
 
 def reply(content: str = "", tool_calls: list[tuple[str, Any]] | None = None,
-          finish_reason: str | None = None, delay: float = 0.0) -> dict[str, Any]:
-    """One scripted model reply; tool call arguments may be a dict or raw JSON text."""
+          finish_reason: str | None = None, delay: float = 0.0,
+          reasoning: str = "") -> dict[str, Any]:
+    """One scripted model reply; tool call arguments may be a dict or raw JSON text;
+    ``reasoning`` streams as ``reasoning_content`` first; ``delay`` (s) precedes any chunk."""
     return {"content": content, "tool_calls": tool_calls or [], "finish_reason": finish_reason,
-            "delay": delay}
+            "delay": delay, "reasoning": reasoning}
 
 
 def error_reply(status: int, error: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +100,8 @@ class ScriptedModel:
                     self.wfile.flush()
 
                 send({"role": "assistant", "content": None})
+                if r.get("reasoning"):
+                    send({"reasoning_content": r["reasoning"]})
                 if r["content"]:
                     send({"content": r["content"]})
                 for i, (name, args) in enumerate(r["tool_calls"]):

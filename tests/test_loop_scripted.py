@@ -227,3 +227,30 @@ def test_a_needed_approval_without_a_terminal_stops_the_task(tmp_path: Path):
     assert result.reason == "approval_needed" and "not a terminal" in result.text
     assert agent.messages[-1]["role"] == "tool"  # the call id is still answered
     assert not (tmp_path / "ws" / "x").exists()
+
+
+def test_reasoning_is_not_sent_back_and_reasoning_alone_is_not_a_silent_stop(tmp_path: Path):
+    script = [reply("", reasoning="thinking " * 50, finish_reason="length"),
+              reply("", tool_calls=[("view", {"path": "."})], reasoning="I should look"),
+              reply("done")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
+        result = agent.run("go")
+    assert (result.reason, result.text) == ("done", "done")
+    assert "no answer and no tool call" in model.requests[1]["messages"][-1]["content"]
+    sent = json.dumps(model.requests[2]["messages"])
+    assert "I should look" not in sent and "thinking" not in sent
+
+
+def test_slow_prefill_is_an_idle_timeout_and_never_retried(tmp_path: Path):
+    from agent.client import ServerUnavailable
+
+    with ScriptedModel([reply("late", delay=3.0)]) as model:
+        client = ServerClient(model.url, idle_timeout=1.0)
+        with pytest.raises(ServerUnavailable):
+            client.complete([{"role": "user", "content": "hi"}])
+        assert len(model.requests) == 1  # no retry that would re-prefill
+    with ScriptedModel([reply("in time", delay=0.5)]) as model:
+        turn = ServerClient(model.url, idle_timeout=2.0).complete(
+            [{"role": "user", "content": "hi"}])
+    assert turn.content == "in time"
