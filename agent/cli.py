@@ -159,6 +159,9 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
             max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
             max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
             commit: Annotated[bool, typer.Option(help="Commit the task's changes.")] = False,
+            include_user_changes: Annotated[bool, typer.Option(
+                help="With --commit, also commit files you had modified before the task.")]
+            = False,
             no_git: NoGit = False, json_out: JsonOut = False) -> None:
     """Run one task in a repository, checkpointed (undo with `agent undo`), then exit."""
     if not task.strip():
@@ -171,7 +174,8 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
     session = RepoSession(settings, repo, reporter, no_git=no_git)
     try:
         result = session.run_task(task)
-        sha = session.commit_last() if commit and result.reason == "done" else None
+        sha = session.commit_last(include_user_changes) \
+            if commit and result.reason == "done" else None
     finally:
         session.close()
         reporter.close()
@@ -251,18 +255,20 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
                                                                 "`agent sessions`).")] = None,
                last: Annotated[bool, typer.Option("--last", help="The most recent "
                                                   "session.")] = False,
-               approval: Approval = None, preset: Preset = None, base_url: BaseUrl = None,
-               ctx_size: CtxSize = None) -> None:
-    """Continue a saved session (the exact conversation) in chat mode."""
+               approval: Approval = None, preset: Preset = None, profile: Profile = None,
+               base_url: BaseUrl = None, ctx_size: CtxSize = None,
+               tool_protocol: ToolProtocol = None) -> None:
+    """Continue a saved session (the exact conversation) in chat mode. It keeps the session's
+    tool-call protocol unless --tool-protocol says otherwise."""
     chosen = None if last else session_id
     chosen = _pick_session(chosen)
     record = load_record(chosen)
     repo = Path(record.start.repo or record.start.workspace)
-    settings = _session_settings(repo, approval=approval, preset=preset, base_url=base_url,
-                                 ctx_size=ctx_size)
+    settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
+                                 base_url=base_url, ctx_size=ctx_size)
     reporter = Reporter()
     session = RepoSession(settings, repo, reporter, no_git=record.start.repo is None,
-                          resume=chosen)
+                          resume=chosen, protocol=tool_protocol)
     try:
         _chat_loop(session, reporter)
     finally:
@@ -363,8 +369,11 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
            port: Annotated[int | None, typer.Option(help="Preferred port.")] = None,
            parallel: Annotated[int, typer.Option(min=1, help="Server slots (-np): sessions "
                                                  "run side by side, one slot each; the "
-                                                 "context is shared between slots.")] = 1
-           ) -> None:
+                                                 "context is shared between slots.")] = 1,
+           idle_timeout: Annotated[int | None, typer.Option(min=1, help="Seconds idle before "
+                                                            "the server sleeps and frees the "
+                                                            "model's memory; the next request "
+                                                            "wakes it.")] = None) -> None:
     """Start the managed server (or reuse the running one with the same configuration)."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
                                   "port": port})
@@ -376,7 +385,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
         reporter.close()
     chosen = get_preset(settings.preset)
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
-                    parallel=parallel)
+                    parallel=parallel, idle_timeout=idle_timeout)
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)
     verb = "reusing" if reused else "started"

@@ -85,12 +85,14 @@ class Agent:
                  auto_switch: bool = False, tool_role: bool = True, max_tokens: int = 2048,
                  approve: Approver | None = None,
                  history: list[dict[str, Any]] | None = None,
-                 context: ContextKeeper | None = None):
+                 context: ContextKeeper | None = None, ui: Any = None):
         self.client, self.registry, self.session_id = client, registry, session_id
         self.protocol, self.auto_switch, self.tool_role = protocol, auto_switch, tool_role
         self.emit, self.sampling = emit, sampling or {}
         self.limits, self.max_tokens = limits or Limits(), max_tokens
         self.approve, self.context = approve, context
+        # Optional live display: request_started(protocol) and stream(text) (agent.ui.Reporter).
+        self.ui = ui
         if context is not None and context.budget is not None:
             self.max_tokens = min(max_tokens, context.budget.max_output)
         self.messages: list[dict[str, Any]] = list(history or [])
@@ -170,12 +172,20 @@ class Agent:
         self.emit(Compaction(session_id=self.session_id, messages=messages))
 
     def _send(self) -> Turn:
-        if self.protocol == "json":
-            return self.client.complete(self.messages, sampling=self.sampling,
-                                        response_format=json_response_format(self.tools),
-                                        max_tokens=self.max_tokens)
-        return self.client.complete(self.messages, tools=self.tools, sampling=self.sampling,
-                                    max_tokens=self.max_tokens)
+        on_text = None
+        if self.ui is not None:
+            self.ui.request_started(self.protocol)
+            on_text = self.ui.stream
+        try:
+            if self.protocol == "json":
+                return self.client.complete(self.messages, sampling=self.sampling,
+                                            response_format=json_response_format(self.tools),
+                                            max_tokens=self.max_tokens, on_text=on_text)
+            return self.client.complete(self.messages, tools=self.tools, sampling=self.sampling,
+                                        max_tokens=self.max_tokens, on_text=on_text)
+        finally:
+            if self.ui is not None:
+                self.ui.request_done()
 
     def _step(self) -> tuple[str, str] | None:
         protocol = self.protocol

@@ -184,7 +184,8 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                   tool_role=renders_tool_role(client),
                   limits=Limits(settings.max_steps, settings.max_time),
                   context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
-                                        max_output=2048))
+                                        max_output=2048),
+                  ui=reporter)
     try:
         total = int(client.props().get("total_slots") or 1)
         with hold_slot(client.base_url, total, reporter.note, session_id) as slot:

@@ -131,7 +131,7 @@ class RepoSession:
     """A live session in a repository: connected backend, agent, log and checkpoints."""
 
     def __init__(self, settings: Settings, path: Path, reporter: Reporter, *,
-                 no_git: bool = False, resume: str | None = None,
+                 no_git: bool = False, resume: str | None = None, protocol: str | None = None,
                  ask: Callable[[str], str] | None = None, interactive: bool | None = None):
         self.settings, self.reporter = settings, reporter
         cwd = path.expanduser().resolve()
@@ -143,11 +143,12 @@ class RepoSession:
         self.registry: Registry = default_registry(Workspace(root))
         if record is not None:
             self.id = record.session_id
-            protocol, auto_switch = record.start.protocol, False
+            protocol, auto_switch = choose_protocol(protocol, client) if protocol \
+                else (record.start.protocol, False)
             self.tasks = max(record.tasks, default=0)
         else:
             self.id = new_session_id()
-            protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
+            protocol, auto_switch = choose_protocol(protocol or settings.tool_protocol, client)
             self.tasks = 0
         self.log = SessionLog(self.id, "", root, resume=record is not None)
         tools = self.registry.openai_tools()
@@ -170,7 +171,8 @@ class RepoSession:
                            approve=make_approver(settings.approval, ask, interactive),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
-                                                 max_output=2048))
+                                                 max_output=2048),
+                           ui=reporter)
         if record is not None:
             for call, message in _unanswered(record, self.agent):
                 self.agent.messages.append(message)

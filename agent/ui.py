@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from agent.events import Event, FinalAnswer, ModelTurn, ToolCall, ToolResult
 
@@ -20,6 +30,11 @@ class Reporter:
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._wait: Progress | None = None
+        self._streaming = False
+        self._protocol = "json"
+        self._started = 0.0
+        self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0}
 
     def event(self, event: Event) -> None:
         if self.json_mode:
@@ -29,15 +44,9 @@ class Reporter:
         if isinstance(event, ModelTurn):
             t = event.timings
             if t is not None:
-                speed = f"{t.predicted_per_second or 0:.0f} tok/s"
-                accept = (f", accepted {t.draft_n_accepted}/{t.draft_n} drafts"
-                          if t.draft_n else "")
-                self.console.print(f"[dim]step {event.step}: prefill {t.prompt_n} "
-                                   f"(cached {t.cache_n}), decode {t.predicted_n} tokens at "
-                                   f"{speed}{accept}[/dim]")
+                self._status_line(event.step, t)
         elif isinstance(event, ToolCall):
-            self.console.print(f"[cyan]→ {event.name}[/cyan] {_short(event.arguments)}",
-                               markup=True)
+            self._show_call(event.name, event.arguments)
         elif isinstance(event, ToolResult):
             style = "red" if event.is_error else "green"
             first = event.text.strip().splitlines()[:1] or [""]
@@ -45,6 +54,69 @@ class Reporter:
                                f"{first[0][:160]}", markup=True)
         elif isinstance(event, FinalAnswer) and event.text:
             self.console.print(f"[bold]{event.reason}[/bold]: {event.text[:500]}")
+
+    def _status_line(self, step: int, t) -> None:
+        tot = self.totals
+        tot["prefilled"] += t.prompt_n or 0
+        tot["reused"] += t.cache_n or 0
+        tot["decoded"] += t.predicted_n or 0
+        tot["drafted"] += t.draft_n or 0
+        tot["accepted"] += t.draft_n_accepted or 0
+        accept = (f" · accepted {t.draft_n_accepted}/{t.draft_n} drafts"
+                  if t.draft_n else "")
+        self.console.print(f"[dim]step {step} · prefill {t.prompt_n} (reused {t.cache_n}) · "
+                           f"decode {t.predicted_n} at {t.predicted_per_second or 0:.0f} tok/s"
+                           f"{accept}[/dim]")
+
+    def _show_call(self, name: str, args: Any) -> None:
+        if not isinstance(args, dict):
+            args = {}
+        if name == "bash":
+            self.console.print(Text(f"$ {args.get('command', '')}", style="cyan"))
+        elif name == "str_replace":
+            self.console.print(Text(f"edit {args.get('path')}", style="cyan"))
+            diff = difflib.unified_diff(str(args.get("old_str", "")).splitlines(),
+                                        str(args.get("new_str", "")).splitlines(), lineterm="",
+                                        n=1)
+            for line in list(diff)[2:40]:
+                style = "green" if line.startswith("+") else "red" if line.startswith("-") \
+                    else "dim"
+                self.console.print(Text(line, style=style))
+        elif name == "create":
+            text = str(args.get("file_text", ""))
+            self.console.print(Text(f"create {args.get('path')} ({text.count(chr(10)) + 1} "
+                                    "lines)", style="cyan"))
+        else:
+            self.console.print(Text(f"→ {name} {_short(args)}", style="cyan"))
+
+    def request_started(self, protocol: str) -> None:
+        """A model request was sent: show a spinner with elapsed seconds until text arrives
+        (prefill of a long prompt can take minutes on a local GPU)."""
+        self._protocol, self._streaming, self._started = protocol, False, time.monotonic()
+        if self.json_mode or not self.console.is_terminal:
+            return
+        self._wait = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                              TimeElapsedColumn(), console=self.console, transient=True)
+        self._wait.start()
+        self._wait.add_task("waiting for the model (prefill)", total=None)
+
+    def stream(self, text: str) -> None:
+        """Streamed reply text: prose is shown as it comes; json-protocol calls are not."""
+        if self._wait is not None:
+            self._wait.stop()
+            self._wait = None
+        if self.json_mode or self._protocol == "json":
+            return
+        self._streaming = True
+        self.console.print(Text(text, style="dim"), end="")
+
+    def request_done(self) -> None:
+        if self._wait is not None:
+            self._wait.stop()
+            self._wait = None
+        if self._streaming:
+            self.console.print()
+            self._streaming = False
 
     def note(self, message: str) -> None:
         """A one-line status message (server loading, model download…)."""

@@ -20,7 +20,7 @@ def ensure_engine(sdist: Path | None = None, progress: Progress | None = None) -
 
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              ctx_size: int | None = None, note: Callable[[str], None] | None = None,
-             parallel: int = 1) -> LaunchPlan:
+             parallel: int = 1, idle_timeout: int | None = None) -> LaunchPlan:
     """Resolve the preset's models (fetching them) into a launch plan."""
     chosen = get_profile(profile or preset.profile)
     if chosen.needs_draft and not preset.draft:
@@ -31,6 +31,7 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
     return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,
                       ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
+                      idle_timeout=idle_timeout,
                       extra_flags=tuple(preset.extra_flags))
 
 

@@ -44,6 +44,9 @@ class LaunchPlan(BaseModel):
     ctx_size: int = Field(ge=256, description="Context size in tokens.")
     draft: Path | None = None
     parallel: int = Field(1, ge=1, description="Server slots (-np).")
+    idle_timeout: int | None = Field(None, ge=1, description="Seconds idle before the server "
+                                     "sleeps and frees the model's memory "
+                                     "(--sleep-idle-seconds); it wakes on the next request.")
     extra_flags: tuple[str, ...] = ()
 
 
@@ -71,5 +74,7 @@ def server_argv(plan: LaunchPlan, host: str, port: int) -> list[str]:
         argv += ["--spec-type", ",".join(profile.spec_types)]
     if profile.draft_n_max is not None:
         argv += ["--spec-draft-n-max", str(profile.draft_n_max)]
+    if plan.idle_timeout is not None:
+        argv += ["--sleep-idle-seconds", str(plan.idle_timeout)]
     argv += list(plan.extra_flags)
     return argv

@@ -169,3 +169,24 @@ def test_the_real_engine_is_upstream_and_the_answer_is_cached(engine: Engine, ag
     assert detect_flavour(engine.binary) == "upstream"
     cached = list((agent_home / "cache" / "flavours").iterdir())
     assert len(cached) == 1 and cached[0].read_text() == "upstream"
+
+
+def test_idle_timeout_puts_the_server_to_sleep_and_a_request_wakes_it(engine: Engine,
+                                                                     smollm2: Path):
+    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=1024,
+                      idle_timeout=1)
+    state, _ = up(plan, port=_free_port(), timeout=120)
+    try:
+        assert state.argv[state.argv.index("--sleep-idle-seconds") + 1] == "1"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if httpx2.get(state.base_url + "/props", timeout=5).json().get("is_sleeping"):
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("the server never went to sleep")
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        resp = httpx2.post(state.base_url + "/v1/chat/completions", json=body, timeout=120)
+        assert resp.status_code == 200
+    finally:
+        down()
