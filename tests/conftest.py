@@ -16,6 +16,8 @@ from backend.models import resolve_model
 from backend.presets import get_preset
 from backend.profiles import LaunchPlan
 from backend.server import ServerState, pick_port, stop, up
+from tools.registry import Registry, default_registry
+from tools.workspace import Workspace
 
 CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -40,6 +42,22 @@ def agent_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "agent-home"
     monkeypatch.setenv(HOME_ENV, str(home))
     return home
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace root for tool tests (a sibling ``outside`` folder stays outside it)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def reg(ws: Path) -> Iterator[Registry]:
+    """The core tools bound to ``ws``; background jobs are stopped afterwards."""
+    registry = default_registry(Workspace(ws))
+    yield registry
+    registry.close()
 
 
 @pytest.fixture(scope="session")

@@ -21,20 +21,6 @@ from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def reg(ws: Path) -> Iterator[Registry]:
-    registry = default_registry(Workspace(ws))
-    yield registry
-    registry.close()
-
-
 def unique_sleep() -> str:
     """A ``sleep`` argument no other process on the machine uses, to find ours by cmdline."""
     return f"300.{secrets.randbelow(10**9):09d}1"

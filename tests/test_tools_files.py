@@ -3,21 +3,11 @@ on real files, so argument validation, path confinement and byte-exact writes ar
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tools.registry import Registry, default_registry
-from tools.workspace import Workspace
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    """The workspace root (a sibling ``outside`` folder stays outside it)."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
+from tools.registry import Registry
 
 
 @pytest.fixture
@@ -27,13 +17,6 @@ def outside(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "secret.txt").write_bytes(b"outside secret\n")
     return folder
-
-
-@pytest.fixture
-def reg(ws: Path) -> Iterator[Registry]:
-    registry = default_registry(Workspace(ws))
-    yield registry
-    registry.close()
 
 
 def numbered(first: int, lines: list[str]) -> str:

@@ -1,27 +1,11 @@
 """The search tools (grep, glob) driven through the registry over real file trees with real
 ``.gitignore`` files (root and nested)."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tools.registry import Registry, default_registry
-from tools.workspace import Workspace
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def reg(ws: Path) -> Iterator[Registry]:
-    registry = default_registry(Workspace(ws))
-    yield registry
-    registry.close()
+from tools.registry import Registry
 
 
 def write(root: Path, files: dict[str, str | bytes]) -> None:
