@@ -8,6 +8,7 @@ interrupt (FIELD-CASES.md class 11).
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -233,14 +234,14 @@ class Agent:
     def _calls(self, turn: Turn) -> list[dict[str, Any]]:
         if self.protocol == "json":
             name, args = parse_json_call(turn.content)
-            return [{"id": f"call_{self.steps}", "name": name, "arguments": args}]
+            return [{"id": _new_id(), "name": name, "arguments": args}]
         calls = []
-        for i, raw in enumerate(turn.tool_calls):
+        for raw in turn.tool_calls:
             try:
                 args = lenient_json(raw["arguments"]) if raw["arguments"].strip() else {}
             except ValueError as exc:
                 raise FormatError(f"arguments of {raw['name']} are not valid JSON: {exc}") from exc
-            calls.append({"id": raw["id"] or f"call_{self.steps}_{i}", "name": raw["name"],
+            calls.append({"id": raw["id"] or _new_id(), "name": raw["name"],
                           "arguments": args})
         if calls:
             self._native_calls_seen = True
@@ -255,8 +256,7 @@ class Agent:
             # Reasoning that ran out of tokens, or nothing at all: never a silent stop.
             raise FormatError("the reply had no answer and no tool call; call a tool, or reply "
                               "with a short summary when the task is done")
-        return [{"id": f"call_{self.steps}_{i}", "name": n, "arguments": a}
-                for i, (n, a) in enumerate(written)]
+        return [{"id": _new_id(), "name": n, "arguments": a} for n, a in written]
 
     def _switch_to_json(self, note: bool = True) -> None:
         self.protocol = "json"
@@ -299,6 +299,11 @@ class Agent:
                             usage=turn.usage, timings=turn.timings,
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
                                                      arguments=c["arguments"]) for c in calls]))
+
+
+def _new_id() -> str:
+    # Unique across tasks and resumes: resume matches results to calls by id.
+    return f"call_{secrets.token_hex(6)}"
 
 
 def _wire(call: dict[str, Any]) -> dict[str, Any]:

@@ -254,3 +254,14 @@ def test_slow_prefill_is_an_idle_timeout_and_never_retried(tmp_path: Path):
         turn = ServerClient(model.url, idle_timeout=2.0).complete(
             [{"role": "user", "content": "hi"}])
     assert turn.content == "in time"
+
+
+def test_call_ids_stay_unique_across_tasks_of_one_session(tmp_path: Path):
+    script = [call("view", path="."), call("final_answer", text="one"),
+              call("view", path="."), call("final_answer", text="two")]
+    with ScriptedModel(script) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        agent.run("first")
+        agent.run("second")
+    ids = [e.call_id for e in events if e.type == "tool_call"]
+    assert len(ids) == 2 and ids[0] != ids[1]
