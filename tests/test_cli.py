@@ -22,9 +22,10 @@ def run(*args: str, home: Path, cwd: Path | None = None, timeout: float = 600,
                           cwd=cwd, env=full_env, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("args", [[], ["new-project"], ["backend"], ["backend", "build"],
-                                  ["backend", "download"], ["backend", "up"],
-                                  ["backend", "down"], ["backend", "status"]])
+@pytest.mark.parametrize("args", [[], ["new-project"], ["run"], ["chat"], ["resume"],
+                                  ["sessions"], ["undo"], ["diff"], ["backend"],
+                                  ["backend", "build"], ["backend", "download"],
+                                  ["backend", "up"], ["backend", "down"], ["backend", "status"]])
 def test_every_command_has_clear_help(args: list[str], agent_home: Path):
     proc = run(*args, "--help", home=agent_home)
     assert proc.returncode == 0, proc.stderr
