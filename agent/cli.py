@@ -240,13 +240,21 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
         reporter.close()
 
 
-def _pick_session(session_id: str | None) -> str:
+def _pick_session(session_id: str | None, here_only: bool = True) -> str:
+    """``session_id``, else the latest session of the repository around the current directory
+    (``here_only``) or of any repository."""
     if session_id:
         return session_id
     sessions = list_sessions()
+    if here_only:
+        cwd = Path.cwd().resolve()
+        sessions = [s for s in sessions
+                    if s.workspace and (cwd == Path(s.workspace)
+                                        or Path(s.workspace) in cwd.parents)]
     if not sessions:
-        raise UsageError("there is no saved session yet (start one with `agent run` or "
-                         "`agent chat`)")
+        where = " for this directory" if here_only else ""
+        raise UsageError(f"there is no saved session{where} (start one with `agent run` or "
+                         "`agent chat`, or name a session id from `agent sessions`)")
     return sessions[0].id
 
 
@@ -260,8 +268,7 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
                tool_protocol: ToolProtocol = None) -> None:
     """Continue a saved session (the exact conversation) in chat mode. It keeps the session's
     tool-call protocol unless --tool-protocol says otherwise."""
-    chosen = None if last else session_id
-    chosen = _pick_session(chosen)
+    chosen = _pick_session(None if last else session_id, here_only=False)
     record = load_record(chosen)
     repo = Path(record.start.repo or record.start.workspace)
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,

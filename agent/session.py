@@ -3,6 +3,7 @@ and ``<data>/sessions/index.jsonl`` (one line per session)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -92,12 +93,16 @@ def list_sessions() -> list[SessionSummary]:
         if not path.is_file():
             continue
         steps = tasks = 0
+        task = str(entry.get("task", ""))
         for raw in path.read_text("utf-8", errors="replace").splitlines():
             if '"type":"model_turn"' in raw:
                 steps += 1
             elif '"type":"task_start"' in raw:
                 tasks += 1
-        found[entry["id"]] = SessionSummary(entry["id"], str(entry.get("task", "")),
+                if not task:
+                    with contextlib.suppress(ValueError, AttributeError):
+                        task = str(json.loads(raw).get("text", ""))
+        found[entry["id"]] = SessionSummary(entry["id"], task,
                                             str(entry.get("workspace", "")),
                                             float(entry.get("started", 0)), steps, tasks)
     return sorted(found.values(), key=lambda s: s.started, reverse=True)

@@ -172,8 +172,9 @@ def _draft_generic_keys(writer: gguf.GGUFWriter, arch: str, n_embd: int) -> None
 
 def _check_layers(reader: gguf.GGUFReader, target_layers: Sequence[int]) -> int:
     """The target's n_embd, after checking ``target_layers`` (upstream ids) fit inside it."""
-    n_embd = int(_field_value(reader.fields["llama.embedding_length"])[0])
-    n_layer = int(_field_value(reader.fields["llama.block_count"])[0])
+    arch = _field_value(reader.fields["general.architecture"])[0].decode()
+    n_embd = int(_field_value(reader.fields[f"{arch}.embedding_length"])[0])
+    n_layer = int(_field_value(reader.fields[f"{arch}.block_count"])[0])
     if not target_layers or any(not 0 <= i < n_layer - 1 for i in target_layers):
         raise ValueError(f"target_layers {list(target_layers)} must be non-empty and inside "
                          f"0..{n_layer - 2} (below the target's last layer)")

@@ -206,3 +206,21 @@ def test_chat_slash_commands(repo: git.Repo, agent_home: Path):
     assert "tasks 1" in out  # /status
     assert "unknown command /bogus" in out
     assert "restored: made.txt" in out and not (root / "made.txt").exists()  # /undo
+
+
+def test_undo_and_diff_default_to_this_repositorys_session(repo: git.Repo, agent_home: Path,
+                                                           tmp_path: Path):
+    root = Path(repo.working_tree_dir)
+    script = [call("create", path="x.txt", file_text="x"), call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
+        assert agent("run", "add x", "--base-url", model.url, home=agent_home,
+                     cwd=root).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = agent("undo", home=agent_home, cwd=elsewhere)
+    assert proc.returncode == 2 and "no saved session for this directory" in proc.stderr
+    assert (root / "x.txt").exists()
+    listed = json.loads(agent("sessions", "--json", home=agent_home, cwd=root).stdout)
+    assert listed[0]["task"] == "add x"
+    assert agent("undo", home=agent_home, cwd=root / ".").returncode == 0
+    assert not (root / "x.txt").exists()

@@ -1,0 +1,112 @@
+"""The DFlash path on CPU: tiny random target + draft GGUFs launched through the product."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import httpx2
+import pytest
+
+from backend.engines import Engine
+from backend.profiles import LaunchPlan
+from backend.server import ServerError, ServerState, pick_port, stop, up
+from tests.dflash_fixture import (
+    write_old_format_draft,
+    write_tiny_dflash_draft,
+    write_tiny_target,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> dict[str, Path]:
+    """One tiny target and its drafts (upstream and old format), written once per module."""
+    root = tmp_path_factory.mktemp("dflash-fixture")
+    target = write_tiny_target(root / "target.gguf", tokenizer_from=smollm2)
+    return {"target": target,
+            "draft": write_tiny_dflash_draft(root / "draft.gguf", target),
+            "old": write_old_format_draft(root / "draft-old.gguf", target)}
+
+
+def _launch(engine: Engine, model: Path, profile: str,
+            draft: Path | None = None) -> ServerState:
+    """``up`` the tiny model with ``profile`` on a free port (context 1024)."""
+    plan = LaunchPlan(binary=engine.binary, model=model, profile=profile, draft=draft,
+                      ctx_size=1024)
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=180)
+    return state
+
+
+def _chat(base_url: str) -> dict:
+    """A greedy 32-token chat completion; the parsed response body."""
+    resp = httpx2.post(base_url + "/v1/chat/completions", timeout=300, json={
+        "messages": [{"role": "user", "content": "Write a short poem about the sea."}],
+        "max_tokens": 32, "temperature": 0})
+    resp.raise_for_status()
+    return resp.json()
+
+
+def test_the_fixture_writes_the_upstream_dflash_keys_and_shapes(tiny_models: dict[str, Path]):
+    reader = gguf.GGUFReader(tiny_models["draft"])
+    fields = reader.fields
+    assert bytes(fields["general.architecture"].parts[-1]) == b"dflash"
+    assert fields["dflash.block_size"].contents() == 16
+    assert fields["dflash.target_layers"].contents() == [1, 2]
+    assert "tokenizer.ggml.mask_token_id" in fields
+    for key in ("dflash.block_size", "dflash.embedding_length", "dflash.block_count",
+                "dflash.attention.head_count", "tokenizer.ggml.mask_token_id"):
+        assert fields[key].types == [gguf.GGUFValueType.UINT32], key
+    tensors = {t.name: t for t in reader.tensors}
+    assert list(tensors["fc.weight"].shape) == [2 * 64, 64]  # ggml {ne0, ne1}
+    assert {"enc.output_norm.weight", "output_norm.weight", "blk.0.ffn_norm.weight",
+            "blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= set(tensors)
+    assert "token_embd.weight" not in tensors and "output.weight" not in tensors
+    target_tokens = gguf.GGUFReader(tiny_models["target"]).fields["tokenizer.ggml.tokens"]
+    assert len(fields["tokenizer.ggml.tokens"].data) == len(target_tokens.data) == 49152
+
+
+def test_the_old_format_draft_uses_beellama_names_and_hf_layer_ids(
+        tiny_models: dict[str, Path]):
+    reader = gguf.GGUFReader(tiny_models["old"])
+    fields = reader.fields
+    assert bytes(fields["general.architecture"].parts[-1]) == b"dflash-draft"
+    assert fields["dflash-draft.dflash.target_layer_ids"].contents() == [0, 1]
+    assert fields["dflash-draft.dflash.block_size"].contents() == 16
+    assert "dflash-draft.dflash.mask_token_id" in fields
+    assert "tokenizer.ggml.mask_token_id" not in fields
+    names = {t.name for t in reader.tensors}
+    assert {"dflash_fc.weight", "dflash_hidden_norm.weight",
+            "blk.0.post_attention_norm.weight"} <= names
+    assert not names & {"fc.weight", "enc.output_norm.weight", "blk.0.ffn_norm.weight",
+                        "token_embd.weight", "output.weight"}
+
+
+def test_the_tiny_target_loads_alone_with_the_baseline_profile(
+        engine: Engine, tiny_models: dict[str, Path]):
+    state = _launch(engine, tiny_models["target"], "baseline")
+    try:
+        body = _chat(state.base_url)
+        assert body["timings"]["predicted_n"] > 0
+        assert "draft_n" not in body["timings"]
+    finally:
+        stop(state)
+
+
+def test_the_dflash_profile_drafts_with_the_tiny_draft_on_cpu(
+        engine: Engine, tiny_models: dict[str, Path]):
+    state = _launch(engine, tiny_models["target"], "dflash", draft=tiny_models["draft"])
+    try:
+        timings = _chat(state.base_url)["timings"]
+        assert timings["draft_n"] > 0  # random weights: acceptance is ~0, drafting is the point
+        log = state.log.read_text("utf-8", errors="replace")
+        assert "adding speculative implementation 'draft-dflash'" in log
+    finally:
+        stop(state)
+
+
+def test_upstream_refuses_an_old_format_draft_so_it_needs_converting(
+        engine: Engine, tiny_models: dict[str, Path]):
+    with pytest.raises(ServerError, match="model file could not be loaded") as info:
+        _launch(engine, tiny_models["target"], "dflash", draft=tiny_models["old"])
+    assert info.value.log is not None
+    assert "unknown model architecture: 'dflash-draft'" in info.value.log.read_text("utf-8")
