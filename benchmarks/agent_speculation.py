@@ -5,8 +5,11 @@ profile), the same edit — "give the whole file back with one rename" — is de
 agent's json-protocol tool call (grammar-forced ``{"tool": "create", ...}``) and as plain text,
 at temperature 0 and 0.7. Reports decode tok/s, draft acceptance and the speedup over baseline.
 
-Usage: python benchmarks/agent_speculation.py [--repeats 2] [--json OUT]
-The DFlash profile needs a draft model fixture (the backend issue); it is not measured here.
+The DFlash path is measured the same way on the test fixture (a tiny random llama target and
+a random upstream-format ``dflash`` draft, tests/dflash_fixture.py): random weights accept
+~nothing, so those rows show the draft path's overhead, not a speedup a real draft would give.
+
+Usage: python benchmarks/agent_speculation.py [--repeats 2] [--json OUT]  (from the repo root)
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+import tempfile
 from pathlib import Path
 
 from agent.client import ServerClient
@@ -26,6 +31,9 @@ from backend.profiles import LaunchPlan
 from backend.server import pick_port, stop, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.dflash_fixture import write_tiny_dflash_draft, write_tiny_target  # noqa: E402
 
 SOURCE = "\n".join(
     [f"def compute_{i}(values):\n    total = 0\n    for v in values:\n        total += v * {i}\n"
@@ -48,6 +56,37 @@ def measure(client: ServerClient, mode: str, temperature: float) -> dict[str, fl
             "draft": t.draft_n or 0, "accepted": t.draft_n_accepted or 0}
 
 
+def _compare(clients: dict[str, ServerClient], spec: str, repeats: int,
+             label: str) -> list[dict]:
+    rows = []
+    for mode in ("tool call", "plain text"):
+        for temperature in (0.0, 0.7):
+            runs: dict[str, list[dict[str, float]]] = {p: [] for p in clients}
+            for _ in range(repeats):  # interleaved, so drift hits both alike
+                for profile, client in clients.items():
+                    runs[profile].append(measure(client, mode, temperature))
+            base = statistics.median(r["tok_s"] for r in runs["baseline"])
+            fast = statistics.median(r["tok_s"] for r in runs[spec])
+            draft = sum(r["draft"] for r in runs[spec])
+            accepted = sum(r["accepted"] for r in runs[spec])
+            rows.append({"model": label, "profile": spec, "mode": mode,
+                         "temperature": temperature, "baseline_tok_s": round(base, 1),
+                         "spec_tok_s": round(fast, 1),
+                         "speedup": round(fast / base, 2) if base else None,
+                         "drafted": draft,
+                         "acceptance": round(accepted / draft, 3) if draft else None,
+                         "tokens": statistics.median(r["tokens"] for r in runs[spec])})
+    return rows
+
+
+def _serve(plans: dict[str, LaunchPlan], servers: dict) -> dict[str, ServerClient]:
+    clients = {}
+    for name, plan in plans.items():
+        servers[name], _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
+        clients[name] = ServerClient(servers[name].base_url)
+    return clients
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -55,36 +94,33 @@ def main() -> None:
     args = parser.parse_args()
     engine = default_engine() or ensure_engine()
     model = resolve_model(get_preset("smollm2-135m").model)
-    servers = {}
+    rows: list[dict] = []
+    servers: dict = {}
     try:
-        for profile in ("baseline", "ngram"):
-            plan = LaunchPlan(binary=engine.binary, model=model, profile=profile, ctx_size=4096)
-            servers[profile], _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
-        clients = {p: ServerClient(s.base_url) for p, s in servers.items()}
-        rows = []
-        for mode in ("tool call", "plain text"):
-            for temperature in (0.0, 0.7):
-                runs: dict[str, list[dict[str, float]]] = {"baseline": [], "ngram": []}
-                for _ in range(args.repeats):  # interleaved, so drift hits both alike
-                    for profile, client in clients.items():
-                        runs[profile].append(measure(client, mode, temperature))
-                base = statistics.median(r["tok_s"] for r in runs["baseline"])
-                spec = statistics.median(r["tok_s"] for r in runs["ngram"])
-                draft = sum(r["draft"] for r in runs["ngram"])
-                accepted = sum(r["accepted"] for r in runs["ngram"])
-                rows.append({"mode": mode, "temperature": temperature,
-                             "baseline_tok_s": round(base, 1), "ngram_tok_s": round(spec, 1),
-                             "speedup": round(spec / base, 2) if base else None,
-                             "acceptance": round(accepted / draft, 3) if draft else None,
-                             "tokens": statistics.median(r["tokens"] for r in runs["ngram"])})
+        clients = _serve({p: LaunchPlan(binary=engine.binary, model=model, profile=p,
+                                        ctx_size=4096) for p in ("baseline", "ngram")}, servers)
+        rows += _compare(clients, "ngram", args.repeats, "SmolLM2-135M")
+        for state in servers.values():
+            stop(state)
+        servers.clear()
+        with tempfile.TemporaryDirectory() as tmp:
+            target = write_tiny_target(Path(tmp) / "target.gguf", model)
+            draft = write_tiny_dflash_draft(Path(tmp) / "draft.gguf", target)
+            clients = _serve({
+                "baseline": LaunchPlan(binary=engine.binary, model=target, profile="baseline",
+                                       ctx_size=4096),
+                "dflash": LaunchPlan(binary=engine.binary, model=target, profile="dflash",
+                                     draft=draft, ctx_size=4096)}, servers)
+            rows += _compare(clients, "dflash", args.repeats, "random fixture")
     finally:
         for state in servers.values():
             stop(state)
-    print(f"{'mode':<11} {'temp':>4} {'baseline tok/s':>15} {'ngram tok/s':>12} "
-          f"{'speedup':>8} {'acceptance':>11}")
+    print(f"{'model':<15} {'profile':<7} {'mode':<11} {'temp':>4} {'baseline tok/s':>15} "
+          f"{'spec tok/s':>11} {'speedup':>8} {'drafted':>8} {'acceptance':>11}")
     for r in rows:
-        print(f"{r['mode']:<11} {r['temperature']:>4} {r['baseline_tok_s']:>15} "
-              f"{r['ngram_tok_s']:>12} {r['speedup']!s:>8} {r['acceptance']!s:>11}")
+        print(f"{r['model']:<15} {r['profile']:<7} {r['mode']:<11} {r['temperature']:>4} "
+              f"{r['baseline_tok_s']:>15} {r['spec_tok_s']:>11} {r['speedup']!s:>8} "
+              f"{r['drafted']:>8} {r['acceptance']!s:>11}")
     args.json.write_text(json.dumps(rows, indent=2))
 
 
