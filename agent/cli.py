@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 import traceback
@@ -33,10 +34,12 @@ from agent.repo_session import RepoSession, diff_session, load_record, undo_task
 from agent.session import list_sessions
 from agent.ui import Reporter
 from backend import engines, server
+from backend.convert import ConvertError, convert_draft
 from backend.engines import BuildError
 from backend.launch import ensure_engine, plan_for
 from backend.models import ModelError, resolve_model
 from backend.presets import PresetError, UnknownPreset, get_preset
+from backend.profiles import server_argv
 from backend.server import ServerError
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -48,7 +51,7 @@ app.add_typer(backend_app, name="backend")
 _state = {"debug": False}
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
-                ServerUnavailable, ContextOverflow, ContextTooSmall)
+                ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError)
 
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
@@ -360,6 +363,21 @@ def build_cmd(
     typer.echo(f"engine {found.key}: {found.binary}")
 
 
+@backend_app.command("convert-draft", epilog=EXIT_CODES_HELP)
+def convert_draft_cmd(
+    src: Annotated[Path, typer.Argument(help="Old-format (BeeLlama <=0.3, 'dflash-draft') "
+                                      "draft GGUF.", metavar="IN")],
+    dst: Annotated[Path, typer.Argument(help="Where to write the upstream 'dflash' draft.",
+                                      metavar="OUT")],
+    force: Annotated[bool, typer.Option(help="Overwrite OUT.")] = False,
+) -> None:
+    """Convert a BeeLlama <=0.3 DFlash draft to the upstream format (renamed keys and
+    tensors, target layer ids +1) so upstream llama.cpp and BeeLlama >=0.4 load it."""
+    summary = convert_draft(src, dst, force)
+    typer.echo(f"wrote {dst}: target_layers {summary['target_layers']}, "
+               f"{summary['tensors_renamed']} of {summary['tensors']} tensors renamed")
+
+
 @backend_app.command("download", epilog=EXIT_CODES_HELP)
 def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.")] = None
                  ) -> None:
@@ -380,7 +398,10 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
            idle_timeout: Annotated[int | None, typer.Option(min=1, help="Seconds idle before "
                                                             "the server sleeps and frees the "
                                                             "model's memory; the next request "
-                                                            "wakes it.")] = None) -> None:
+                                                            "wakes it.")] = None,
+           print_cmd: Annotated[bool, typer.Option("--print-cmd", help="Print the exact "
+                                                   "llama-server command and exit.")] = False
+           ) -> None:
     """Start the managed server (or reuse the running one with the same configuration)."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
                                   "port": port})
@@ -393,6 +414,9 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     chosen = get_preset(settings.preset)
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
                     parallel=parallel, idle_timeout=idle_timeout)
+    if print_cmd:
+        typer.echo(shlex.join(server_argv(plan, server.DEFAULT_HOST, settings.port)))
+        return
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)
     verb = "reusing" if reused else "started"

@@ -186,3 +186,18 @@ def test_output_is_not_hard_wrapped_when_piped(agent_home: Path, tmp_path: Path)
     proc = run("new-project", "x", "--dir", str(deep), home=agent_home, COLUMNS="80")
     first = proc.stderr.splitlines()[0]
     assert str(deep) in first and "not empty" in first
+
+
+def test_up_print_cmd_shows_the_exact_command_without_starting(engine, smollm2,
+                                                               tmp_path: Path):
+    home = tmp_path / "home"
+    assert run("backend", "build", "--server-bin", str(engine.binary), home=home).returncode == 0
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "presets.toml").write_text(f'[tiny]\nmodel = "{smollm2}"\n')
+    proc = run("backend", "up", "--preset", "tiny", "--profile", "ngram", "--print-cmd",
+               "--idle-timeout", "60", home=home)
+    assert proc.returncode == 0, proc.stderr
+    cmd = proc.stdout.strip()
+    assert cmd.startswith(str(engine.binary)) and f"-m {smollm2}" in cmd
+    assert "--spec-type ngram-mod" in cmd and "--sleep-idle-seconds 60" in cmd
+    assert json.loads(run("backend", "status", "--json", home=home).stdout) == []

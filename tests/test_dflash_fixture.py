@@ -110,3 +110,47 @@ def test_upstream_refuses_an_old_format_draft_so_it_needs_converting(
         _launch(engine, tiny_models["target"], "dflash", draft=tiny_models["old"])
     assert info.value.log is not None
     assert "unknown model architecture: 'dflash-draft'" in info.value.log.read_text("utf-8")
+
+
+def test_convert_draft_makes_the_old_format_load_upstream_with_layer_ids_plus_one(
+        engine: Engine, tiny_models: dict[str, Path], tmp_path: Path, agent_home: Path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "converted.gguf"
+    proc = subprocess.run([sys.executable, "-m", "agent", "backend", "convert-draft",
+                           str(tiny_models["old"]), str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "target_layers [1, 2]" in proc.stdout
+    reader = gguf.GGUFReader(out)
+    assert bytes(reader.fields["general.architecture"].parts[-1]) == b"dflash"
+    assert reader.fields["dflash.target_layers"].contents() == [1, 2]  # old HF ids [0, 1]
+    assert "tokenizer.ggml.mask_token_id" in reader.fields
+    names = {t.name for t in reader.tensors}
+    assert {"fc.weight", "enc.output_norm.weight", "blk.0.ffn_norm.weight"} <= names
+    assert not any("post_attention_norm" in n or n.startswith("dflash_") for n in names)
+    state = _launch(engine, tiny_models["target"], "dflash", draft=out)
+    try:
+        timings = _chat(state.base_url)["timings"]
+    finally:
+        stop(state)
+    assert timings.get("draft_n", 0) > 0
+
+
+def test_convert_draft_refuses_bad_inputs(tiny_models: dict[str, Path], tmp_path: Path):
+    from backend.convert import ConvertError, convert_draft
+
+    with pytest.raises(ConvertError, match="already an upstream 'dflash' draft"):
+        convert_draft(tiny_models["draft"], tmp_path / "x.gguf")
+    with pytest.raises(ConvertError, match="architecture 'llama'"):
+        convert_draft(tiny_models["target"], tmp_path / "x.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf at all")
+    with pytest.raises(ConvertError, match="not a readable GGUF"):
+        convert_draft(junk, tmp_path / "x.gguf")
+    taken = tmp_path / "taken.gguf"
+    taken.write_bytes(b"keep me")
+    with pytest.raises(ConvertError, match="exists"):
+        convert_draft(tiny_models["old"], taken)
+    assert taken.read_bytes() == b"keep me"
