@@ -48,7 +48,6 @@ app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-serv
 backend_app = typer.Typer(help="The managed inference server: build, download, up, down, "
                           "status.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(backend_app, name="backend")
-_state = {"debug": False}
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError)
@@ -72,7 +71,7 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks o
           version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False,
           ) -> None:
-    _state["debug"] = debug
+    """--debug is read by :func:`main` before any command runs (tracebacks on errors)."""
 
 
 @app.command("new-project", epilog=EXIT_CODES_HELP)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -315,8 +314,3 @@ def describe(state: ServerState) -> dict:
     except (httpx2.HTTPError, ValueError):
         info["n_ctx"] = None
     return info
-
-
-def state_json(state: ServerState) -> str:
-    """The state as JSON text (for ``--json`` output)."""
-    return json.dumps(describe(state))
