@@ -34,6 +34,7 @@ from agent.repo_session import RepoSession, diff_session, load_record, undo_task
 from agent.session import list_sessions
 from agent.ui import Reporter
 from backend import engines, server
+from backend.cache import CacheError, list_cache, remove
 from backend.convert import ConvertError, convert_draft
 from backend.engines import BuildError
 from backend.launch import ensure_engine, plan_for
@@ -48,9 +49,13 @@ app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-serv
 backend_app = typer.Typer(help="The managed inference server: build, download, up, down, "
                           "status.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(backend_app, name="backend")
+cache_app = typer.Typer(help="Engines and models in the cache: list, rm.", no_args_is_help=True,
+                        rich_markup_mode=None)
+backend_app.add_typer(cache_app, name="cache")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
-                ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError)
+                ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
+                CacheError)
 
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
@@ -451,6 +456,33 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
                    f"{info['profile']}  n_ctx {info['n_ctx']}  up {info['uptime_s']} s\n"
                    f"  binary {info['binary']} ({info['flavour']})\n  model  {info['model']}"
                    f"\n  log    {info['log']}")
+
+
+@cache_app.command("list")
+def cache_list_cmd(json_out: JsonOut = False) -> None:
+    """Cached engines and models with their size and when a server last used them."""
+    entries = list_cache()
+    if json_out:
+        typer.echo(json.dumps([{**e.__dict__, "path": str(e.path)} for e in entries],
+                              indent=2))
+        return
+    if not entries:
+        typer.echo("the cache is empty")
+    now = time.time()
+    for e in entries:
+        used = f"used {_age(now - e.last_used)} ago" if e.last_used else "never used"
+        typer.echo(f"{e.kind:<6}  {e.size_bytes / 2**20:>9.1f} MiB  {used:<16}  {e.name}")
+
+
+@cache_app.command("rm", epilog=EXIT_CODES_HELP)
+def cache_rm_cmd(name: Annotated[str, typer.Argument(help="Engine key or model file name "
+                                                     "(see `agent backend cache list`).")]
+                 ) -> None:
+    """Delete a cached engine or model (refused while a running server uses it)."""
+    busy = {p.resolve() for s in server.running()
+            for p in (s.plan.binary, s.plan.model, s.plan.draft) if p is not None}
+    entry = remove(name, busy)
+    typer.echo(f"removed {entry.kind} {entry.name} ({entry.size_bytes / 2**20:.1f} MiB)")
 
 
 def main() -> None:

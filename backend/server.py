@@ -25,6 +25,7 @@ import psutil
 from filelock import FileLock
 from pydantic import BaseModel
 
+from backend.cache import record_use
 from backend.flavour import detect_flavour
 from backend.home import home
 from backend.profiles import LaunchPlan, server_argv
@@ -204,6 +205,7 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
                             config_hash=digest, plan=plan, argv=argv, log=log,
                             started_at=time.time(), preset=preset)
         _write_state(state)
+        record_use(*[p for p in (plan.binary, plan.model, plan.draft) if p is not None])
         try:
             _wait_healthy(state, timeout, progress)
         except BaseException:

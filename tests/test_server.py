@@ -1,5 +1,6 @@
 """Managed server lifecycle against the real llama-server and SmolLM2 (per-test home)."""
 
+import json
 import socket
 import subprocess
 import threading
@@ -47,6 +48,8 @@ def test_up_starts_a_healthy_server_reuses_it_and_down_stops_it(plan: LaunchPlan
         assert info["flavour"] == "upstream"
         assert current() == state
         assert state.log.is_file() and state.log.is_relative_to(agent_home)
+        usage = json.loads((agent_home / "cache" / "usage.json").read_text())
+        assert str(plan.model.resolve()) in usage and str(plan.binary.resolve()) in usage
     finally:
         stopped = down()
     assert [s.pid for s in stopped] == [state.pid]
