@@ -30,11 +30,8 @@ def flavour_from_help(text: str) -> Flavour:
 
 
 def _digest(binary: Path) -> str:
-    sha = hashlib.sha256()
     with binary.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            sha.update(chunk)
-    return sha.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def detect_flavour(binary: Path) -> Flavour:
