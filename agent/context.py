@@ -25,6 +25,7 @@ DROPPED = "[output dropped to save context]"
 # parses arguments before rendering the template.
 DROPPED_ARGS = json.dumps({"dropped": "[arguments dropped to save context]"})
 KEEP_ARGS_CHARS = 200
+CUT_REPLY = " [... rest of this reply dropped to save context]"
 # The json protocol without a tool role sends results as user messages with this first line
 # (loop.RESULT_PREFIX; not imported because the loop imports this module).
 RESULT_HEAD = "[result of tool "
@@ -264,6 +265,10 @@ def _elided(message: Message) -> Message | None:
             calls.append(call)
         if changed:
             return {**message, "tool_calls": calls}
+    if role == "assistant" and isinstance(content, str) and len(content) > 2 * KEEP_ARGS_CHARS:
+        # A runaway reply (e.g. a json-protocol call that repeated itself up to max_tokens):
+        # keep its start so the model still sees what it tried.
+        return {**message, "content": content[:KEEP_ARGS_CHARS] + CUT_REPLY}
     return None
 
 

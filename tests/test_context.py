@@ -420,3 +420,26 @@ def test_an_overflow_the_estimate_missed_is_compacted_once_and_retried(tmp_path:
     assert [e.type for e in events].count("compaction") == 1
     retried = model.requests[-1]["messages"]
     assert len(retried) < len(history) + 1  # the retry sent the compacted history
+
+
+def test_runaway_replies_in_the_recent_window_are_cut_instead_of_failing(
+        model: ScriptedModel):
+    """Seen in CI: SmolLM2 repeated a json call up to max_tokens twice in a row; the kept
+    window alone no longer fit, and compaction raised ContextTooSmall."""
+    counter = TokenCounter(ServerClient(model.url))
+    runaway = json.dumps({"tool": "create", "arguments": {"path": "a.py",
+                                                          "file_text": "x = 1\n" * 1500}})
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+            {"role": "assistant", "content": runaway},
+            {"role": "tool", "tool_call_id": "c1", "content": "created a.py"},
+            {"role": "assistant", "content": runaway},
+            {"role": "tool", "tool_call_id": "c2", "content": "replaced a.py"}]
+    budget = Budget(n_ctx=2048, max_output=256, summary_reserve=128)
+    assert counter.count(msgs) > budget.compact_at()
+    out = compact(msgs, counter, budget, None, lambda m: "summary")
+    assert counter.count(out) <= budget.compact_at()
+    last = [m for m in out if m["role"] == "assistant"][-1]
+    assert counter.count_message({"role": "assistant", "content": runaway}) > \
+        budget.compact_at()  # the reply alone could never fit
+    assert last["content"].startswith('{"tool": "create"')
+    assert last["content"].endswith("dropped to save context]")
