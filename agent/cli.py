@@ -14,6 +14,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from agent.cli_mcp import mcp_app
+from agent.cli_skills import skills_app
 from agent.client import ContextOverflow, ServerUnavailable
 from agent.config import ConfigError, load_settings
 from agent.context import ContextTooSmall
@@ -52,6 +54,8 @@ app.add_typer(backend_app, name="backend")
 cache_app = typer.Typer(help="Engines and models in the cache: list, rm.", no_args_is_help=True,
                         rich_markup_mode=None)
 backend_app.add_typer(cache_app, name="cache")
+app.add_typer(mcp_app, name="mcp")
+app.add_typer(skills_app, name="skills")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,

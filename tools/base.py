@@ -5,11 +5,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from tools.workspace import Workspace
+
+
+def clean_schema(schema: Any) -> Any:
+    """A pydantic JSON schema without ``title`` keys (noise for the model and the grammar)."""
+    if isinstance(schema, dict):
+        return {k: clean_schema(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [clean_schema(v) for v in schema]
+    return schema
 
 
 class ToolError(Exception):
@@ -54,6 +63,20 @@ class Tool(ABC):
     def __init__(self, ctx: ToolContext):
         self.ctx = ctx
 
+    def parameters(self) -> dict[str, Any]:
+        """JSON schema (object) of the arguments; the default derives it from ``Args``.
+
+        Tools whose schema is only known at run time (MCP tools, the skill catalog) override
+        this and :meth:`parse`."""
+        return clean_schema(self.Args.model_json_schema())
+
+    def parse(self, arguments: dict[str, Any]) -> Any:
+        """Validated arguments for :meth:`run`.
+
+        Raises pydantic's ``ValidationError`` or :class:`ToolError` (both reach the model)."""
+        return self.Args.model_validate(arguments)
+
     @abstractmethod
-    def run(self, args: BaseModel) -> Observation:
-        """Execute with validated ``args``; raise :class:`ToolError` for correctable mistakes."""
+    def run(self, args: Any) -> Observation:
+        """Execute with ``args`` from :meth:`parse`; raise :class:`ToolError` for mistakes the
+        model can correct."""

@@ -20,15 +20,6 @@ from tools.view import View
 from tools.workspace import OutsideWorkspace, Workspace
 
 
-def clean_schema(schema: Any) -> Any:
-    """A pydantic JSON schema without ``title`` keys (noise for the model and the grammar)."""
-    if isinstance(schema, dict):
-        return {k: clean_schema(v) for k, v in schema.items() if k != "title"}
-    if isinstance(schema, list):
-        return [clean_schema(v) for v in schema]
-    return schema
-
-
 def format_validation_error(tool: str, exc: ValidationError) -> str:
     """A one-paragraph, field-by-field explanation of invalid arguments."""
     parts = []
@@ -42,12 +33,22 @@ class Registry:
     """Tools by name, in a stable order (the order they were given)."""
 
     def __init__(self, tools: Iterable[Tool], jobs: JobTable | None = None):
-        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.tools: dict[str, Tool] = {}
         self.jobs = jobs
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        """Register ``tool`` after the ones already there.
+
+        Raises ValueError when the name is taken (a silent override would hide a tool)."""
+        if tool.name in self.tools:
+            raise ValueError(f"tool name '{tool.name}' is already registered")
+        self.tools[tool.name] = tool
 
     def parameters(self, name: str) -> dict[str, Any]:
         """JSON schema of a tool's arguments (object schema)."""
-        schema = clean_schema(self.tools[name].Args.model_json_schema())
+        schema = self.tools[name].parameters()
         schema.setdefault("properties", {})
         return schema
 
@@ -68,9 +69,11 @@ class Registry:
             return Observation(is_error=True, text=f"arguments for {name} must be a JSON "
                                f"object, got {type(arguments).__name__}")
         try:
-            args = tool.Args.model_validate(arguments)
+            args = tool.parse(arguments)
         except ValidationError as exc:
             return Observation(is_error=True, text=format_validation_error(name, exc))
+        except ToolError as exc:
+            return Observation(is_error=True, text=f"invalid arguments for {name}: {exc}")
         try:
             return tool.run(args)
         except (ToolError, OutsideWorkspace) as exc:
