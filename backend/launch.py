@@ -31,7 +31,7 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
     return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,
                       ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
-                      idle_timeout=idle_timeout,
+                      idle_timeout=idle_timeout, options=preset.server,
                       extra_flags=tuple(preset.extra_flags))
 
 

@@ -37,6 +37,41 @@ class Sampling(BaseModel):
     min_p: float | None = Field(None, ge=0.0, le=1.0, description="Min-p cutoff.")
 
 
+class ServerOptions(BaseModel):
+    """Server options beyond model, context and speculation, in flavour-neutral terms.
+
+    Each flavour's argv translation (:mod:`backend.profiles`) turns them into that build's flags
+    (BACKEND-FACTS.md "Flags"); None leaves the server's default.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpu_layers: str | None = Field(None, pattern=r"^(all|auto|\d+)$",
+                                   description="Target layers on the GPU (-ngl).")
+    draft_gpu_layers: str | None = Field(None, pattern=r"^(all|auto|\d+)$",
+                                         description="Draft layers on the GPU (-ngld).")
+    flash_attn: Literal["on", "off", "auto"] | None = Field(None, description="-fa.")
+    batch_size: int | None = Field(None, ge=1, description="Logical batch, tokens (-b).")
+    ubatch_size: int | None = Field(None, ge=1, description="Physical batch, tokens (-ub).")
+    cache_type_k: str | None = Field(None, description="Target K cache type (-ctk).")
+    cache_type_v: str | None = Field(None, description="Target V cache type (-ctv).")
+    swa_full: bool = Field(False, description="Full-size sliding-window KV cache (--swa-full): "
+                           "lets the prompt cache be reused on sliding-window models.")
+    ctx_checkpoints: int | None = Field(None, ge=0, description="Context checkpoints per slot "
+                                        "(-ctxcp), for prompt-cache reuse on hybrid models.")
+    kv_unified: bool = Field(False, description="One KV buffer for all slots (-kvu).")
+    no_host: bool = Field(False, description="Skip host buffers for weights (--no-host).")
+    cache_ram: int | None = Field(None, ge=-1, description="Host prompt cache, MiB (-cram); "
+                                  "0 disables it.")
+    lock_memory: bool = Field(False, description="Load the weights fully and lock them in RAM "
+                              "(bee-old: --no-mmap --mlock; others: --load-mode mlock).")
+    reasoning: Literal["on", "off", "auto"] | None = Field(None, description="--reasoning.")
+    dflash_cross_ctx: int | None = Field(None, ge=1, description="DFlash cross-attention window, "
+                                         "tokens (--spec-dflash-cross-ctx; bee-old only).")
+    fit: bool | None = Field(None, description="llama-server's --fit (b11434: on by default, "
+                             "shrinks unset options to fit device memory). None: the product's "
+                             "policy (see backend.profiles).")
+
+
 class Preset(BaseModel):
     """One model configuration the managed server can launch."""
 
@@ -48,6 +83,7 @@ class Preset(BaseModel):
     profile: ProfileName = Field("baseline", description="Default speculation profile.")
     sampling: Sampling = Field(default_factory=Sampling)
     ctx_size: int = Field(8192, ge=256, description="Context size in tokens (-c).")
+    server: ServerOptions = Field(default_factory=ServerOptions)
     extra_flags: list[str] = Field(default_factory=list,
                                    description="Extra llama-server arguments, appended verbatim.")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.presets import ProfileName
+from backend.presets import ProfileName, ServerOptions
 
 
 class Profile(BaseModel):
@@ -47,6 +47,7 @@ class LaunchPlan(BaseModel):
     idle_timeout: int | None = Field(None, ge=1, description="Seconds idle before the server "
                                      "sleeps and frees the model's memory "
                                      "(--sleep-idle-seconds); it wakes on the next request.")
+    options: ServerOptions = Field(default_factory=ServerOptions)
     extra_flags: tuple[str, ...] = ()
 
 
