@@ -151,9 +151,10 @@ def _commit(repo: git.Repo, description: str) -> tuple[str | None, list[str]]:
 
 
 def new_project(description: str, directory: Path, settings: Settings, reporter: Reporter,
-                force: bool = False) -> ProjectResult:
+                force: bool = False, session_id: str | None = None) -> ProjectResult:
     """Create the project; raises :class:`UsageError` or the backend's errors before anything
-    is written when the directory or the server is unusable."""
+    is written when the directory or the server is unusable. ``session_id`` names the session in
+    advance (the MCP server hands it out before the backend is ready)."""
     if not description.strip():
         raise UsageError("the project description is empty; say what to build")
     directory = directory.expanduser().resolve()
@@ -165,7 +166,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     registry = default_registry(Workspace(directory))
     tools = registry.openai_tools()
     listed = tools_with_final(tools) if protocol == "json" else tools
-    session_id = new_session_id()
+    session_id = session_id or new_session_id()
     task = TASK.format(description=description.strip(),
                        module=slugify(description, 24).replace("-", "_"))
     log = SessionLog(session_id, task, directory)

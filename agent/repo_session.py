@@ -132,7 +132,10 @@ class RepoSession:
 
     def __init__(self, settings: Settings, path: Path, reporter: Reporter, *,
                  no_git: bool = False, resume: str | None = None, protocol: str | None = None,
-                 ask: Callable[[str], str] | None = None, interactive: bool | None = None):
+                 ask: Callable[[str], str] | None = None, interactive: bool | None = None,
+                 session_id: str | None = None):
+        """``session_id`` names a new session in advance (the MCP server hands it out before
+        the backend is ready); by default a fresh one is made."""
         self.settings, self.reporter = settings, reporter
         cwd = path.expanduser().resolve()
         self.repo = None if no_git else cp.open_repo(cwd)
@@ -147,7 +150,7 @@ class RepoSession:
                 else (record.start.protocol, False)
             self.tasks = max(record.tasks, default=0)
         else:
-            self.id = new_session_id()
+            self.id = session_id or new_session_id()
             protocol, auto_switch = choose_protocol(protocol or settings.tool_protocol, client)
             self.tasks = 0
         self.log = SessionLog(self.id, "", root, resume=record is not None)
