@@ -3,7 +3,134 @@
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import git
 import typer
+from rich.console import Console
+
+from agent.errors import UsageError, UserError
+from agent.mcp_setup import trusted_configs
+from tools.mcp import config as mcp_config
+from tools.mcp.manager import McpManager, read_quarantines
 
 mcp_app = typer.Typer(help="MCP: servers the agent uses (list, add) and the agent as an MCP "
                       "server (serve, install).", no_args_is_help=True, rich_markup_mode=None)
+
+
+Scope = Annotated[str, typer.Option("--scope", help="user (your home's mcp.json) or project "
+                                    "(<repo>/.agents/mcp.json).")]
+RepoOpt = Annotated[Path, typer.Option("--repo", help="Repository (default: the current "
+                                       "directory).")]
+
+
+def _repo_root(path: Path) -> Path:
+    path = path.expanduser().resolve()
+    try:
+        return Path(git.Repo(path, search_parent_directories=True).working_tree_dir or path)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return path
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values or []:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} takes KEY=VALUE, got '{value}'")
+        out[key] = val
+    return out
+
+
+@mcp_app.command("add")
+def add_cmd(
+    name: Annotated[str, typer.Argument(help="Server name (tools appear as NAME__tool).")],
+    command: Annotated[list[str] | None, typer.Argument(
+        help="After --: the command and its arguments (stdio server).", metavar="-- CMD ARGS")]
+    = None,
+    url: Annotated[str | None, typer.Option(help="Streamable HTTP endpoint instead of a "
+                                            "command.")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="HTTP header KEY=VALUE (repeatable; "
+                                                     "${VAR} is expanded at start).")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="Environment KEY=VALUE for a stdio "
+                                                  "server (repeatable).")] = None,
+    scope: Scope = "user",
+    repo: RepoOpt = Path("."),
+    force: Annotated[bool, typer.Option(help="Replace a server of the same name.")] = False,
+) -> None:
+    """Add an MCP server: `agent mcp add NAME -- CMD ARGS` or `agent mcp add NAME --url URL`."""
+    if scope not in ("user", "project"):
+        raise UsageError(f"--scope must be user or project, not '{scope}'")
+    if bool(url) == bool(command):
+        raise UsageError("give either a command after -- or --url (not both)")
+    entry: dict[str, Any]
+    if url:
+        if env:
+            raise UsageError("--env is for stdio servers; an http server takes --header")
+        entry = {"type": "http", "url": url}
+        if header:
+            entry["headers"] = _pairs(header, "--header")
+    else:
+        if header:
+            raise UsageError("--header is for http servers (--url)")
+        assert command is not None
+        entry = {"command": command[0], "args": command[1:]}
+        if env:
+            entry["env"] = _pairs(env, "--env")
+    try:
+        path = mcp_config.add_server(name, entry, scope,  # type: ignore[arg-type]
+                                     _repo_root(repo) if scope == "project" else None, force)
+    except mcp_config.McpConfigError as exc:
+        raise UserError(str(exc)) from exc
+    typer.echo(f"added MCP server '{name}' to {path}")
+
+
+@mcp_app.command("list")
+def list_cmd(repo: RepoOpt = Path("."),
+             json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+             ) -> None:
+    """Configured MCP servers: connect to each, show status, tools and quarantines."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    root = _repo_root(repo)
+    cfg = mcp_config.load(root)
+    warnings: list[str] = [f"MCP config: {e}" for e in cfg.errors]
+    allowed = {s.name for s in trusted_configs(cfg, warnings.append)}
+    manager = McpManager([s for s in cfg.servers.values() if s.name in allowed], cwd=root)
+    try:
+        manager.start()
+        quarantines = read_quarantines()
+        rows = []
+        for name, server in cfg.servers.items():
+            state = manager.servers.get(name)
+            status = state.status if state else "untrusted (not started)"
+            record = quarantines.get(name)
+            rows.append({
+                "name": name, "scope": server.scope, "source": str(server.source),
+                "transport": server.transport, "target": server.describe(), "status": status,
+                "error": state.error if state else None,
+                "tools": [t.name for t in state.tools] if state else [],
+                "last_quarantine": record})
+    finally:
+        manager.close()
+    for line in warnings:
+        err.print(f"warning: {line}", markup=False)
+    if json_out:
+        typer.echo(json.dumps({"servers": rows}, indent=2))
+        return
+    if not rows:
+        typer.echo(f"no MCP servers configured (files: {mcp_config.user_file()}, "
+                   + ", ".join(str(p) for p in mcp_config.project_files(root)) + ")")
+        return
+    for row in rows:
+        typer.echo(f"{row['name']} [{row['scope']}, {row['transport']}] {row['target']}")
+        typer.echo(f"  status: {row['status']}" + (f" ({row['error']})" if row["error"] else ""))
+        if row["tools"]:
+            typer.echo(f"  tools ({len(row['tools'])}): " + ", ".join(row["tools"]))
+        if row["last_quarantine"]:
+            q = row["last_quarantine"]
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(q.get("time", 0)))
+            typer.echo(f"  quarantined in session {q.get('session') or '?'} at {when}: "
+                       f"{q.get('reason')}")

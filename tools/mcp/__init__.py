@@ -1,0 +1,1 @@
+"""MCP client bridge: servers from ``mcpServers`` JSON, their tools as registry tools."""

@@ -1,0 +1,258 @@
+"""Which MCP servers to use: ``mcpServers`` JSON files, ``${ENV}`` expansion and project trust.
+
+Files, lowest precedence first: the home's ``<config>/mcp.json`` (user scope), then the
+repository's ``.mcp.json`` (Claude Code's project file) and ``.agents/mcp.json`` (project scope);
+a later file's entry replaces an earlier one of the same name. The format is the one Claude
+Desktop, Claude Code and Cursor read: ``{"mcpServers": {NAME: ENTRY}}`` where ENTRY is
+``{command, args, env, cwd}`` (stdio) or ``{type: "http", url, headers}`` (streamable HTTP).
+
+Project files come with the repository, so their commands only run after the user trusts that
+file's exact contents once (remembered per sha256 in ``<config>/mcp-trust.json``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from backend.home import home
+
+Scope = Literal["user", "project"]
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class McpConfigError(ValueError):
+    """An MCP config file or entry is invalid; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One configured MCP server (stdio when ``command`` is set, streamable HTTP when ``url``)."""
+
+    name: str
+    source: Path
+    scope: Scope
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    startup_timeout: float = 30.0
+    """Seconds to connect, handshake and list tools."""
+    tool_timeout: float = 120.0
+    """Seconds a single tool call may take before it is cancelled."""
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+    def describe(self) -> str:
+        """The command line or URL, for prompts and listings."""
+        if self.command:
+            return " ".join([self.command, *self.args])
+        return str(self.url)
+
+
+@dataclass
+class McpConfig:
+    """The servers to use and the problems found while reading the files."""
+
+    servers: dict[str, ServerConfig] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    """One line per broken file or entry; the other servers are unaffected."""
+    project_files: list[Path] = field(default_factory=list)
+    """Project files that define at least one server (each needs trust)."""
+
+
+def user_file() -> Path:
+    """The home's ``mcp.json`` (user scope)."""
+    return home().config / "mcp.json"
+
+
+def project_files(repo: Path) -> list[Path]:
+    """The project files in precedence order (later wins): ``.mcp.json``, ``.agents/mcp.json``."""
+    return [repo / ".mcp.json", repo / ".agents" / "mcp.json"]
+
+
+def expand(text: str, where: str) -> str:
+    """Replace ``${VAR}`` and ``${VAR:-default}`` from the environment.
+
+    Raises :class:`McpConfigError` for an unset variable without a default."""
+    def sub(match: re.Match[str]) -> str:
+        value = os.environ.get(match.group(1))
+        if value is not None:
+            return value
+        if match.group(2) is not None:
+            return match.group(2)
+        raise McpConfigError(f"{where}: environment variable {match.group(1)} is not set")
+    return _VAR_RE.sub(sub, text)
+
+
+def _str_map(value: Any, key: str, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise McpConfigError(f"{where}: '{key}' must be an object of strings")
+    return {str(k): expand(v, f"{where} {key}.{k}") for k, v in value.items()}
+
+
+def _timeout(entry: dict[str, Any], key: str, default: float, where: str) -> float:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise McpConfigError(f"{where}: '{key}' must be a positive number of seconds")
+    return float(value)
+
+
+def parse_entry(name: str, entry: Any, source: Path, scope: Scope) -> ServerConfig:
+    """One ``mcpServers`` entry; raises :class:`McpConfigError` naming what is wrong."""
+    where = f"{source}: server '{name}'"
+    if not NAME_RE.match(name):
+        raise McpConfigError(f"{where}: names may use letters, digits, '_', '-' and '.' "
+                             "(at most 64)")
+    if not isinstance(entry, dict):
+        raise McpConfigError(f"{where}: the entry must be an object")
+    kind = entry.get("type", "http" if "url" in entry else "stdio")
+    timeouts = {"startup_timeout": _timeout(entry, "startup_timeout", 30.0, where),
+                "tool_timeout": _timeout(entry, "tool_timeout", 120.0, where)}
+    if kind in ("http", "streamable-http", "streamableHttp"):
+        url = entry.get("url")
+        if not isinstance(url, str) or not url:
+            raise McpConfigError(f"{where}: an http server needs a 'url'")
+        url = expand(url, f"{where} url")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise McpConfigError(f"{where}: url '{url}' is not an http(s) URL with a host")
+        return ServerConfig(name, source, scope, url=url,
+                            headers=_str_map(entry.get("headers"), "headers", where), **timeouts)
+    if kind == "sse":
+        raise McpConfigError(f"{where}: the old SSE transport is not supported; use the "
+                             "server's streamable HTTP endpoint with type 'http'")
+    if kind != "stdio":
+        raise McpConfigError(f"{where}: unknown type '{kind}' (stdio or http)")
+    command = entry.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise McpConfigError(f"{where}: a stdio server needs a 'command' (or use 'url' for "
+                             "an http server)")
+    args = entry.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise McpConfigError(f"{where}: 'args' must be a list of strings")
+    cwd = entry.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise McpConfigError(f"{where}: 'cwd' must be a string")
+    return ServerConfig(name, source, scope, command=command, args=tuple(args),
+                        env=_str_map(entry.get("env"), "env", where), cwd=cwd, **timeouts)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The ``mcpServers`` object of ``path`` ({} when the file does not exist).
+
+    Raises :class:`McpConfigError` for unreadable JSON or a wrong shape."""
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise McpConfigError(f"{path}: cannot be read ({exc})") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise McpConfigError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise McpConfigError(f"{path}: expected an object with 'mcpServers'")
+    servers = data.get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise McpConfigError(f"{path}: 'mcpServers' must be an object")
+    return servers
+
+
+def load(repo: Path | None) -> McpConfig:
+    """Every configured server; broken files and entries become :attr:`McpConfig.errors`."""
+    config = McpConfig()
+    sources: list[tuple[Path, Scope]] = [(user_file(), "user")]
+    if repo is not None:
+        sources += [(p, "project") for p in project_files(repo)]
+    for path, scope in sources:
+        try:
+            entries = read_file(path)
+        except McpConfigError as exc:
+            config.errors.append(str(exc))
+            continue
+        if entries and scope == "project":
+            config.project_files.append(path)
+        for name, entry in entries.items():
+            try:
+                config.servers[name] = parse_entry(name, entry, path, scope)
+            except McpConfigError as exc:
+                config.errors.append(str(exc))
+    return config
+
+
+def trust_file() -> Path:
+    """Where trusted project files are remembered: path → sha256 of the contents."""
+    return home().config / "mcp-trust.json"
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (hex)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _trusted() -> dict[str, str]:
+    try:
+        data = json.loads(trust_file().read_text("utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_trusted(path: Path) -> bool:
+    """Whether the user trusted exactly the current contents of ``path``."""
+    return _trusted().get(str(path.resolve())) == file_digest(path)
+
+
+def trust(path: Path) -> None:
+    """Remember the current contents of ``path`` as trusted."""
+    data = _trusted()
+    data[str(path.resolve())] = file_digest(path)
+    target = trust_file()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
+
+
+def add_server(name: str, entry: dict[str, Any], scope: Scope, repo: Path | None,
+               force: bool = False) -> Path:
+    """Write ``entry`` as server ``name`` into the user file or ``<repo>/.agents/mcp.json``.
+
+    The entry is checked first (:func:`parse_entry`); a project file written here stays trusted
+    when it was new or trusted before (the user wrote the change). Raises
+    :class:`McpConfigError` (bad entry, name taken without ``force``, unreadable file)."""
+    if scope == "project":
+        if repo is None:
+            raise McpConfigError("--scope project needs a repository")
+        path = repo / ".agents" / "mcp.json"
+    else:
+        path = user_file()
+    parse_entry(name, entry, path, scope)
+    data: dict[str, Any] = {}
+    trusted_before = not path.exists() or is_trusted(path)
+    if path.exists():
+        read_file(path)
+        data = json.loads(path.read_text("utf-8"))
+    servers = data.setdefault("mcpServers", {})
+    if name in servers and not force:
+        raise McpConfigError(f"{path}: server '{name}' already exists (use --force to "
+                             "replace it)")
+    servers[name] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
+    if scope == "project" and trusted_before:
+        trust(path)
+    return path

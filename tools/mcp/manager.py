@@ -1,0 +1,310 @@
+"""Connections to MCP servers, kept on a background event loop for a synchronous agent loop.
+
+The ``mcp`` SDK is async (anyio) and a ``Client`` must be closed in the task that opened it, so
+each server gets one runner task on a private asyncio loop thread: it connects, lists the tools
+and then waits to be stopped. Tool calls are submitted to that loop from the agent's thread with
+a per-call timeout. A server whose connection drops during a call is restarted once; when it
+drops again it is quarantined for the rest of the session (recorded for ``agent mcp list``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import anyio
+import httpx2
+import mcp_types
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from backend.home import home
+from tools.mcp.config import ServerConfig
+
+Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
+CLIENT_INFO = mcp_types.Implementation(name="dflash-agent", version="1")
+STOP_GRACE_S = 10.0
+"""Seconds a runner gets to close its connection (the SDK bounds its own shutdown at ~5 s)."""
+
+
+class McpCallError(RuntimeError):
+    """A tool call did not produce a result (timeout, crash, quarantine, protocol error)."""
+
+
+def state_dir() -> Path:
+    """``<state>/mcp``: server stderr logs and the quarantine record."""
+    return home().state / "mcp"
+
+
+def quarantine_file() -> Path:
+    """JSON lines, one per quarantine: server, reason, session, time."""
+    return state_dir() / "quarantines.jsonl"
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an exception, looking inside anyio's exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe_error(e) for e in exc.exceptions)
+    if isinstance(exc, MCPError):
+        return f"MCP error {exc.error.code}: {exc.error.message}"
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"command not found: {exc.filename}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _route_sdk_logs() -> None:
+    """Keep the SDK's log records (garbage lines, transport tracebacks) off the terminal."""
+    logger = logging.getLogger("mcp")
+    if any(getattr(h, "_dflash", False) for h in logger.handlers):
+        return
+    state_dir().mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(state_dir() / "sdk.log", encoding="utf-8", delay=True)
+    handler._dflash = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+@dataclass
+class ServerState:
+    """One server's connection and what is known about it."""
+
+    config: ServerConfig
+    status: Status = "starting"
+    error: str | None = None
+    tools: list[mcp_types.Tool] = field(default_factory=list)
+    restarts: int = 0
+    client: Client | None = None
+    stop: anyio.Event | None = None
+    done: anyio.Event | None = None
+    log: Path | None = None
+    """Where a stdio server's stderr goes."""
+
+
+class McpManager:
+    """All configured servers of one session.
+
+    ``start()`` connects every server concurrently (each within its ``startup_timeout``) and
+    returns when all are ready or failed; ``call()`` runs one tool call; ``close()`` stops
+    everything. ``cwd`` is the default working directory of stdio servers (the workspace).
+    """
+
+    def __init__(self, configs: Iterable[ServerConfig], cwd: Path | None = None,
+                 session_id: str = ""):
+        self.servers: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
+        self.cwd = cwd
+        self.session_id = session_id
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-client",
+                                        daemon=True)
+        self._started = False
+
+    def _submit(self, coro: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _wait(self, future: Future[Any]) -> Any:
+        """The result of ``future``; Ctrl-C cancels the coroutine before re-raising."""
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def start(self) -> None:
+        """Connect all servers concurrently; failures are recorded, never raised."""
+        if not self._started:
+            _route_sdk_logs()
+            self._thread.start()
+            self._started = True
+        self._wait(self._submit(self._start_all(list(self.servers.values()))))
+
+    async def _start_all(self, states: list[ServerState]) -> None:
+        async with anyio.create_task_group() as tg:
+            for state in states:
+                tg.start_soon(self._start_one, state)
+
+    async def _start_one(self, state: ServerState) -> None:
+        state.status, state.error, state.tools = "starting", None, []
+        state.stop, state.done = anyio.Event(), anyio.Event()
+        ready = anyio.Event()
+        asyncio.get_running_loop().create_task(self._run(state, ready))
+        await ready.wait()
+
+    async def _run(self, state: ServerState, ready: anyio.Event) -> None:
+        cfg = state.config
+        assert state.stop is not None and state.done is not None
+        try:
+            with anyio.CancelScope() as scope:
+                scope.deadline = anyio.current_time() + cfg.startup_timeout
+                async with AsyncExitStack() as stack:
+                    transport = await self._transport(state, stack)
+                    client = await stack.enter_async_context(
+                        Client(transport, client_info=CLIENT_INFO,
+                               read_timeout_seconds=cfg.startup_timeout))
+                    state.tools = await _list_tools(client)
+                    scope.deadline = math.inf
+                    state.client, state.status = client, "ready"
+                    ready.set()
+                    await state.stop.wait()
+            if scope.cancelled_caught and state.status == "starting":
+                state.status = "failed"
+                state.error = f"did not start within {cfg.startup_timeout:g} s"
+        except Exception as exc:
+            if state.status == "starting":
+                state.status, state.error = "failed", describe_error(exc)
+        finally:
+            state.client = None
+            if state.status == "ready":
+                state.status = "stopped"
+            ready.set()
+            state.done.set()
+
+    async def _transport(self, state: ServerState, stack: AsyncExitStack) -> Any:
+        cfg = state.config
+        if cfg.url:
+            http = await stack.enter_async_context(httpx2.AsyncClient(
+                headers=cfg.headers, timeout=httpx2.Timeout(30.0, read=cfg.tool_timeout + 30)))
+            return streamable_http_client(cfg.url, http_client=http)
+        state_dir().mkdir(parents=True, exist_ok=True)
+        state.log = state_dir() / f"{cfg.name}.stderr.log"
+        errlog: IO[str] = stack.enter_context(state.log.open("a", encoding="utf-8"))
+        cwd = Path(cfg.cwd) if cfg.cwd else self.cwd
+        if cwd is not None and not cwd.is_absolute() and self.cwd is not None:
+            cwd = self.cwd / cwd
+        params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args),
+                                       env=cfg.env or None, cwd=cwd)
+        return stdio_client(params, errlog=errlog)
+
+    async def _stop(self, state: ServerState) -> None:
+        if state.stop is None or state.done is None:
+            return
+        state.stop.set()
+        with anyio.move_on_after(STOP_GRACE_S):
+            await state.done.wait()
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """Call ``tool`` on ``server``; returns the server's result (``is_error`` included).
+
+        Raises :class:`McpCallError` for a timeout (the call is cancelled), a server that is
+        not running, quarantined or crashed during the call (restarted once), or a protocol
+        error."""
+        state = self.servers[server]
+        if state.status == "quarantined":
+            raise McpCallError(f"MCP server '{server}' is quarantined for this session "
+                               f"({state.error})")
+        if state.status == "stopped":
+            # The connection ended between calls: the same path as a crash during one.
+            raise McpCallError(self._wait(self._submit(self._crashed(state, tool))))
+        if state.status != "ready" or state.client is None:
+            raise McpCallError(f"MCP server '{server}' is not running "
+                               f"({state.error or state.status})")
+        return self._wait(self._submit(self._call(state, tool, arguments)))
+
+    async def _call(self, state: ServerState, tool: str,
+                    arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        timeout = state.config.tool_timeout
+        client = state.client
+        assert client is not None
+        try:
+            with anyio.fail_after(timeout):
+                return await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
+        except TimeoutError:
+            raise McpCallError(f"{state.config.name}: {tool} timed out after {timeout:g} s; "
+                               "the call was cancelled") from None
+        except MCPError as exc:
+            if exc.error.code == mcp_types.REQUEST_TIMEOUT:
+                raise McpCallError(f"{state.config.name}: {tool} timed out after {timeout:g} "
+                                   "s; the call was cancelled") from None
+            if exc.error.code != mcp_types.CONNECTION_CLOSED:
+                raise McpCallError(f"{state.config.name}: {describe_error(exc)}") from None
+        raise McpCallError(await self._crashed(state, tool))
+
+    async def _crashed(self, state: ServerState, tool: str) -> str:
+        """Restart a server whose connection dropped, or quarantine it the second time."""
+        name = state.config.name
+        await self._stop(state)
+        where = f" (its stderr: {state.log})" if state.log else ""
+        if state.restarts >= 1:
+            state.status = "quarantined"
+            state.error = f"crashed again during {tool}"
+            self._record_quarantine(state)
+            return (f"MCP server '{name}' crashed again during {tool}{where}; it is "
+                    "quarantined for the rest of this session")
+        state.restarts += 1
+        await self._start_one(state)
+        if state.status != "ready":
+            state.status = "quarantined"
+            reason = state.error
+            state.error = f"crashed during {tool} and did not restart: {reason}"
+            self._record_quarantine(state)
+            return (f"MCP server '{name}' crashed during {tool}{where} and did not restart "
+                    f"({reason}); it is quarantined for the rest of this session")
+        return (f"MCP server '{name}' crashed during {tool}{where}; it was restarted, so the "
+                "call can be tried again (check whether it had an effect first)")
+
+    def _record_quarantine(self, state: ServerState) -> None:
+        record = {"server": state.config.name, "reason": state.error,
+                  "session": self.session_id, "time": time.time()}
+        path = quarantine_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        """Stop every server and the loop thread (idempotent)."""
+        if not self._started or not self._thread.is_alive():
+            return
+        states = list(self.servers.values())
+
+        async def stop_all() -> None:
+            async with anyio.create_task_group() as tg:
+                for state in states:
+                    tg.start_soon(self._stop, state)
+
+        self._wait(self._submit(stop_all()))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=STOP_GRACE_S)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+async def _list_tools(client: Client) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page = await client.list_tools(cursor=cursor)
+        tools += page.tools
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def read_quarantines() -> dict[str, dict[str, Any]]:
+    """The latest quarantine record per server name (from any session)."""
+    latest: dict[str, dict[str, Any]] = {}
+    try:
+        lines = quarantine_file().read_text("utf-8").splitlines()
+    except FileNotFoundError:
+        return latest
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("server"), str):
+            latest[record["server"]] = record
+    return latest
