@@ -14,6 +14,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+# Imported for its side effect: it adds `mcp serve` and `mcp install` to mcp_app.
+from agent import cli_mcp_serve  # noqa: F401
 from agent.cli_mcp import mcp_app
 from agent.cli_skills import skills_app
 from agent.client import ContextOverflow, ServerUnavailable
@@ -36,13 +38,23 @@ from agent.repo_session import RepoSession, diff_session, load_record, undo_task
 from agent.session import list_sessions
 from agent.ui import Reporter
 from backend import engines, server
+from backend.bench import (
+    BenchError,
+    BenchUsage,
+    default_result_path,
+    parse_profiles,
+    parse_temperatures,
+    run_bench,
+    write_result,
+)
+from backend.bench_prompts import PromptsError, load_prompts
+from backend.bench_report import plot_result, require_matplotlib, result_table
 from backend.cache import CacheError, list_cache, remove
 from backend.convert import ConvertError, convert_draft
 from backend.engines import BuildError
 from backend.launch import ensure_engine, plan_for
 from backend.models import ModelError, resolve_model
 from backend.presets import PresetError, UnknownPreset, get_preset
-from backend.profiles import server_argv
 from backend.server import ServerError
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -59,7 +71,7 @@ app.add_typer(skills_app, name="skills")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
-                CacheError)
+                CacheError, BenchError, PromptsError)
 
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
@@ -173,7 +185,10 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
             include_user_changes: Annotated[bool, typer.Option(
                 help="With --commit, also commit files you had modified before the task.")]
             = False,
-            no_git: NoGit = False, json_out: JsonOut = False) -> None:
+            no_git: NoGit = False, json_out: JsonOut = False,
+            skill: Annotated[list[str] | None, typer.Option(
+                "--skill", help="Activate this skill (see `agent skills list`) before the "
+                "model starts; repeatable.")] = None) -> None:
     """Run one task in a repository, checkpointed (undo with `agent undo`), then exit."""
     if not task.strip():
         raise UsageError("the task is empty; say what to do")
@@ -182,7 +197,7 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
                                  tool_protocol=tool_protocol, max_steps=max_steps,
                                  max_time=max_time)
     reporter = Reporter(json_mode=json_out)
-    session = RepoSession(settings, repo, reporter, no_git=no_git)
+    session = RepoSession(settings, repo, reporter, no_git=no_git, skills=skill or [])
     try:
         result = session.run_task(task)
         sha = session.commit_last(include_user_changes) \
@@ -423,7 +438,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
                     parallel=parallel, idle_timeout=idle_timeout)
     if print_cmd:
-        typer.echo(shlex.join(server_argv(plan, server.DEFAULT_HOST, settings.port)))
+        typer.echo(shlex.join(server.launch_argv(plan, server.DEFAULT_HOST, settings.port)))
         return
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)
@@ -460,6 +475,55 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
                    f"{info['profile']}  n_ctx {info['n_ctx']}  up {info['uptime_s']} s\n"
                    f"  binary {info['binary']} ({info['flavour']})\n  model  {info['model']}"
                    f"\n  log    {info['log']}")
+
+
+@backend_app.command("bench", epilog=EXIT_CODES_HELP)
+def bench_cmd(
+    preset: Preset = None,
+    profiles: Annotated[str | None, typer.Option(help="Comma-separated profiles to compare "
+                                                 "(default: baseline and the preset's own).")]
+    = None,
+    prompts: Annotated[str, typer.Option(help="seed (the three coding prompts of the DFlash "
+                                         "write-up), edit (return a file with one rename, "
+                                         "three sizes) or a JSON/text prompts file.")]
+    = "seed",
+    max_tokens: Annotated[int, typer.Option(min=1, help="max_tokens per request.")] = 1200,
+    temperatures: Annotated[str, typer.Option(help="Comma-separated temperatures; each "
+                                              "prompt runs at each.")] = "0.7,0",
+    repeats: Annotated[int, typer.Option(min=1, help="Times each request is sent to each "
+                                         "profile.")] = 1,
+    ctx_size: CtxSize = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results here "
+                                                   "(default: <state>/bench/<date>.json).")]
+    = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG bar chart here (needs the "
+                                              "plot extra).")] = None,
+) -> None:
+    """Compare speculation profiles on one binary and model: one server per profile side by
+    side, requests interleaved; per prompt and overall tokens, decode and prefill tok/s,
+    draft acceptance and speedup vs baseline."""
+    settings = load_settings(cli={"preset": preset, "ctx_size": ctx_size})
+    chosen = get_preset(settings.preset)
+    names = parse_profiles(profiles, chosen)
+    temps = parse_temperatures(temperatures)
+    prompt_set, prompt_list = load_prompts(prompts)
+    if plot is not None:
+        require_matplotlib()
+    reporter = Reporter()
+    try:
+        engine = ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
+                               reporter.build_progress)
+    finally:
+        reporter.close()
+    result = run_bench(chosen, engine, names, prompt_list, prompt_set=prompt_set,
+                       temperatures=temps, max_tokens=max_tokens, repeats=repeats,
+                       ctx_size=settings.ctx_size, start_timeout=settings.server_start_timeout,
+                       note=lambda message: err.print(message, markup=False, style="dim"))
+    Console(highlight=False, soft_wrap=True).print(result_table(result))
+    written = write_result(result, json_path or default_result_path(result))
+    typer.echo(f"results: {written}")
+    if plot is not None:
+        typer.echo(f"chart: {plot_result(result, plot)}")
 
 
 @cache_app.command("list")
@@ -508,7 +572,7 @@ def main() -> None:
         err.print("interrupted")
         code = EXIT_INTERRUPTED
     except KNOWN_ERRORS as exc:
-        usage = isinstance(exc, UsageError | UnknownPreset)
+        usage = isinstance(exc, UsageError | UnknownPreset | BenchUsage)
         crash = write_crash_log(exc)
         err.print(f"error: {exc}", markup=False)
         tail = getattr(exc, "tail", "")

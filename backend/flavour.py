@@ -4,7 +4,7 @@
 Detected from ``llama-server --help`` (rules from BACKEND-FACTS.md: ``--spec-dflash-cross-ctx``
 or ``turbo4`` → bee-old; ``kvarn`` or ``--spec-dm-controller`` → bee-new; neither → upstream).
 ``--help`` still lists removed flags with a "has been removed" note: those lines do not count.
-The answer is cached per binary content hash.
+The help text is cached per binary content hash.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Literal
 
+from backend.helpfacts import HelpFacts, parse_help
 from backend.home import home
 
 Flavour = Literal["bee-old", "bee-new", "upstream"]
@@ -34,20 +35,31 @@ def _digest(binary: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def detect_flavour(binary: Path) -> Flavour:
-    """The flavour of ``binary`` (cached by content hash).
+def binary_help(binary: Path) -> str:
+    """``binary --help`` output (stdout and stderr), cached by the binary's content hash.
 
     Raises ``OSError`` or ``subprocess.SubprocessError`` when the binary cannot run.
     """
     cache = home().cache / "flavours"
     cache.mkdir(parents=True, exist_ok=True)
-    entry = cache / _digest(binary)
+    entry = cache / f"{_digest(binary)}.help"
     if entry.is_file():
-        cached = entry.read_text("utf-8").strip()
-        if cached in ("bee-old", "bee-new", "upstream"):
-            return cached  # type: ignore[return-value]
+        return entry.read_text("utf-8")
     proc = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
-    flavour = flavour_from_help(proc.stdout + proc.stderr)
-    entry.write_text(flavour, "utf-8")
-    return flavour
+    text = proc.stdout + proc.stderr
+    entry.write_text(text, "utf-8")
+    return text
+
+
+def detect_flavour(binary: Path) -> Flavour:
+    """The flavour of ``binary`` (from its cached ``--help``).
+
+    Raises ``OSError`` or ``subprocess.SubprocessError`` when the binary cannot run.
+    """
+    return flavour_from_help(binary_help(binary))
+
+
+def binary_facts(binary: Path) -> HelpFacts:
+    """What ``binary`` accepts, parsed from its own ``--help``."""
+    return parse_help(binary_help(binary), source=str(binary))

@@ -1,7 +1,7 @@
 """Speculation profiles and their translation into ``llama-server`` arguments.
 
-A profile is data; :func:`server_argv` turns it into the argv of an upstream llama.cpp b11434
-``llama-server`` (flags checked against ``common/arg.cpp`` of that tree, see BACKEND-FACTS.md).
+A profile is data; :func:`server_argv` turns it into the argv of a ``llama-server`` of a given
+flavour (upstream b11434, bee-old, bee-new; BACKEND-FACTS.md "Flags").
 Pure functions only: nothing here starts a process.
 """
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.flavour import Flavour
 from backend.presets import ProfileName, ServerOptions
 
 
@@ -58,23 +59,72 @@ def get_profile(name: str) -> Profile:
     return PROFILES[name]
 
 
-def server_argv(plan: LaunchPlan, host: str, port: int) -> list[str]:
-    """The full argv (binary first) for ``plan`` listening on ``host:port``.
+def _options(o: ServerOptions, flavour: Flavour) -> list[str]:
+    argv: list[str] = []
+    pairs = [("-ngl", o.gpu_layers), ("-fa", o.flash_attn), ("-b", o.batch_size),
+             ("-ub", o.ubatch_size), ("-ctk", o.cache_type_k), ("-ctv", o.cache_type_v),
+             ("-ctxcp", o.ctx_checkpoints), ("--cache-ram", o.cache_ram),
+             ("--reasoning", o.reasoning)]
+    for flag, value in pairs:
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--swa-full"] * o.swa_full + ["--kv-unified"] * o.kv_unified
+    argv += ["--no-host"] * o.no_host
+    if o.lock_memory:
+        # BACKEND-FACTS.md: bee-old has --no-mmap/--mlock; later builds only --load-mode.
+        argv += ["--no-mmap", "--mlock"] if flavour == "bee-old" else ["--load-mode", "mlock"]
+    if flavour == "upstream":
+        # Policy: the fit check (backend.fit) sizes the plan; the server must honour it or fail
+        # loudly rather than shrink layers or context behind the user's back.
+        argv += ["--fit", "on" if o.fit else "off"]
+    return argv
 
-    Raises ``ValueError`` when the profile needs a draft model and the plan has none.
-    """
-    profile = get_profile(plan.profile)
-    argv = [str(plan.binary), "-m", str(plan.model), "--host", host, "--port", str(port),
-            "-c", str(plan.ctx_size), "-np", str(plan.parallel), "--metrics", "--slots",
-            "--jinja"]
+
+def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[str]:
+    argv: list[str] = []
     if profile.needs_draft:
         if plan.draft is None:
             raise ValueError(f"profile '{profile.name}' needs a draft model; the preset has none")
         argv += ["--spec-draft-model", str(plan.draft)]
-    if profile.spec_types:
-        argv += ["--spec-type", ",".join(profile.spec_types)]
-    if profile.draft_n_max is not None:
+        if plan.options.draft_gpu_layers is not None:
+            argv += ["--spec-draft-ngl", plan.options.draft_gpu_layers]
+        # A quantized draft KV collapses acceptance (BACKEND-FACTS.md): keep it f16.
+        argv += ["--spec-draft-type-k", "f16", "--spec-draft-type-v", "f16"]
+    types = profile.spec_types
+    if profile.name == "dflash" and flavour == "bee-old":
+        types = ("dflash",)
+    if types:
+        argv += ["--spec-type", ",".join(types)]
+    if profile.name == "dflash" and flavour == "bee-old":
+        if plan.options.dflash_cross_ctx is not None:
+            argv += ["--spec-dflash-cross-ctx", str(plan.options.dflash_cross_ctx)]
+    elif profile.draft_n_max is not None:
         argv += ["--spec-draft-n-max", str(profile.draft_n_max)]
+    return argv
+
+
+def server_argv(plan: LaunchPlan, host: str, port: int,
+                flavour: Flavour = "upstream") -> list[str]:
+    """The full argv (binary first) for ``plan`` on a ``flavour`` build at ``host:port``.
+
+    One translation covers the three flavours; where they differ (BACKEND-FACTS.md "Flags"):
+    DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``) on bee-old and
+    ``draft-dflash`` with ``--spec-draft-n-max 15`` elsewhere; locked weights are
+    ``--no-mmap --mlock`` on bee-old and ``--load-mode mlock`` elsewhere; ``--fit`` is set
+    explicitly on upstream. Check the result with :func:`backend.helpfacts.check_argv`.
+
+    Raises ``ValueError`` when the profile needs a draft model and the plan has none, or when
+    DFlash is asked with more than one slot (it crashed with ``-np > 1`` on bee-old CUDA).
+    """
+    profile = get_profile(plan.profile)
+    if profile.needs_draft and plan.parallel > 1:
+        raise ValueError("DFlash runs with one slot (-np 1); drop --parallel or choose the "
+                         "ngram or baseline profile")
+    argv = [str(plan.binary), "-m", str(plan.model), "--host", host, "--port", str(port),
+            "-c", str(plan.ctx_size), "-np", str(plan.parallel), "--metrics", "--slots",
+            "--jinja"]
+    argv += _speculation(plan, profile, flavour)
+    argv += _options(plan.options, flavour)
     if plan.idle_timeout is not None:
         argv += ["--sleep-idle-seconds", str(plan.idle_timeout)]
     argv += list(plan.extra_flags)

@@ -26,7 +26,8 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from backend.cache import record_use
-from backend.flavour import detect_flavour
+from backend.flavour import binary_facts, detect_flavour
+from backend.helpfacts import check_argv
 from backend.home import home
 from backend.profiles import LaunchPlan, server_argv
 
@@ -174,6 +175,28 @@ def stop(state: ServerState, timeout: float = 15.0) -> None:
         pass
 
 
+def launch_argv(plan: LaunchPlan, host: str, port: int) -> list[str]:
+    """The argv for ``plan`` translated for the binary's flavour and checked against the
+    binary's own ``--help``.
+
+    Raises :class:`ServerError` listing every flag the build would reject, before anything runs.
+    """
+    try:
+        flavour = detect_flavour(plan.binary)
+        facts = binary_facts(plan.binary)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ServerError(f"cannot run {plan.binary} --help: {exc}") from exc
+    try:
+        argv = server_argv(plan, host, port, flavour)
+    except ValueError as exc:
+        raise ServerError(str(exc)) from exc
+    problems = check_argv(argv, facts)
+    if problems:
+        raise ServerError(f"this {flavour} llama-server ({plan.binary}) would reject the "
+                          "launch command:\n  " + "\n  ".join(problems))
+    return argv
+
+
 def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
        preset: str | None = None, timeout: float = 600.0,
        progress: Callable[[str], None] | None = None) -> tuple[ServerState, bool]:
@@ -193,7 +216,7 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             stop(existing)
             _state_path(digest).unlink(missing_ok=True)
         chosen = pick_port(host, port)
-        argv = server_argv(plan, host, chosen)
+        argv = launch_argv(plan, host, chosen)
         log = root / f"{digest}.log"
         log.write_text(f"$ {' '.join(argv)}\n", "utf-8")
         pid = _spawn_detached(argv, log)

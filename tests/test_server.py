@@ -128,9 +128,17 @@ def test_a_missing_model_file_is_diagnosed_from_the_log(engine: Engine, tmp_path
     assert running() == []
 
 
-def test_an_unknown_flag_is_diagnosed(engine: Engine, smollm2: Path):
+def test_an_unknown_flag_is_refused_before_launch(engine: Engine, smollm2: Path):
     plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=2048,
                       extra_flags=("--no-such-flag-xyz",))
+    with pytest.raises(ServerError, match="--no-such-flag-xyz: not an option of this build"):
+        up(plan, port=_free_port(), timeout=120)
+    assert running() == []
+
+
+def test_a_bad_flag_value_is_diagnosed_from_the_log(engine: Engine, smollm2: Path):
+    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=2048,
+                      extra_flags=("--flash-attn", "sometimes"))
     with pytest.raises(ServerError, match="rejected a command-line flag"):
         up(plan, port=_free_port(), timeout=120)
 
@@ -171,7 +179,9 @@ def test_the_real_engine_is_upstream_and_the_answer_is_cached(engine: Engine, ag
 
     assert detect_flavour(engine.binary) == "upstream"
     cached = list((agent_home / "cache" / "flavours").iterdir())
-    assert len(cached) == 1 and cached[0].read_text() == "upstream"
+    assert len(cached) == 1 and "--spec-type" in cached[0].read_text()
+    cached[0].write_text("--spec-dflash-cross-ctx N  window\n")  # the cache is what is read
+    assert detect_flavour(engine.binary) == "bee-old"
 
 
 def test_idle_timeout_puts_the_server_to_sleep_and_a_request_wakes_it(engine: Engine,
