@@ -16,6 +16,7 @@ from rich.console import Console
 
 # Imported for its side effect: it adds `mcp serve` and `mcp install` to mcp_app.
 from agent import cli_mcp_serve  # noqa: F401
+from agent.cli_fit import doctor_cmd, presets_cmd
 from agent.cli_mcp import mcp_app
 from agent.cli_skills import skills_app
 from agent.client import ContextOverflow, ServerUnavailable
@@ -52,6 +53,8 @@ from backend.bench_report import plot_result, require_matplotlib, result_table
 from backend.cache import CacheError, list_cache, remove
 from backend.convert import ConvertError, convert_draft
 from backend.engines import BuildError
+from backend.fit import FitError, check_fit
+from backend.ggufinfo import GgufError
 from backend.launch import ensure_engine, plan_for
 from backend.models import ModelError, resolve_model
 from backend.presets import PresetError, UnknownPreset, get_preset
@@ -71,7 +74,7 @@ app.add_typer(skills_app, name="skills")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
-                CacheError, BenchError, PromptsError)
+                CacheError, BenchError, PromptsError, FitError, GgufError)
 
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
@@ -423,7 +426,10 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
                                                             "model's memory; the next request "
                                                             "wakes it.")] = None,
            print_cmd: Annotated[bool, typer.Option("--print-cmd", help="Print the exact "
-                                                   "llama-server command and exit.")] = False
+                                                   "llama-server command and exit.")] = False,
+           force: Annotated[bool, typer.Option("--force", help="Launch even when the fit "
+                                               "check says the models and context do not fit "
+                                               "this machine's free memory.")] = False
            ) -> None:
     """Start the managed server (or reuse the running one with the same configuration)."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
@@ -440,6 +446,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     if print_cmd:
         typer.echo(shlex.join(server.launch_argv(plan, server.DEFAULT_HOST, settings.port)))
         return
+    check_fit(plan, force=force, note=reporter.note)
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)
     verb = "reusing" if reused else "started"
@@ -524,6 +531,10 @@ def bench_cmd(
     typer.echo(f"results: {written}")
     if plot is not None:
         typer.echo(f"chart: {plot_result(result, plot)}")
+
+
+backend_app.command("presets")(presets_cmd)
+backend_app.command("doctor", epilog=EXIT_CODES_HELP)(doctor_cmd)
 
 
 @cache_app.command("list")

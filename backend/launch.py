@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backend.engines import Engine, Progress, build_llama_cpp, default_engine
+from backend.fit import check_fit
 from backend.models import resolve_model
 from backend.presets import Preset, PresetError, get_preset
 from backend.profiles import LaunchPlan, get_profile
@@ -38,12 +39,16 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
 def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int | None = None,
                   port: int = DEFAULT_PORT, sdist: Path | None = None, timeout: float = 600.0,
                   progress: Progress | None = None,
-                  note: Callable[[str], None] | None = None) -> tuple[ServerState, bool]:
+                  note: Callable[[str], None] | None = None,
+                  force: bool = False) -> tuple[ServerState, bool]:
     """Engine, models and server for ``preset_name``; returns (state, reused).
 
-    Raises ``BuildError``, ``ModelError``, ``PresetError`` or ``ServerError``.
+    Before a launch the fit check runs (:func:`backend.fit.check_fit`); ``force`` launches a
+    plan it refuses. Raises ``BuildError``, ``ModelError``, ``PresetError``, ``FitError``,
+    ``GgufError`` or ``ServerError``.
     """
     preset = get_preset(preset_name)
     engine = ensure_engine(sdist, progress)
     plan = plan_for(preset, engine, profile, ctx_size, note)
+    check_fit(plan, force=force, note=note)
     return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note)

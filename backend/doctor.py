@@ -1,0 +1,234 @@
+"""``agent backend doctor``: is this machine ready to build and serve models, and if not, what
+to do. Each check returns ok, warn or fail with a detail line and, when not ok, the next step.
+
+Thresholds: the disk check fails below ``min_free_mib`` (default :data:`MIN_FREE_DISK_MIB`, or
+``$DFLASH_AGENT_MIN_FREE_DISK_MIB``) and warns below :data:`WARN_FREE_DISK_MIB`, the size of a
+31B Q4 model with its draft; the RAM check warns below :data:`WARN_RAM_MIB` available.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx2
+import psutil
+
+from backend.cache import list_cache
+from backend.engines import Engine, default_engine
+from backend.flavour import detect_flavour
+from backend.home import home
+from backend.server import running
+
+Status = Literal["ok", "warn", "fail"]
+MIB = 2**20
+MIN_FREE_DISK_ENV = "DFLASH_AGENT_MIN_FREE_DISK_MIB"
+MIN_FREE_DISK_MIB = 2048
+"""Below this the engine build (about 1 GiB with its build tree) or a small model will not fit."""
+WARN_FREE_DISK_MIB = 20 * 1024
+WARN_RAM_MIB = 2048
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+    """What to do; empty when ok."""
+
+
+def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _first_line(proc: subprocess.CompletedProcess) -> str:
+    return ((proc.stdout or proc.stderr).strip().splitlines() or ["no output"])[0]
+
+
+def check_gpu() -> Check:
+    """NVIDIA GPU and driver through ``nvidia-smi``: absent is a warning (CPU only), failing is
+    a failure (a broken driver makes CUDA builds crash at start)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return Check("gpu", "warn", "no nvidia-smi on PATH: no NVIDIA GPU, CPU inference only",
+                     "fine for small models; for 27-31B models use a machine with a 24 GB GPU "
+                     "and its NVIDIA driver")
+    try:
+        proc = _run([exe, "--query-gpu=name,driver_version,memory.total,memory.free",
+                     "--format=csv,noheader,nounits"])
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("gpu", "fail", f"nvidia-smi could not run: {exc}",
+                     "reinstall or reload the NVIDIA driver (a reboot often helps)")
+    if proc.returncode != 0:
+        last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+        return Check("gpu", "fail", f"nvidia-smi failed (exit {proc.returncode}): {last}",
+                     "the NVIDIA driver is not working: reinstall it or reboot; until then only "
+                     "CPU builds run")
+    gpus = []
+    for line in proc.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4:
+            gpus.append(f"{parts[0]} (driver {parts[1]}, {parts[3]} of {parts[2]} MiB free)")
+    if not gpus:
+        return Check("gpu", "fail", f"nvidia-smi printed no GPU: {_first_line(proc)!r}",
+                     "check that the GPU is visible to this machine or container")
+    return Check("gpu", "ok", "; ".join(gpus))
+
+
+def check_cuda(has_gpu: bool) -> Check:
+    """The CUDA compiler ``nvcc``, needed only for CUDA builds."""
+    exe = shutil.which("nvcc")
+    if exe is None:
+        if has_gpu:
+            return Check("cuda", "warn", "no nvcc on PATH: the engine builds for CPU only",
+                         "install the CUDA toolkit (and put its bin/ on PATH), then "
+                         "`agent backend build --cuda`")
+        return Check("cuda", "ok", "no nvcc (not needed without a GPU)")
+    try:
+        proc = _run([exe, "--version"])
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("cuda", "fail", f"nvcc could not run: {exc}", "reinstall the CUDA toolkit")
+    match = re.search(r"release ([\d.]+)", proc.stdout)
+    if proc.returncode != 0 or not match:
+        return Check("cuda", "fail", f"nvcc --version failed: {_first_line(proc)}",
+                     "reinstall the CUDA toolkit")
+    return Check("cuda", "ok", f"nvcc {match.group(1)} ({exe})")
+
+
+def _tool(name: str, candidates: tuple[str, ...], engine: Engine | None, fix: str) -> Check:
+    """A build tool: missing fails when no engine is installed yet (nothing can be built),
+    warns otherwise (only a rebuild needs it)."""
+    for candidate in candidates:
+        exe = shutil.which(candidate)
+        if exe is None:
+            continue
+        try:
+            proc = _run([exe, "--version"])
+        except (OSError, subprocess.SubprocessError) as exc:
+            return Check(name, "fail", f"{candidate} could not run: {exc}", fix)
+        if proc.returncode != 0:
+            return Check(name, "fail", f"{candidate} --version failed: {_first_line(proc)}", fix)
+        return Check(name, "ok", f"{_first_line(proc)} ({exe})")
+    status: Status = "warn" if engine else "fail"
+    why = "an engine is installed, so only a rebuild needs it" if engine else \
+        "no engine is installed, so none can be built"
+    return Check(name, status, f"none of {', '.join(candidates)} on PATH ({why})", fix)
+
+
+def check_disk(min_free_mib: float | None = None) -> Check:
+    """Free space where engines and models are stored (the home's cache directory)."""
+    if min_free_mib is None:
+        raw = os.environ.get(MIN_FREE_DISK_ENV)
+        try:
+            min_free_mib = float(raw) if raw else MIN_FREE_DISK_MIB
+        except ValueError:
+            return Check("disk", "fail", f"{MIN_FREE_DISK_ENV}={raw!r} is not a number of MiB",
+                         f"set {MIN_FREE_DISK_ENV} to a number or unset it")
+    where = home().cache
+    probe = next(p for p in (where, *where.parents) if p.exists())
+    usage = shutil.disk_usage(probe)
+    free = usage.free / MIB
+    detail = f"{free:.0f} MiB free of {usage.total / MIB:.0f} MiB at {probe} (cache: {where})"
+    if free < min_free_mib:
+        return Check("disk", "fail", f"{detail}; below the {min_free_mib:.0f} MiB minimum",
+                     "free some space (`agent backend cache list`, then `agent backend cache "
+                     "rm NAME`) or move the home with DFLASH_AGENT_HOME")
+    if free < WARN_FREE_DISK_MIB:
+        return Check("disk", "warn", f"{detail}; a 31B model with its draft needs about "
+                     f"{WARN_FREE_DISK_MIB // 1024} GiB", "free space before downloading big "
+                     "models (`agent backend cache rm NAME`)")
+    return Check("disk", "ok", detail)
+
+
+def check_ram() -> Check:
+    """Total and available RAM."""
+    mem = psutil.virtual_memory()
+    detail = f"{mem.available / MIB:.0f} MiB available of {mem.total / MIB:.0f} MiB"
+    if mem.available / MIB < WARN_RAM_MIB:
+        return Check("ram", "warn", detail, "close other programs; even small models need "
+                     "about 1 GiB with their context")
+    return Check("ram", "ok", detail)
+
+
+def check_engine(engine: Engine | None) -> Check:
+    """The installed engine and its flavour (from ``--help``)."""
+    if engine is None:
+        return Check("engine", "warn", "no engine installed",
+                     "`agent backend build` (or `agent backend up`, which builds on first use)")
+    try:
+        flavour = detect_flavour(engine.binary)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("engine", "fail", f"{engine.binary} does not run: {exc}",
+                     f"rebuild: `agent backend cache rm {engine.key}` then `agent backend build`")
+    kind = "CUDA" if "-DGGML_CUDA=ON" in engine.configure_flags else "CPU"
+    return Check("engine", "ok", f"{engine.key}: {engine.engine} {engine.version} ({kind}, "
+                 f"{flavour}) at {engine.binary}")
+
+
+def check_models() -> Check:
+    """Models in the cache."""
+    models = [e for e in list_cache() if e.kind == "model"]
+    if not models:
+        return Check("models", "warn", f"no model cached in {home().models}",
+                     "`agent backend download [PRESET]` (or `agent backend up`, which "
+                     "downloads on first use)")
+    total = sum(m.size_bytes for m in models) / MIB
+    names = ", ".join(m.name for m in models[:4]) + (", …" if len(models) > 4 else "")
+    return Check("models", "ok", f"{len(models)} cached, {total:.0f} MiB: {names}")
+
+
+def check_servers() -> Check:
+    """Managed servers that are running: each must answer ``/health`` with 200."""
+    states = running()
+    if not states:
+        return Check("server", "ok", "no managed server running")
+
+    def status_of(url: str) -> int:
+        try:
+            return httpx2.get(url + "/health", timeout=5.0).status_code
+        except httpx2.HTTPError:
+            return 0
+
+    bad = []
+    for state in states:
+        code = status_of(state.base_url)
+        if code != 200:
+            answer = "no answer" if code == 0 else f"HTTP {code}"
+            bad.append(f"pid {state.pid} at {state.base_url} ({answer})")
+    if bad:
+        return Check("server", "fail", "unhealthy: " + "; ".join(bad),
+                     "read its log (`agent backend status`), then `agent backend down --all` "
+                     "and `agent backend up`")
+    return Check("server", "ok", f"{len(states)} running and healthy: "
+                 + ", ".join(s.base_url for s in states))
+
+
+def run_checks(min_free_mib: float | None = None) -> list[Check]:
+    """Every check, in a fixed order: gpu, cuda, cmake, compilers, disk, ram, engine, models,
+    server."""
+    engine = default_engine()
+    gpu = check_gpu()
+    return [
+        gpu,
+        check_cuda(gpu.status == "ok"),
+        _tool("cmake", ("cmake",), engine, "install cmake >= 3.14 (e.g. `apt install cmake` or "
+              "`pip install cmake`)"),
+        _tool("c compiler", ("cc", "gcc", "clang"), engine,
+              "install a C compiler (e.g. `apt install build-essential`)"),
+        _tool("c++ compiler", ("c++", "g++", "clang++"), engine,
+              "install a C++17 compiler (e.g. `apt install build-essential`)"),
+        check_disk(min_free_mib),
+        check_ram(),
+        check_engine(engine),
+        check_models(),
+        check_servers(),
+    ]
+

@@ -1,0 +1,429 @@
+"""Fit check: will a launch plan's models, KV caches and buffers fit this machine's memory?
+
+Estimates follow llama.cpp b11434's allocation (``src/llama-kv-cache.cpp``,
+``src/llama-kv-cache-iswa.cpp``, ``src/llama-context.cpp``, ``common/speculative.cpp``):
+
+- weights: the sum of the GGUF's tensor sizes (:mod:`backend.ggufinfo`);
+- KV cache: per layer that owns one, ``cells x (row(K) + row(V))`` with rows priced by the cache
+  type's ggml block size (``gguf.GGML_QUANT_SIZES``). The context is padded to 256 cells and, when
+  the slots do not share one buffer (no ``--kv-unified``), split into per-slot streams of
+  ``pad(ctx / slots, 256)``. Sliding-window layers hold ``pad(min(ctx_seq, window x (slots if
+  unified else 1) + ubatch), 256)`` cells unless ``--swa-full`` sizes them like the rest. Without
+  flash attention V rows are as wide as the widest layer's;
+- context checkpoints (host RAM): taken only on sliding-window models without ``--swa-full``;
+  each holds one slot's sliding-window cache, up to ``ctx_checkpoints`` (default 32) per slot;
+- the draft model (``--spec-draft-model``): its weights, and a KV cache sized like the target's
+  context (``common_base_params_to_speculative`` copies ``n_ctx``, slots and ``--kv-unified``)
+  with the draft cache types, which stay f16;
+- compute buffers: ``4 B x ubatch x (3 ff + 4 embd + 3 heads x head_dim)`` plus the output
+  logits; on a GPU a fixed :data:`GPU_RUNTIME_MIB` for the CUDA context and libraries. These two
+  are rough (the SmolLM2 compute buffer comes out 8 % high); weights and KV are exact.
+
+Layers on the GPU (``gpu_layers``; ``all``/``auto``/unset means all when a GPU answers
+``nvidia-smi``) count against the summed free VRAM, the rest against available RAM (psutil).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import gguf
+import psutil
+
+from backend.ggufinfo import GgufInfo, read_gguf_info
+from backend.presets import ServerOptions
+from backend.profiles import LaunchPlan
+from backend.server import config_hash, running
+
+MIB = 2**20
+GPU_RUNTIME_MIB = 512
+"""CUDA context, cuBLAS workspace and graph memory per process: an assumption, not measured."""
+DEFAULT_UBATCH = 512
+DEFAULT_CHECKPOINTS = 32
+"""b11434 ``--ctx-checkpoints`` default (``common/common.h``)."""
+DRAFT_OUTPUTS = 16
+"""Outputs per step of a DFlash draft: the anchor plus 15 masked positions."""
+CTX_PAD = 256
+Where = Literal["gpu", "host"]
+
+
+class FitError(RuntimeError):
+    """The plan does not fit; ``report`` holds the numbers, the message says what to do."""
+
+    def __init__(self, report: FitReport):
+        self.report = report
+        super().__init__(report.message())
+
+
+class GpuQueryError(RuntimeError):
+    """``nvidia-smi`` exists but failed or printed something unreadable."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One consumer of memory."""
+
+    name: str
+    mib: float
+    where: Where
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """What ``nvidia-smi`` reports, summed over the GPUs, in MiB."""
+
+    free_mib: float
+    total_mib: float
+    count: int
+
+
+@dataclass
+class FitReport:
+    """The estimate for one context size against this machine."""
+
+    ctx_size: int
+    components: list[Component]
+    gpu: GpuMemory | None
+    ram_available_mib: float
+    suggested_ctx: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def need(self, where: Where) -> float:
+        """MiB the plan needs on ``where``."""
+        return sum(c.mib for c in self.components if c.where == where)
+
+    @property
+    def gpu_shortfall(self) -> float:
+        """MiB missing on the GPU (0 when it fits or nothing goes there)."""
+        free = self.gpu.free_mib if self.gpu else 0.0
+        return max(0.0, self.need("gpu") - free)
+
+    @property
+    def host_shortfall(self) -> float:
+        """MiB of RAM missing (0 when it fits)."""
+        return max(0.0, self.need("host") - self.ram_available_mib)
+
+    @property
+    def fits(self) -> bool:
+        """True when nothing is short."""
+        return self.gpu_shortfall == 0 and self.host_shortfall == 0
+
+    def table(self) -> str:
+        """One line per component, then need vs available per memory."""
+        lines = [f"  {c.name:<46} {c.mib:>8.0f} MiB  ({'GPU' if c.where == 'gpu' else 'RAM'})"
+                 for c in self.components if c.mib > 0]
+        if self.need("gpu") > 0 or self.gpu is not None:
+            free = f"{self.gpu.free_mib:.0f} MiB free of {self.gpu.total_mib:.0f} on " \
+                   f"{self.gpu.count} GPU(s)" if self.gpu else "no GPU"
+            lines.append(f"  GPU: needs {self.need('gpu'):.0f} MiB, {free}"
+                         + (f", short by {self.gpu_shortfall:.0f} MiB"
+                            if self.gpu_shortfall else ""))
+        lines.append(f"  RAM: needs {self.need('host'):.0f} MiB, {self.ram_available_mib:.0f} "
+                     "MiB available" + (f", short by {self.host_shortfall:.0f} MiB"
+                                        if self.host_shortfall else ""))
+        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+
+    def message(self) -> str:
+        """The refusal (or summary) text with every number and the next step."""
+        verdict = "fits" if self.fits else "does not fit"
+        head = f"the model at --ctx-size {self.ctx_size} {verdict} this machine (estimate):"
+        if self.fits:
+            return f"{head}\n{self.table()}"
+        if self.suggested_ctx:
+            advice = (f"try --ctx-size {self.suggested_ctx} (the largest context that fits), "
+                      "or --force to launch anyway")
+        else:
+            advice = ("no context size fits: the weights alone are too big; choose a smaller "
+                      "quantization or model, fewer GPU layers, or --force to launch anyway")
+        return f"{head}\n{self.table()}\n{advice}"
+
+
+def row_bytes(cache_type: str, n: int) -> int:
+    """Bytes of ``n`` elements of ggml type ``cache_type`` (``f16``, ``q8_0``, ``q4_1``…).
+
+    Raises ``ValueError`` for an unknown type or ``n`` not a multiple of the type's block size.
+    """
+    try:
+        qtype = gguf.GGMLQuantizationType[cache_type.upper()]
+    except KeyError as exc:
+        raise ValueError(f"unknown KV cache type '{cache_type}'") from exc
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    if n % block:
+        raise ValueError(f"{n} elements are not a multiple of {cache_type}'s block of {block}")
+    return n // block * size
+
+
+def _pad(n: int, to: int = CTX_PAD) -> int:
+    return (n + to - 1) // to * to
+
+
+@dataclass(frozen=True)
+class KvShape:
+    """How llama.cpp lays out a context's KV cache."""
+
+    ctx: int
+    slots: int = 1
+    unified: bool = False
+    swa_full: bool = False
+    ubatch: int = DEFAULT_UBATCH
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+    @property
+    def streams(self) -> int:
+        return 1 if self.unified else self.slots
+
+    @property
+    def cells_full(self) -> int:
+        """Cells per stream of a full-attention layer."""
+        total = _pad(self.ctx)
+        return total if self.unified else _pad(max(1, total // self.slots))
+
+    def cells_swa(self, n_swa: int) -> int:
+        """Cells per stream of a sliding-window layer."""
+        if self.swa_full:
+            return self.cells_full
+        window = n_swa * (self.slots if self.unified else 1) + self.ubatch
+        return _pad(min(self.cells_full, window))
+
+
+def kv_bytes(info: GgufInfo, shape: KvShape) -> tuple[int, int]:
+    """(full-attention bytes, sliding-window bytes) of ``info``'s KV cache for ``shape``."""
+    v_max = max((info.kv_width(il)[1] for il in range(info.n_kv_layers)), default=0)
+    full = swa = 0
+    for il in range(info.n_kv_layers):
+        k, v = info.kv_width(il)
+        per_cell = row_bytes(shape.type_k, k) + row_bytes(shape.type_v,
+                                                           v if shape.flash_attn else v_max)
+        if info.is_swa(il):
+            swa += shape.streams * shape.cells_swa(info.n_swa) * per_cell
+        else:
+            full += shape.streams * shape.cells_full * per_cell
+    return full, swa
+
+
+def checkpoint_bytes(info: GgufInfo, shape: KvShape, per_slot: int) -> int:
+    """Host RAM for ``per_slot`` context checkpoints of every slot: each saves one slot's
+    sliding-window cache. Zero when the model has no sliding window or ``swa_full`` is set."""
+    if info.n_swa == 0 or shape.swa_full or per_slot <= 0:
+        return 0
+    one_slot = KvShape(ctx=shape.ctx, slots=1, unified=True, ubatch=shape.ubatch,
+                       flash_attn=shape.flash_attn, type_k=shape.type_k, type_v=shape.type_v)
+    cells = min(one_slot.cells_swa(info.n_swa), shape.cells_full)
+    layer_bytes = sum(row_bytes(shape.type_k, info.kv_width(il)[0])
+                      + row_bytes(shape.type_v, info.kv_width(il)[1])
+                      for il in range(info.n_kv_layers) if info.is_swa(il))
+    return per_slot * shape.slots * cells * layer_bytes
+
+
+def compute_bytes(info: GgufInfo, shape: KvShape, outputs: int, n_vocab: int) -> int:
+    """Rough compute-buffer size: the widest per-ubatch activations plus the output logits;
+    without flash attention also the KQ matrix over the context."""
+    acts = 4 * shape.ubatch * (3 * info.n_ff + 4 * info.n_embd
+                               + 3 * info.n_head * max(info.head_dim_k, info.head_dim_k_swa))
+    if not shape.flash_attn:
+        acts += 4 * shape.ubatch * shape.cells_full * info.n_head
+    return acts + 4 * outputs * n_vocab
+
+
+def query_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+               ) -> GpuMemory | None:
+    """Free and total memory of the NVIDIA GPUs from ``nvidia-smi``; None without nvidia-smi.
+
+    Raises :class:`GpuQueryError` when it fails, times out or prints no readable line.
+    """
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        proc = run([exe, "--query-gpu=memory.free,memory.total", "--format=csv,noheader,nounits"],
+                   capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GpuQueryError(f"nvidia-smi could not run: {exc}") from exc
+    if proc.returncode != 0:
+        last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+        raise GpuQueryError(f"nvidia-smi failed (exit {proc.returncode}): {last}")
+    free = total = 0.0
+    count = 0
+    for line in proc.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if not line.strip():
+            continue
+        try:
+            free += float(parts[0])
+            total += float(parts[1])
+        except (IndexError, ValueError) as exc:
+            raise GpuQueryError(f"nvidia-smi printed an unreadable line: {line!r}") from exc
+        count += 1
+    if count == 0:
+        raise GpuQueryError("nvidia-smi listed no GPU")
+    return GpuMemory(free_mib=free, total_mib=total, count=count)
+
+
+def _gpu_fraction(layers: str | None, info: GgufInfo, gpu: GpuMemory | None) -> float:
+    """Share of a model on the GPU: ``-ngl N`` counts the layers plus the output layer."""
+    if gpu is None or layers == "0":
+        return 0.0
+    if layers is None or layers in ("all", "auto"):
+        return 1.0
+    return min(1.0, int(layers) / (info.n_layer + 1))
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """Everything the estimate depends on besides the context size."""
+
+    target: GgufInfo
+    draft: GgufInfo | None
+    options: ServerOptions
+    slots: int
+    gpu: GpuMemory | None
+    ram_available_mib: float
+
+
+def _shape(inputs: FitInputs, ctx: int, type_k: str, type_v: str) -> KvShape:
+    opts = inputs.options
+    return KvShape(ctx=ctx, slots=inputs.slots, unified=opts.kv_unified, swa_full=opts.swa_full,
+                   ubatch=opts.ubatch_size or DEFAULT_UBATCH, flash_attn=opts.flash_attn != "off",
+                   type_k=type_k, type_v=type_v)
+
+
+def estimate(inputs: FitInputs, ctx: int) -> FitReport:
+    """The memory report for ``ctx`` tokens of context."""
+    opts, target, gpu = inputs.options, inputs.target, inputs.gpu
+    comps: list[Component] = []
+
+    def split(name: str, n_bytes: float, frac: float) -> None:
+        if frac > 0:
+            comps.append(Component(name, n_bytes * frac / MIB, "gpu"))
+        if frac < 1:
+            comps.append(Component(name, n_bytes * (1 - frac) / MIB, "host"))
+
+    t_frac = _gpu_fraction(opts.gpu_layers, target, gpu)
+    shape = _shape(inputs, ctx, opts.cache_type_k or "f16", opts.cache_type_v or "f16")
+    full, swa = kv_bytes(target, shape)
+    split("target weights", target.tensor_bytes, t_frac)
+    split(f"target KV cache ({shape.type_k}/{shape.type_v})", full, t_frac)
+    if target.n_swa:
+        label = "full size, --swa-full" if shape.swa_full else f"window {target.n_swa}"
+        split(f"target sliding-window KV ({label})", swa, t_frac)
+    ckpt = checkpoint_bytes(target, shape, opts.ctx_checkpoints
+                            if opts.ctx_checkpoints is not None else DEFAULT_CHECKPOINTS)
+    if ckpt:
+        comps.append(Component("context checkpoints (upper bound)", ckpt / MIB, "host"))
+    split("target compute buffers", compute_bytes(target, shape, inputs.slots, target.n_vocab),
+          1.0 if t_frac > 0 else 0.0)
+    d_frac = 0.0
+    if inputs.draft is not None:
+        draft = inputs.draft
+        d_frac = _gpu_fraction(opts.draft_gpu_layers or opts.gpu_layers, draft, gpu)
+        d_shape = _shape(inputs, ctx, "f16", "f16")
+        d_full, d_swa = kv_bytes(draft, d_shape)
+        split("draft weights", draft.tensor_bytes, d_frac)
+        split("draft KV cache (f16)", d_full + d_swa, d_frac)
+        split("draft compute buffers", compute_bytes(draft, d_shape, DRAFT_OUTPUTS * inputs.slots,
+                                                     target.n_vocab),
+              1.0 if d_frac > 0 else 0.0)
+    if t_frac > 0 or d_frac > 0:
+        comps.append(Component("GPU runtime (CUDA context, assumed)", GPU_RUNTIME_MIB, "gpu"))
+    return FitReport(ctx_size=ctx, components=comps, gpu=gpu,
+                     ram_available_mib=inputs.ram_available_mib)
+
+
+def largest_fitting_ctx(inputs: FitInputs, upper: int) -> int | None:
+    """The largest multiple of 256 up to ``upper`` that fits, or None when even 256 does not."""
+    lo, hi = 1, upper // CTX_PAD
+    if hi < 1 or not estimate(inputs, CTX_PAD).fits:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate(inputs, mid * CTX_PAD).fits:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * CTX_PAD
+
+
+def gather(target: Path, draft: Path | None, options: ServerOptions, slots: int = 1
+           ) -> tuple[FitInputs, list[str]]:
+    """Read the GGUF headers and this machine's free memory; returns the inputs and notes
+    (a failing ``nvidia-smi``, an incomplete model file). Raises ``GgufError``."""
+    notes: list[str] = []
+    target_info = read_gguf_info(target)
+    draft_info = read_gguf_info(draft) if draft is not None else None
+    for info in filter(None, (target_info, draft_info)):
+        if not info.complete:
+            notes.append(f"{info.path.name} holds {info.file_size / MIB:.1f} of "
+                         f"{info.data_end / MIB:.0f} MiB (incomplete download?); sizes come "
+                         "from its header")
+    try:
+        gpu = query_gpus()
+    except GpuQueryError as exc:
+        gpu = None
+        notes.append(f"{exc}; counting everything against RAM")
+    if gpu is None and options.gpu_layers not in (None, "0", "auto"):
+        notes.append(f"gpu_layers = {options.gpu_layers} but no GPU answered nvidia-smi")
+    ram = psutil.virtual_memory().available / MIB
+    return FitInputs(target=target_info, draft=draft_info, options=options, slots=slots,
+                     gpu=gpu, ram_available_mib=ram), notes
+
+
+def preset_fit(model: Path, draft: Path | None, options: ServerOptions, ctx_size: int,
+               slots: int = 1) -> FitReport:
+    """The estimate for ``model`` (and ``draft``) at ``ctx_size`` tokens with ``options`` on
+    this machine, with a suggested context when it does not fit. Raises ``GgufError`` when a
+    model's header cannot be read."""
+    inputs, notes = gather(model, draft, options, slots)
+    report = estimate(inputs, ctx_size)
+    report.notes = notes
+    if not report.fits:
+        report.suggested_ctx = largest_fitting_ctx(inputs, ctx_size - 1)
+    if options.swa_full and inputs.target.n_swa:
+        shape = _shape(inputs, ctx_size, options.cache_type_k or "f16",
+                       options.cache_type_v or "f16")
+        _, full_size = kv_bytes(inputs.target, shape)
+        _, window = kv_bytes(inputs.target, replace(shape, swa_full=False))
+        report.notes.append(f"--swa-full sizes the sliding-window KV at {full_size / MIB:.0f} "
+                            f"MiB instead of {window / MIB:.0f} MiB (the window alone) so the "
+                            "prompt cache stays reusable")
+    return report
+
+
+def fit_report(plan: LaunchPlan) -> FitReport:
+    """:func:`preset_fit` for a launch plan (its models, context, slots and options)."""
+    return preset_fit(plan.model, plan.draft, plan.options, plan.ctx_size, plan.parallel)
+
+
+def check_fit(plan: LaunchPlan, force: bool = False,
+              note: Callable[[str], None] | None = None) -> FitReport | None:
+    """Refuse a plan that does not fit: raises :class:`FitError` with the numbers and a
+    suggested ``--ctx-size``. With ``force`` the refusal becomes a note. A plan whose server of
+    ours already runs is not checked (its memory is already in use by that server): returns
+    None. Raises ``GgufError`` for an unreadable model header."""
+    digest = config_hash(plan)
+    if any(s.config_hash == digest for s in running()):
+        return None
+    report = fit_report(plan)
+    if not report.fits:
+        if not force:
+            raise FitError(report)
+        if note:
+            note(f"--force: launching although {report.message()}")
+    return report
+
+
+def ctx_limit_note(report: FitReport) -> str:
+    """One-line summary for listings: ``fits``, or the shortfall."""
+    if report.fits:
+        return "fits"
+    short = max(report.gpu_shortfall, report.host_shortfall)
+    where = "GPU" if report.gpu_shortfall else "RAM"
+    ctx = f", fits at ctx {report.suggested_ctx}" if report.suggested_ctx else ""
+    return f"short {math.ceil(short)} MiB {where}{ctx}"
