@@ -52,6 +52,7 @@ from backend.bench_prompts import PromptsError, load_prompts
 from backend.bench_report import plot_result, require_matplotlib, result_table
 from backend.cache import CacheError, list_cache, remove
 from backend.convert import ConvertError, convert_draft
+from backend.drafts import DraftError
 from backend.engines import BuildError
 from backend.fit import FitError, check_fit
 from backend.ggufinfo import GgufError
@@ -74,7 +75,7 @@ app.add_typer(skills_app, name="skills")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
-                CacheError, BenchError, PromptsError, FitError, GgufError)
+                CacheError, BenchError, PromptsError, DraftError, FitError, GgufError)
 
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from backend.drafts import draft_for
 from backend.engines import Engine, Progress, build_llama_cpp, default_engine
 from backend.fit import check_fit
+from backend.flavour import detect_flavour
 from backend.models import resolve_model
 from backend.presets import Preset, PresetError, get_preset
 from backend.profiles import LaunchPlan, get_profile
@@ -22,7 +24,11 @@ def ensure_engine(sdist: Path | None = None, progress: Progress | None = None) -
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              ctx_size: int | None = None, note: Callable[[str], None] | None = None,
              parallel: int = 1, idle_timeout: int | None = None) -> LaunchPlan:
-    """Resolve the preset's models (fetching them) into a launch plan."""
+    """Resolve the preset's models (fetching them) into a launch plan.
+
+    An old-format DFlash draft is converted for builds that need the upstream format
+    (:func:`backend.drafts.draft_for`). Raises ``PresetError``, ``ModelError`` or ``DraftError``.
+    """
     chosen = get_profile(profile or preset.profile)
     if chosen.needs_draft and not preset.draft:
         raise PresetError(f"the {chosen.name} profile needs a draft model and preset "
@@ -30,6 +36,8 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
                           "choose another --profile")
     model = resolve_model(preset.model, note)
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
+    if draft is not None:
+        draft = draft_for(draft, detect_flavour(engine.binary), note)
     return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,
                       ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
                       idle_timeout=idle_timeout, options=preset.server,

@@ -1,0 +1,78 @@
+"""Which DFlash draft format a build can load, checked before launch.
+
+BACKEND-FACTS.md: BeeLlama ≤0.3 (bee-old) loads the old ``dflash-draft`` format; upstream
+llama.cpp and BeeLlama ≥0.4 load only the upstream ``dflash`` format. An old-format draft is
+converted once (:func:`backend.convert.convert_draft`) into the model cache for the builds that
+need it; every other mismatch is refused with the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+
+from backend.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
+from backend.flavour import Flavour
+from backend.home import home
+
+
+class DraftError(ValueError):
+    """The draft model cannot run on this build; the message gives the cause and the fix."""
+
+
+def gguf_architecture(path: Path) -> str:
+    """``general.architecture`` of the GGUF at ``path`` ('' when absent).
+
+    Raises :class:`DraftError` when the file is not a readable GGUF.
+    """
+    try:
+        field = gguf.GGUFReader(path).fields.get(gguf.Keys.General.ARCHITECTURE)
+    except (OSError, ValueError) as exc:
+        raise DraftError(f"{path} is not a readable GGUF file: {exc}") from exc
+    return str(field.contents()) if field is not None else ""
+
+
+def _converted_path(draft: Path) -> Path:
+    stat = draft.stat()
+    key = hashlib.sha256(f"{draft.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return home().cache / "models" / "converted" / f"{draft.stem}-{key.hexdigest()[:10]}.gguf"
+
+
+def draft_for(draft: Path, flavour: Flavour,
+              note: Callable[[str], None] | None = None) -> Path:
+    """The draft file a ``flavour`` build can load: ``draft`` itself, or its upstream-format
+    conversion (written once under the model cache).
+
+    Raises :class:`DraftError` when ``draft`` is not a DFlash draft, or is an upstream ``dflash``
+    draft and the build is bee-old (which loads only ``dflash-draft``).
+    """
+    arch = gguf_architecture(draft)
+    if arch == OLD_ARCH:
+        if flavour == "bee-old":
+            return draft
+        target = _converted_path(draft)
+        if not target.is_file():
+            if note:
+                note(f"{draft.name} is in BeeLlama's old '{OLD_ARCH}' format, which {flavour} "
+                     f"builds do not load; converting it once to '{NEW_ARCH}' -> {target}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                convert_draft(draft, target, force=True)
+            except ConvertError as exc:
+                raise DraftError(f"cannot convert {draft} for this {flavour} build: {exc}") \
+                    from exc
+        return target
+    if arch == NEW_ARCH:
+        if flavour == "bee-old":
+            raise DraftError(
+                f"{draft} is an upstream '{NEW_ARCH}' draft and this engine is BeeLlama <=0.3, "
+                f"which loads only '{OLD_ARCH}' drafts. Fix: use an upstream llama.cpp engine "
+                "(`agent backend build --engine llama.cpp`) or BeeLlama >= 0.4 (`agent backend "
+                "build --engine beellama`), or give an old-format draft")
+        return draft
+    raise DraftError(f"{draft} has architecture '{arch or 'none'}', not a DFlash draft "
+                     f"('{NEW_ARCH}' or '{OLD_ARCH}'); set the preset's `draft` to a DFlash "
+                     "draft GGUF made for the target model")
