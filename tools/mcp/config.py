@@ -96,12 +96,12 @@ def expand(text: str, where: str) -> str:
     return _VAR_RE.sub(sub, text)
 
 
-def _str_map(value: Any, key: str, where: str) -> dict[str, str]:
+def _str_map(value: Any, key: str, where: str, env: bool) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise McpConfigError(f"{where}: '{key}' must be an object of strings")
-    return {str(k): expand(v, f"{where} {key}.{k}") for k, v in value.items()}
+    return {str(k): expand(v, f"{where} {key}.{k}") if env else v for k, v in value.items()}
 
 
 def _timeout(entry: dict[str, Any], key: str, default: float, where: str) -> float:
@@ -111,8 +111,10 @@ def _timeout(entry: dict[str, Any], key: str, default: float, where: str) -> flo
     return float(value)
 
 
-def parse_entry(name: str, entry: Any, source: Path, scope: Scope) -> ServerConfig:
-    """One ``mcpServers`` entry; raises :class:`McpConfigError` naming what is wrong."""
+def parse_entry(name: str, entry: Any, source: Path, scope: Scope,
+                env: bool = True) -> ServerConfig:
+    """One ``mcpServers`` entry, ``${VAR}`` expanded when ``env``; raises
+    :class:`McpConfigError` naming what is wrong."""
     where = f"{source}: server '{name}'"
     if not NAME_RE.match(name):
         raise McpConfigError(f"{where}: names may use letters, digits, '_', '-' and '.' "
@@ -126,12 +128,13 @@ def parse_entry(name: str, entry: Any, source: Path, scope: Scope) -> ServerConf
         url = entry.get("url")
         if not isinstance(url, str) or not url:
             raise McpConfigError(f"{where}: an http server needs a 'url'")
-        url = expand(url, f"{where} url")
+        url = expand(url, f"{where} url") if env else url
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise McpConfigError(f"{where}: url '{url}' is not an http(s) URL with a host")
         return ServerConfig(name, source, scope, url=url,
-                            headers=_str_map(entry.get("headers"), "headers", where), **timeouts)
+                            headers=_str_map(entry.get("headers"), "headers", where, env),
+                            **timeouts)
     if kind == "sse":
         raise McpConfigError(f"{where}: the old SSE transport is not supported; use the "
                              "server's streamable HTTP endpoint with type 'http'")
@@ -148,7 +151,8 @@ def parse_entry(name: str, entry: Any, source: Path, scope: Scope) -> ServerConf
     if cwd is not None and not isinstance(cwd, str):
         raise McpConfigError(f"{where}: 'cwd' must be a string")
     return ServerConfig(name, source, scope, command=command, args=tuple(args),
-                        env=_str_map(entry.get("env"), "env", where), cwd=cwd, **timeouts)
+                        env=_str_map(entry.get("env"), "env", where, env), cwd=cwd,
+                        **timeouts)
 
 
 def read_file(path: Path) -> dict[str, Any]:
@@ -240,7 +244,7 @@ def add_server(name: str, entry: dict[str, Any], scope: Scope, repo: Path | None
         path = repo / ".agents" / "mcp.json"
     else:
         path = user_file()
-    parse_entry(name, entry, path, scope)
+    parse_entry(name, entry, path, scope, env=False)
     data: dict[str, Any] = {}
     trusted_before = not path.exists() or is_trusted(path)
     if path.exists():

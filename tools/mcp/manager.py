@@ -65,14 +65,24 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class _SdkLog(logging.Handler):
+    """Appends the SDK's records to ``<state>/mcp/sdk.log`` of the home current at the time."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            state_dir().mkdir(parents=True, exist_ok=True)
+            with (state_dir() / "sdk.log").open("a", encoding="utf-8") as out:
+                out.write(self.format(record) + "\n")
+        except OSError:
+            self.handleError(record)
+
+
 def _route_sdk_logs() -> None:
     """Keep the SDK's log records (garbage lines, transport tracebacks) off the terminal."""
     logger = logging.getLogger("mcp")
-    if any(getattr(h, "_dflash", False) for h in logger.handlers):
+    if any(isinstance(h, _SdkLog) for h in logger.handlers):
         return
-    state_dir().mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(state_dir() / "sdk.log", encoding="utf-8", delay=True)
-    handler._dflash = True  # type: ignore[attr-defined]
+    handler = _SdkLog()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
