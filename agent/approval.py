@@ -3,7 +3,8 @@
 - ``ask``: every bash command and every edit (the edit shown as a diff);
 - ``auto-edit``: edits run, bash asks;
 - ``full-auto``: nothing asks.
-Read-only tools (view, grep, glob, bash_jobs) never ask. With no terminal to ask on, a call that
+Read-only tools (view, grep, glob, bash_jobs, activate_skill) never ask, nor tools an active
+skill's ``allowed-tools`` lists. With no terminal to ask on, a call that
 needs approval stops the task with a message instead of hanging.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from agent.loop import ApprovalUnavailable, Approver
 
-READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs"})
+READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs", "activate_skill"})
 EDITS = frozenset({"create", "str_replace", "insert", "undo_edit"})
 
 
@@ -48,16 +49,20 @@ def describe(call: dict[str, Any]) -> str:
 
 
 def make_approver(mode: str, ask: Callable[[str], str] | None = None,
-                  interactive: bool | None = None) -> Approver | None:
+                  interactive: bool | None = None,
+                  preapproved: Callable[[dict[str, Any]], bool] | None = None
+                  ) -> Approver | None:
     """An approver for ``mode`` (None for full-auto). ``ask`` shows a prompt and returns the
-    answer (default: ``input``); ``interactive`` defaults to stdin being a terminal."""
+    answer (default: ``input``); ``interactive`` defaults to stdin being a terminal;
+    ``preapproved`` says whether a call runs without asking anyway (an active skill's
+    ``allowed-tools``)."""
     if mode == "full-auto":
         return None
     prompt = ask or input
     tty = sys.stdin.isatty() if interactive is None else interactive
 
     def approve(call: dict[str, Any]) -> str | None:
-        if not needs_approval(mode, call["name"]):
+        if not needs_approval(mode, call["name"]) or (preapproved and preapproved(call)):
             return None
         if not tty:
             raise ApprovalUnavailable(

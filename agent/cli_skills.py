@@ -2,7 +2,115 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from agent.errors import EXIT_TASK_FAILED, UsageError
+from skills.catalog import shorten
+from skills.loader import Discovery, discover, skill_folders, skill_roots
+from skills.scaffold import ScaffoldError, new_skill
+from skills.validate import validate
 
 skills_app = typer.Typer(help="Agent Skills: list, show, new, validate.", no_args_is_help=True,
                          rich_markup_mode=None)
+
+RepoOpt = Annotated[Path, typer.Option("--repo", help="Repository whose .agents/skills "
+                                       "count (default: the current directory).")]
+
+
+def _discover(repo: Path) -> Discovery:
+    return discover(skill_roots(repo.expanduser().resolve()))
+
+
+@skills_app.command("list")
+def list_cmd(repo: RepoOpt = Path("."),
+             json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False
+             ) -> None:
+    """Skills the agent sees here: source (project, user, bundled), name, description,
+    problems; then skipped folders and overridden skills."""
+    found = _discover(repo)
+    if json_out:
+        typer.echo(json.dumps({
+            "skills": [{"name": s.name, "source": s.source, "description": s.description,
+                        "location": str(s.file), "problems": s.warnings}
+                       for s in found.skills.values()],
+            "skipped": [{"folder": str(f), "reason": r} for f, r in found.skipped],
+            "warnings": found.warnings}, indent=2))
+        return
+    if not found.skills:
+        typer.echo("no skills found (add one with `agent skills new NAME`)")
+    for s in found.skills.values():
+        typer.echo(f"{s.source:<8} {s.name:<28} {shorten(s.description, 70)}")
+        for problem in s.warnings:
+            typer.echo(f"{'':<8} {'':<28} problem: {problem}")
+    for folder, reason in found.skipped:
+        typer.echo(f"skipped  {folder}: {reason}")
+    for warning in found.warnings:
+        typer.echo(f"warning: {warning}")
+
+
+@skills_app.command("show")
+def show_cmd(name: Annotated[str, typer.Argument(help="Skill name (see `agent skills list`).")],
+             repo: RepoOpt = Path(".")) -> None:
+    """A skill's fields, location, files and instructions."""
+    found = _discover(repo)
+    skill = found.skills.get(name)
+    if skill is None:
+        raise UsageError(f"no skill named '{name}'; installed: "
+                         + (", ".join(found.skills) or "none"))
+    lines = [f"name: {skill.name}", f"source: {skill.source}", f"location: {skill.file}",
+             f"description: {skill.description}"]
+    for label, value in (("license", skill.license), ("compatibility", skill.compatibility)):
+        if value:
+            lines.append(f"{label}: {value}")
+    if skill.allowed_tools:
+        lines.append("allowed-tools: " + " ".join(skill.allowed_tools))
+    lines += [f"metadata: {k}={v}" for k, v in skill.metadata.items()]
+    lines += [f"problem: {w}" for w in skill.warnings]
+    lines.append("files: " + (", ".join(skill.resources()) or "(none besides SKILL.md)"))
+    typer.echo("\n".join(lines) + "\n\n" + skill.body)
+
+
+@skills_app.command("new")
+def new_cmd(name: Annotated[str, typer.Argument(help="Lowercase letters, digits and single "
+                                                "hyphens, e.g. release-notes.")],
+            description: Annotated[str | None, typer.Option(help="What the skill does and "
+                                                            "when to use it.")] = None,
+            user: Annotated[bool, typer.Option("--user", help="Create it in ~/.agents/skills "
+                                               "instead of the repository.")] = False,
+            repo: RepoOpt = Path(".")) -> None:
+    """Create a valid skill folder to fill in (<repo>/.agents/skills/NAME by default)."""
+    parent = (Path.home() if user else repo.expanduser().resolve()) / ".agents" / "skills"
+    try:
+        folder = new_skill(name, parent, description)
+    except ScaffoldError as exc:
+        raise UsageError(str(exc)) from exc
+    typer.echo(f"created {folder / 'SKILL.md'}; edit it, then check it with "
+               f"`agent skills validate {folder}`")
+
+
+@skills_app.command("validate")
+def validate_cmd(path: Annotated[Path, typer.Argument(help="A skill folder, its SKILL.md, or "
+                                                      "a folder of skills.")] = Path(".")
+                 ) -> None:
+    """Check skills against the Agent Skills specification (errors as the reference
+    validator skills-ref words them). Exit code 1 when a skill is invalid."""
+    path = path.expanduser()
+    is_skill = path.is_file() or (path / "SKILL.md").is_file() or (path / "skill.md").is_file()
+    folders = [path] if is_skill or not path.is_dir() else skill_folders(path)
+    if not folders:
+        raise UsageError(f"no SKILL.md in or under {path}")
+    invalid = 0
+    for folder in folders:
+        report = validate(folder)
+        invalid += not report.valid
+        typer.echo(f"{'valid' if report.valid else 'invalid'}: {report.folder}")
+        for error in report.errors:
+            typer.echo(f"  error: {error}")
+        for warning in report.warnings:
+            typer.echo(f"  warning: {warning}")
+    if invalid:
+        raise typer.Exit(EXIT_TASK_FAILED)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.client import ContextOverflow, ServerClient, Turn
-from agent.context import ContextKeeper
+from agent.context import PROTECTED, ContextKeeper
 from agent.doom import LoopDetector
 from agent.events import (
     Compaction,
@@ -107,12 +107,18 @@ class Agent:
         self._pending: list[tuple[str, str]] = []
         self._native_calls_seen = False
 
-    def run(self, task: str) -> LoopResult:
-        """Run ``task`` to a final answer or a stop; never raises on Ctrl-C."""
+    def run(self, task: str,
+            first_calls: list[tuple[str, dict[str, Any]]] | None = None) -> LoopResult:
+        """Run ``task`` to a final answer or a stop; never raises on Ctrl-C.
+
+        ``first_calls`` (tool name, arguments) run right after the task message as if the model
+        had made them (``agent run --skill``), so the history reads like one it wrote."""
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
         self._add({"role": "user", "content": task})
         started = time.monotonic()
         try:
+            for name, arguments in first_calls or []:
+                self._inject(name, arguments)
             while True:
                 if self.steps >= self.limits.max_steps:
                     return self._finish("", "max_steps")
@@ -231,6 +237,15 @@ class Agent:
                           else "")
         return None
 
+    def _inject(self, name: str, arguments: dict[str, Any]) -> None:
+        call = {"id": _new_id(), "name": name, "arguments": arguments}
+        if self.protocol == "json":
+            self._add({"role": "assistant",
+                       "content": json.dumps({"tool": name, "arguments": arguments})})
+        else:
+            self._add({"role": "assistant", "content": None, "tool_calls": [_wire(call)]})
+        self._execute(call)
+
     def _calls(self, turn: Turn) -> list[dict[str, Any]]:
         if self.protocol == "json":
             name, args = parse_json_call(turn.content)
@@ -279,16 +294,18 @@ class Agent:
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
         self._answer(call["id"], call["name"], obs.text + note, obs.is_error,
-                     time.monotonic() - started)
+                     time.monotonic() - started, obs.protected)
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,
-                duration: float) -> None:
+                duration: float, protected: bool = False) -> None:
         self._pending = [p for p in self._pending if p[0] != call_id]
         content = ("ERROR: " if is_error else "") + text
         if self.protocol == "json" and not self.tool_role:
-            self._add({"role": "user", "content": RESULT_PREFIX.format(name=name) + content})
+            message = {"role": "user", "content": RESULT_PREFIX.format(name=name) + content}
         else:
-            self._add({"role": "tool", "tool_call_id": call_id, "content": content})
+            message = {"role": "tool", "tool_call_id": call_id, "content": content}
+        # Compaction keeps flagged messages verbatim (agent.context.PROTECTED).
+        self._add({**message, PROTECTED: True} if protected else message)
         self.emit(ToolResult(session_id=self.session_id, step=self.steps, call_id=call_id,
                              name=name, text=text, is_error=is_error,
                              duration_s=round(duration, 3)))

@@ -6,7 +6,7 @@ Undo and diff need no model server: they read the session log and the private re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +17,7 @@ from agent import checkpoints as cp
 from agent.approval import make_approver
 from agent.config import Settings
 from agent.context import ContextKeeper
-from agent.errors import UserError
+from agent.errors import UsageError, UserError
 from agent.events import (
     Checkpoint,
     Compaction,
@@ -36,10 +36,15 @@ from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
 from agent.session import SessionLog, new_session_id, read_events, session_path
 from agent.slots import hold_slot
 from agent.ui import Reporter
+from skills.activation import TOOL_NAME as SKILL_TOOL
+from skills.session import UnknownSkill, attach_skills, find_skills
+from tools.base import ToolContext
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
+DEFAULT_N_CTX = 4096
+"""Context assumed for the skill catalog's share when neither the server nor settings say."""
 
 
 @dataclass
@@ -133,17 +138,28 @@ class RepoSession:
     def __init__(self, settings: Settings, path: Path, reporter: Reporter, *,
                  no_git: bool = False, resume: str | None = None, protocol: str | None = None,
                  ask: Callable[[str], str] | None = None, interactive: bool | None = None,
-                 session_id: str | None = None):
+                 session_id: str | None = None, skills: Sequence[str] = ()):
         """``session_id`` names a new session in advance (the MCP server hands it out before
-        the backend is ready); by default a fresh one is made."""
+        the backend is ready); by default a fresh one is made. ``skills`` are activated at the
+        start of the first task (``agent run --skill``); raises :class:`UsageError` when one is
+        not installed."""
         self.settings, self.reporter = settings, reporter
         cwd = path.expanduser().resolve()
         self.repo = None if no_git else cp.open_repo(cwd)
         root = Path(self.repo.working_tree_dir) if self.repo is not None else cwd
         record = load_record(resume) if resume else None
+        try:
+            found = find_skills(root, skills)
+        except UnknownSkill as exc:
+            raise UsageError(str(exc)) from exc
         self.backend: Backend = connect(settings, reporter)
         client = self.backend.client
-        self.registry: Registry = default_registry(Workspace(root))
+        workspace = Workspace(root)
+        self.registry: Registry = default_registry(workspace)
+        self.skills = attach_skills(self.registry, ToolContext(workspace), found,
+                                    client.n_ctx() or settings.ctx_size or DEFAULT_N_CTX,
+                                    lambda text: len(client.tokenize(text)), skills)
+        self.forced_skills = list(skills)
         if record is not None:
             self.id = record.session_id
             protocol, auto_switch = choose_protocol(protocol, client) if protocol \
@@ -160,6 +176,8 @@ class RepoSession:
         instructions = load_instructions(root, cwd)
         if instructions:
             system += "\nProject instructions (AGENTS.md):\n" + instructions + "\n"
+        if self.skills is not None and self.skills.catalog.text:
+            system += "\n" + self.skills.catalog.text
         history = _replay(record) if record is not None else None
         if record is None:
             self.emit(SessionStart(
@@ -171,11 +189,16 @@ class RepoSession:
                            system=system, emit=self.emit, sampling=self.backend.sampling,
                            auto_switch=auto_switch, tool_role=renders_tool_role(client),
                            limits=Limits(settings.max_steps, settings.max_time),
-                           approve=make_approver(settings.approval, ask, interactive),
+                           approve=make_approver(
+                               settings.approval, ask, interactive,
+                               self.skills.activations.preapproved if self.skills else None),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                                  max_output=2048),
                            ui=reporter)
+        if record is not None and self.skills is not None:
+            for name in _activated_skills(record):
+                self.skills.activations.restore(name)
         if record is not None:
             for call, message in _unanswered(record, self.agent):
                 self.agent.messages.append(message)
@@ -198,7 +221,9 @@ class RepoSession:
         try:
             with hold_slot(client.base_url, total, self.reporter.note, self.id) as slot:
                 client.id_slot = slot
-                return self.agent.run(text)
+                first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
+                self.forced_skills = []
+                return self.agent.run(text, first_calls=first)
         finally:
             self._checkpoint("after")
 
@@ -238,6 +263,13 @@ def _replay(record: SessionRecord) -> list[dict[str, Any]]:
         raise UserError(f"session '{record.session_id}' has no recorded system message; "
                         "it cannot be resumed")
     return history
+
+
+def _activated_skills(record: SessionRecord) -> list[str]:
+    """Skills a resumed session had activated (their content is in its history)."""
+    ok = {e.call_id for e in record.events if isinstance(e, ToolResult) and not e.is_error}
+    return [str(e.arguments.get("name")) for e in record.events
+            if isinstance(e, ToolCall) and e.name == SKILL_TOOL and e.call_id in ok]
 
 
 def _unanswered(record: SessionRecord,

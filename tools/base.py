@@ -36,6 +36,8 @@ class Observation(BaseModel):
 
     text: str
     is_error: bool = False
+    protected: bool = False
+    """Keep verbatim through compaction (a skill's instructions)."""
 
 
 @dataclass

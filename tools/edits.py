@@ -9,10 +9,11 @@ from tools.textfile import atomic_write
 from tools.workspace import OutsideWorkspace
 
 
-def resolve(ctx: ToolContext, path: str) -> Path:
-    """Workspace-confined absolute path; raises :class:`ToolError` when outside."""
+def resolve(ctx: ToolContext, path: str, writable: bool = True) -> Path:
+    """Workspace-confined absolute path (``writable=False``: read-only roots allowed too);
+    raises :class:`ToolError` when outside."""
     try:
-        return ctx.workspace.resolve(path)
+        return ctx.workspace.resolve(path, writable)
     except OutsideWorkspace as exc:
         raise ToolError(str(exc)) from exc
 

@@ -23,13 +23,13 @@ class Glob(Tool):
     Args = GlobArgs
 
     def run(self, args: GlobArgs) -> Observation:
-        start = resolve(self.ctx, args.path)
+        start = resolve(self.ctx, args.path, writable=False)
         if not start.is_dir():
             raise ToolError(f"{args.path} is not a directory")
         # Git wildmatch semantics: '**' spans folders; a pattern without '/' matches at any depth.
         spec = pathspec.GitIgnoreSpec.from_lines([args.pattern.removeprefix("./")])
         found = []
-        for path in walk(self.ctx.workspace.root, start):
+        for path in walk(self.ctx.workspace.root_of(start), start):
             if spec.match_file(path.relative_to(start).as_posix()):
                 if len(found) >= MAX_RESULTS:  # only claim a cap when a file is dropped
                     found.append(f"[stopped at {MAX_RESULTS} files; narrow the pattern]")

@@ -33,10 +33,10 @@ class Grep(Tool):
             regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
         except re.error as exc:
             raise ToolError(f"invalid regular expression {args.pattern!r}: {exc}") from exc
-        start = resolve(self.ctx, args.path)
+        start = resolve(self.ctx, args.path, writable=False)
         if not start.exists():
             raise ToolError(f"{args.path} does not exist")
-        files = [start] if start.is_file() else walk(self.ctx.workspace.root, start)
+        files = [start] if start.is_file() else walk(self.ctx.workspace.root_of(start), start)
         out: list[str] = []
         for path in files:
             if args.glob and not path.match(args.glob):

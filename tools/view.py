@@ -27,7 +27,7 @@ class View(Tool):
     Args = ViewArgs
 
     def run(self, args: ViewArgs) -> Observation:
-        path = resolve(self.ctx, args.path)
+        path = resolve(self.ctx, args.path, writable=False)
         if not path.exists():
             raise ToolError(f"{args.path} does not exist")
         if path.is_dir():
@@ -58,7 +58,7 @@ class View(Tool):
 
     def _listing(self, path) -> str:
         entries = []
-        for item in walk(self.ctx.workspace.root, path, include_dirs=True, max_depth=2):
+        for item in walk(self.ctx.workspace.root_of(path), path, include_dirs=True, max_depth=2):
             rel = self.ctx.workspace.relative(item)
             entries.append(rel + ("/" if item.is_dir() else ""))
             if len(entries) >= MAX_ENTRIES:

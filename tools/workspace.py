@@ -14,21 +14,46 @@ class OutsideWorkspace(ValueError):
 class Workspace:
     """A directory the tools may read and write; paths resolve relative to it.
 
-    ``scratch`` (``<root>/.dflash-agent``) holds files the tools create for the model (spilled
-    command output, background job logs); it is hidden from git via ``.git/info/exclude``.
+    ``read_only_roots`` are further folders (an activated skill's) that reading tools may use
+    but nothing may write to. ``scratch`` (``<root>/.dflash-agent``) holds files the tools
+    create for the model (spilled command output, background job logs); it is hidden from git
+    via ``.git/info/exclude``.
     """
 
     def __init__(self, root: Path):
         self.root = Path(root).expanduser().resolve()
+        self.read_only_roots: list[Path] = []
 
-    def resolve(self, path: str | Path) -> Path:
-        """Absolute, symlink-resolved path; raises :class:`OutsideWorkspace` when outside."""
+    def add_read_only_root(self, folder: Path) -> None:
+        """Let reading tools use ``folder`` (symlinks resolved) from now on."""
+        full = Path(folder).expanduser().resolve()
+        if full not in self.read_only_roots:
+            self.read_only_roots.append(full)
+
+    def root_of(self, full: Path) -> Path:
+        """The root (workspace or read-only) containing the resolved path ``full``."""
+        for root in (self.root, *self.read_only_roots):
+            if full == root or root in full.parents:
+                return root
+        raise OutsideWorkspace(f"{full} is outside the workspace {self.root}")
+
+    def resolve(self, path: str | Path, writable: bool = True) -> Path:
+        """Absolute, symlink-resolved path inside the workspace, or (``writable=False``, for
+        tools that only read) inside a read-only root too; raises :class:`OutsideWorkspace`
+        otherwise."""
         raw = Path(str(path)).expanduser()
         full = (raw if raw.is_absolute() else self.root / raw).resolve()
-        if full != self.root and self.root not in full.parents:
-            raise OutsideWorkspace(f"{path} is outside the workspace {self.root}; "
-                                   "only paths inside it can be used")
-        return full
+        if full == self.root or self.root in full.parents:
+            return full
+        for root in self.read_only_roots:
+            if full == root or root in full.parents:
+                if writable:
+                    raise OutsideWorkspace(f"{path} is in the read-only folder {root} (an "
+                                           "activated skill's); write inside the workspace "
+                                           f"{self.root} instead")
+                return full
+        raise OutsideWorkspace(f"{path} is outside the workspace {self.root}; "
+                               "only paths inside it can be used")
 
     def relative(self, path: Path) -> str:
         """``path`` relative to the root, for display."""
