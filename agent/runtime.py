@@ -8,6 +8,7 @@ from typing import Any
 
 from agent.client import ServerClient, ServerUnavailable
 from agent.config import Settings
+from agent.errors import UsageError
 from agent.ui import Reporter
 from backend.engines import default_engine
 from backend.launch import ensure_server
@@ -38,6 +39,10 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     if settings.base_url:
         client = ServerClient(settings.base_url, settings.request_timeout)
         client.check_reachable()
+        if client.n_ctx() is None and settings.ctx_size is None:
+            # A remote engine that is not llama-server (vLLM, SGLang, ...) has no /props.
+            raise UsageError(f"the server at {settings.base_url} does not report its context "
+                             "size (no llama.cpp /props); pass --ctx-size N (tokens)")
         return Backend(client, None, None, sampling)
     sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
     first_use = " (first use: building the engine)" if default_engine() is None else ""
