@@ -1,0 +1,405 @@
+"""The agent as an MCP server, in process (``Client(server)``): the tools and their annotations,
+a task on the real backend with progress, cancellation and undo, workspace roots, approvals
+through MCP elicitation (both protocol generations), new projects, broken inputs.
+
+Loop-logic cases (cancel mid-command, approvals) use the scripted model on loopback; the run
+that shows the real backend uses the real llama-server with SmolLM2."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import git
+import mcp.types as t
+import psutil
+import pytest
+from mcp import Client
+
+from agent.mcp_jobs import FINISHED, NOBODY_TO_ASK, JobManager
+from agent.mcp_server import Roots, build_server
+from tests.scripted import ScriptedModel, reply
+
+TOOLS = {"new_project", "run_task", "session_status", "session_result", "cancel", "undo"}
+
+
+def call(tool: str, **arguments: Any) -> dict[str, Any]:
+    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def repo(root: Path) -> Path:
+    r = git.Repo.init(root / "repo")
+    with r.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
+    path = Path(r.working_tree_dir)
+    (path / "app.py").write_text("x = 1\n")
+    r.index.add(["app.py"])
+    r.index.commit("init")
+    (path / "notes.txt").write_text("the user's own notes\n")
+    return path
+
+
+def serve(roots: list[Path], settings: dict[str, Any],
+          body: Callable[[Client], Awaitable[None]], **client: Any) -> None:
+    """Run ``body`` against a fresh in-process server (backend warmed as `serve` does)."""
+    jobs = JobManager(settings)
+    server = build_server(Roots(roots), jobs)
+    jobs.warm()
+
+    async def main() -> None:
+        async with Client(server, **client) as c:
+            await body(c)
+
+    try:
+        anyio.run(main)
+    finally:
+        jobs.shutdown()
+
+
+async def until_finished(c: Client, session_id: str) -> dict[str, Any]:
+    while True:
+        status = (await c.call_tool("session_status", {"session_id": session_id}))
+        if status.structured_content["state"] in FINISHED:
+            return status.structured_content
+        await anyio.sleep(0.2)
+
+
+def text(result: t.CallToolResult) -> str:
+    return " ".join(b.text for b in result.content if isinstance(b, t.TextContent))
+
+
+def test_tools_are_listed_with_honest_annotations(root: Path):
+    seen: dict[str, t.Tool] = {}
+
+    async def body(c: Client) -> None:
+        seen.update({tool.name: tool for tool in (await c.list_tools()).tools})
+
+    serve([root], {"base_url": "http://127.0.0.1:9"}, body)
+    assert set(seen) == TOOLS
+    for name in ("run_task", "new_project", "undo"):
+        assert seen[name].annotations.destructive_hint is True
+        assert seen[name].annotations.read_only_hint is False
+    for name in ("session_status", "session_result"):
+        assert seen[name].annotations.read_only_hint is True
+    assert seen["cancel"].annotations.destructive_hint is False
+    assert all(s.annotations.open_world_hint is False for s in seen.values())
+    approval = seen["run_task"].input_schema["properties"]["approval"]
+    assert {"ask", "auto-edit", "full-auto"} <= set(json.dumps(approval).split('"'))
+    assert "\n" not in seen["run_task"].description
+
+
+@pytest.mark.server
+def test_run_task_on_the_real_backend_sends_progress_until_done(real_server, repo: Path,
+                                                                root: Path):
+    base_url = real_server("baseline").base_url
+    progress: list[tuple[float, str | None]] = []
+    out: dict[str, Any] = {}
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {
+            "task": "Create a file hello.txt that contains the word hello.",
+            "repo_path": str(repo), "approval": "full-auto", "wait": True},
+            progress_callback=on_progress)
+        assert not result.is_error, text(result)
+        out["wait"] = result.structured_content
+        sid = out["wait"]["session_id"]
+        out["result"] = (await c.call_tool("session_result", {"session_id": sid})
+                         ).structured_content
+        # Without wait: the id comes back at once, the task runs on in the background.
+        quick = await c.call_tool("run_task", {"task": "Say hi.", "repo_path": str(repo),
+                                               "approval": "full-auto"})
+        out["quick"] = quick.structured_content
+        out["quick_end"] = await until_finished(c, quick.structured_content["session_id"])
+
+    serve([root], {"base_url": base_url, "max_steps": 3}, body)
+    result = out["wait"]
+    assert result["state"] == "done"
+    assert result["reason"] in {"done", "max_steps", "format_errors", "repeated_call"}
+    assert result["steps"] >= 1
+    messages = [m or "" for _, m in progress]
+    assert any(m.startswith("connected to the model server") for m in messages)
+    assert any(m.startswith("step 1: model replied") for m in messages)
+    assert messages[-1] == f"step {result['steps']}: done"
+    values = [v for v, _ in progress]
+    assert values == sorted(set(values))
+    assert out["result"]["session_id"] == result["session_id"]
+    assert out["result"]["reason"] == result["reason"]
+    assert "undo" in out["result"]
+    assert out["quick"]["session_id"] != result["session_id"]
+    assert out["quick_end"]["state"] == "done"
+    assert (repo / "notes.txt").read_text() == "the user's own notes\n"
+
+
+def _sleepers(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_cancel_mid_command_kills_it_keeps_the_checkpoint_and_undo_restores(repo: Path,
+                                                                            root: Path):
+    marker = "sleep 613"
+    script = [call("str_replace", path="app.py", old_str="x = 1", new_str="x = 2"),
+              call("bash", command=f"echo started > started.txt; {marker}", timeout=900),
+              call("final_answer", text="never reached")]
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        started = await c.call_tool("run_task", {"task": "edit and wait", "approval":
+                                                 "full-auto", "repo_path": str(repo)})
+        sid = started.structured_content["session_id"]
+        while not (repo / "started.txt").exists() or not _sleepers(marker):
+            await anyio.sleep(0.1)
+        out["running"] = (await c.call_tool("session_status", {"session_id": sid})
+                          ).structured_content
+        cancelled = await c.call_tool("cancel", {"session_id": sid})
+        out["cancelled"] = cancelled.structured_content
+        out["sleepers"] = _sleepers(marker)
+        out["app_after_cancel"] = (repo / "app.py").read_text()
+        out["result"] = (await c.call_tool("session_result", {"session_id": sid})
+                         ).structured_content
+        out["undo"] = (await c.call_tool("undo", {"session_id": sid})).structured_content
+        again = await c.call_tool("cancel", {"session_id": sid})
+        out["cancel_again"] = again.structured_content
+
+    with ScriptedModel(script) as model:
+        serve([root], {"base_url": model.url}, body)
+    assert out["running"]["state"] == "running" and out["running"]["step"] == 2
+    assert out["cancelled"]["state"] == "cancelled"
+    assert out["sleepers"] == []
+    assert out["app_after_cancel"] == "x = 2\n"
+    assert out["result"]["reason"] == "interrupted"
+    assert "+x = 2" in out["result"]["diff"]
+    assert sorted(out["undo"]["restored"]) == ["app.py", "started.txt"]
+    assert (repo / "app.py").read_text() == "x = 1\n"
+    assert not (repo / "started.txt").exists()
+    assert (repo / "notes.txt").read_text() == "the user's own notes\n"
+    assert out["cancel_again"]["state"] == "cancelled"
+
+
+def test_paths_outside_the_roots_are_refused(repo: Path, root: Path, tmp_path: Path):
+    outside = git.Repo.init(tmp_path / "outside")
+    (root / "link").symlink_to(outside.working_tree_dir)
+    errors: list[str] = []
+
+    async def body(c: Client) -> None:
+        for args in ({"repo_path": str(tmp_path / "outside")}, {"repo_path": "../outside"},
+                     {"repo_path": str(root / "link")}):
+            result = await c.call_tool("run_task", {"task": "x", "approval": "full-auto",
+                                                    **args})
+            assert result.is_error
+            errors.append(text(result))
+        result = await c.call_tool("new_project", {"description": "a thing",
+                                                   "directory": str(tmp_path / "elsewhere")})
+        assert result.is_error
+        errors.append(text(result))
+
+    serve([root], {"base_url": "http://127.0.0.1:9"}, body)
+    assert len(errors) == 4
+    assert all("outside the workspace roots" in e for e in errors)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_session_of_another_root_is_refused(repo: Path, root: Path, tmp_path: Path):
+    other = tmp_path / "other-root"
+    other.mkdir()
+    out: dict[str, Any] = {}
+
+    async def first(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "nothing", "repo_path": str(repo),
+                                                "approval": "full-auto", "wait": True})
+        out["sid"] = result.structured_content["session_id"]
+
+    async def second(c: Client) -> None:
+        for tool in ("session_status", "session_result", "undo"):
+            out[tool] = await c.call_tool(tool, {"session_id": out["sid"]})
+
+    async def third(c: Client) -> None:
+        out["same_root"] = await c.call_tool("session_result", {"session_id": out["sid"]})
+
+    with ScriptedModel([call("final_answer", text="nothing to do")]) as model:
+        serve([root], {"base_url": model.url}, first)
+        serve([other], {"base_url": model.url}, second)
+        serve([root], {"base_url": model.url}, third)
+    for tool in ("session_status", "session_result", "undo"):
+        assert out[tool].is_error and "outside the workspace roots" in text(out[tool])
+    assert not out["same_root"].is_error
+    assert out["same_root"].structured_content["answer"] == "nothing to do"
+
+
+def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
+    (root / "plain").mkdir()
+    (root / "full").mkdir()
+    (root / "full" / "x.txt").write_text("keep me\n")
+    results: dict[str, t.CallToolResult] = {}
+
+    async def body(c: Client) -> None:
+        calls = {
+            "bad_id": ("session_status", {"session_id": "../../etc/passwd"}),
+            "unknown_id": ("session_status", {"session_id": "20260101-000000-abcdef"}),
+            "unknown_result": ("session_result", {"session_id": "20260101-000000-abcdef"}),
+            "unknown_cancel": ("cancel", {"session_id": "20260101-000000-abcdef"}),
+            "empty_task": ("run_task", {"task": "  ", "repo_path": str(repo)}),
+            "not_git": ("run_task", {"task": "x", "repo_path": str(root / "plain")}),
+            "missing": ("run_task", {"task": "x", "repo_path": str(root / "nope")}),
+            "bad_approval": ("run_task", {"task": "x", "repo_path": str(repo),
+                                          "approval": "yolo"}),
+            "non_empty": ("new_project", {"description": "x", "directory": str(root / "full")}),
+            "empty_description": ("new_project", {"description": " ", "directory": "new"}),
+        }
+        for key, (tool, args) in calls.items():
+            results[key] = await c.call_tool(tool, args)
+
+    serve([root], {"base_url": "http://127.0.0.1:9"}, body)
+    assert all(r.is_error for r in results.values())
+    assert "is not a session id" in text(results["bad_id"])
+    for key in ("unknown_id", "unknown_result", "unknown_cancel"):
+        assert "no session '20260101-000000-abcdef'" in text(results[key])
+    assert "the task is empty" in text(results["empty_task"])
+    assert "not inside a git repository" in text(results["not_git"])
+    assert "is not a directory" in text(results["missing"])
+    assert "approval" in text(results["bad_approval"])
+    assert "not an empty directory" in text(results["non_empty"])
+    assert "description is empty" in text(results["empty_description"])
+    assert (root / "full" / "x.txt").read_text() == "keep me\n"
+
+
+def test_an_unreachable_backend_fails_the_session_with_the_cause(repo: Path, root: Path):
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "x", "repo_path": str(repo),
+                                                "approval": "full-auto", "wait": True})
+        out["result"] = result
+        out["status"] = (await c.call_tool("session_status", {
+            "session_id": result.structured_content["session_id"]})).structured_content
+
+    serve([root], {"base_url": "http://127.0.0.1:9"}, body)
+    assert out["result"].is_error
+    assert out["status"]["state"] == "failed"
+    assert "127.0.0.1:9" in out["status"]["error"]
+    assert "warm-up failed" in out["status"]["backend"]
+    assert (repo / "app.py").read_text() == "x = 1\n"
+
+
+def _elicit_answer(content: dict[str, Any] | None, action: str = "accept"):
+    asked: list[str] = []
+
+    async def callback(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action=action, content=content)
+
+    return callback, asked
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize(("content", "action", "edited"), [
+    ({"allow": True}, "accept", True),
+    ({"allow": False, "reason": "use 3 instead"}, "accept", False),
+    (None, "decline", False),
+    ({"allow": "maybe"}, "accept", False),
+], ids=["allowed", "refused", "declined", "malformed-answer"])
+def test_approval_ask_goes_through_elicitation(repo: Path, root: Path, mode: str,
+                                               content: dict[str, Any] | None, action: str,
+                                               edited: bool):
+    script = [call("str_replace", path="app.py", old_str="x = 1", new_str="x = 2"),
+              call("final_answer", text="finished")]
+    callback, asked = _elicit_answer(content, action)
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "set x to 2", "repo_path": str(repo),
+                                                "approval": "ask", "wait": True})
+        out["result"] = result
+
+    with ScriptedModel(script) as model:
+        serve([root], {"base_url": model.url}, body, mode=mode, elicitation_callback=callback)
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert not out["result"].is_error, text(out["result"])
+    assert out["result"].structured_content["state"] == "done"
+    assert len(asked) == 1 and "x = 2" in asked[0] and "str_replace" in asked[0]
+    assert ((repo / "app.py").read_text() == "x = 2\n") is edited
+    if content == {"allow": False, "reason": "use 3 instead"}:
+        assert "denied by the user: use 3 instead" in sent
+    assert ("denied by the user" in sent) is not edited
+
+
+def test_approval_ask_is_refused_without_elicitation_or_without_wait(repo: Path, root: Path):
+    results: dict[str, t.CallToolResult] = {}
+    callback, _ = _elicit_answer({"allow": True})
+
+    async def no_elicitation(c: Client) -> None:
+        results["host"] = await c.call_tool("run_task", {
+            "task": "x", "repo_path": str(repo), "approval": "ask", "wait": True})
+
+    async def no_wait(c: Client) -> None:
+        results["wait"] = await c.call_tool("run_task", {
+            "task": "x", "repo_path": str(repo), "approval": "ask"})
+
+    serve([root], {"base_url": "http://127.0.0.1:9"}, no_elicitation)
+    serve([root], {"base_url": "http://127.0.0.1:9"}, no_wait, elicitation_callback=callback)
+    assert results["host"].is_error and "supports elicitation" in text(results["host"])
+    assert results["wait"].is_error and "needs wait=true" in text(results["wait"])
+
+
+def test_auto_edit_with_nobody_to_ask_refuses_commands_and_goes_on(repo: Path, root: Path):
+    script = [call("bash", command="touch hacked"),
+              call("str_replace", path="app.py", old_str="x = 1", new_str="x = 3"),
+              call("final_answer", text="edited")]
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "x", "repo_path": str(repo),
+                                                "approval": "auto-edit", "wait": True})
+        out["result"] = result.structured_content
+
+    with ScriptedModel(script) as model:
+        serve([root], {"base_url": model.url}, body)
+        sent = json.dumps(model.requests[1]["messages"])
+    assert out["result"]["state"] == "done" and out["result"]["answer"] == "edited"
+    assert not (repo / "hacked").exists()
+    assert NOBODY_TO_ASK.split(";")[0] in sent
+    assert (repo / "app.py").read_text() == "x = 3\n"
+
+
+def test_new_project_runs_the_projects_tests_and_commits(root: Path):
+    script = [call("create", path="calc.py", file_text="def add(a, b):\n    return a + b\n"),
+              call("create", path="tests/test_calc.py",
+                   file_text="from calc import add\n\n\ndef test_add():\n"
+                             "    assert add(2, 3) == 5\n"),
+              call("final_answer", text="calc with tests")]
+    progress: list[str] = []
+    out: dict[str, Any] = {}
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("new_project", {"description": "a calculator",
+                                                   "directory": "calc", "wait": True},
+                                   progress_callback=on_progress)
+        out["result"] = result.structured_content
+
+    with ScriptedModel(script) as model:
+        serve([root], {"base_url": model.url}, body)
+    result = out["result"]
+    assert result["state"] == "done" and result["tests"] == "passed"
+    assert result["files"] == [".gitignore", "calc.py", "tests/test_calc.py"]
+    assert git.Repo(root / "calc").head.commit.hexsha == result["commit"]
+    assert any(m.endswith("project tests: passed") for m in progress)
