@@ -1,0 +1,469 @@
+"""``agent backend bench``: decode speed of speculation profiles against baseline, measured in
+one run on the same binary and model.
+
+One server per profile is started side by side (never the user's managed server: each carries
+its own ``--alias``, so its plan hash differs), then every request is sent to every profile in
+turn, prompt-major, so that thermal or load drift hits all profiles alike. Requests follow the
+seed's shape — a single user message, ``max_tokens`` and ``temperature`` — plus the preset's
+top-k/top-p/min-p (which the seed set on the server command line) and ``cache_prompt: false``,
+so every request prefills its whole prompt and prefill speed stays comparable.
+
+Numbers come from llama-server's ``timings`` (BACKEND-FACTS.md "Responses"): ``prompt_n``,
+``prompt_ms``, ``predicted_n``, ``predicted_ms``, and ``draft_n``/``draft_n_accepted`` when
+drafts were made. Aggregates are ratios of sums (total tokens / total time), so long answers
+weigh more than short ones, as they do for a user waiting on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import httpx2
+import psutil
+from pydantic import BaseModel, Field, ValidationError
+
+from backend.bench_prompts import BenchPrompt
+from backend.engines import Engine
+from backend.flavour import detect_flavour
+from backend.home import home
+from backend.launch import plan_for
+from backend.presets import Preset
+from backend.profiles import LaunchPlan, get_profile
+from backend.server import DEFAULT_HOST, ServerState, get_json, pick_port, stop, up
+
+SCHEMA_VERSION = 1
+REFERENCE_PROFILE = "baseline"
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not run or a server answered badly; the message says why."""
+
+
+class BenchUsage(BenchError):
+    """The command line asks for something impossible (unknown or duplicate profile, a
+    profile needing a draft the preset lacks, bad temperatures)."""
+
+
+class Sample(BaseModel):
+    """One request's measurements, in the order the requests were sent."""
+
+    index: int = Field(description="0-based position in the run's request order.")
+    profile: str
+    prompt: str
+    temperature: float
+    repeat: int = Field(description="0-based repeat number.")
+    prompt_tokens: int = Field(description="Tokens prefilled (timings.prompt_n).")
+    cached_tokens: int = Field(description="Prompt tokens reused from cache (timings.cache_n).")
+    prompt_ms: float = Field(description="Prefill time in ms (timings.prompt_ms).")
+    completion_tokens: int = Field(description="Tokens generated (timings.predicted_n).")
+    decode_ms: float = Field(description="Generation time in ms (timings.predicted_ms).")
+    draft_n: int = Field(description="Draft tokens proposed (timings.draft_n, 0 when absent).")
+    draft_accepted: int = Field(description="Draft tokens accepted (timings.draft_n_accepted).")
+    finish_reason: str | None = None
+
+
+class Stats(BaseModel):
+    """Totals for one profile over a group of samples: one prompt at one temperature, or
+    every prompt (``prompt`` None) at one temperature or at all (``temperature`` None)."""
+
+    profile: str
+    prompt: str | None
+    temperature: float | None
+    requests: int
+    completion_tokens: int
+    decode_ms: float
+    prompt_tokens: int
+    prompt_ms: float
+    decode_tok_s: float | None = Field(description="completion_tokens / decode time (s).")
+    prefill_tok_s: float | None = Field(description="prompt_tokens / prefill time (s).")
+    draft_n: int
+    draft_accepted: int
+    acceptance: float | None = Field(description="draft_accepted / draft_n; None without "
+                                     "drafts.")
+    speedup: float | None = Field(description="decode_tok_s / the reference profile's "
+                                  "decode_tok_s over the same group, from the same run.")
+
+
+class ServerInfo(BaseModel):
+    """A server the run started, as it described itself."""
+
+    profile: str
+    argv: list[str]
+    build_info: str | None = Field(description="/props build_info.")
+    model_path: str | None = Field(description="/props model_path.")
+    n_ctx: int | None = Field(description="/props default_generation_settings.n_ctx.")
+
+
+class MachineInfo(BaseModel):
+    """Where the run happened."""
+
+    platform: str
+    cpu: str
+    cpu_threads: int | None
+    ram_bytes: int
+    gpus: list[str] = Field(description="nvidia-smi name and memory per GPU; empty without.")
+
+
+class ModelFile(BaseModel):
+    """A GGUF the servers loaded."""
+
+    path: Path
+    size_bytes: int
+
+
+class BenchResult(BaseModel):
+    """Everything one ``agent backend bench`` run measured (the ``--json`` file)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    date: datetime = Field(description="When the run started (UTC).")
+    machine: MachineInfo
+    engine: str = Field(description="Engine key.")
+    engine_version: str
+    binary: Path
+    flavour: str
+    build_info: str | None
+    preset: str
+    model: ModelFile
+    draft: ModelFile | None
+    prompt_set: str = Field(description="seed, edit or the prompts file's path.")
+    prompts: list[BenchPrompt]
+    profiles: list[str]
+    reference_profile: str
+    max_tokens: int
+    temperatures: list[float]
+    repeats: int
+    ctx_size: int
+    request_extra: dict[str, float | int | bool] = Field(
+        description="Fields sent with every request besides messages, max_tokens and "
+        "temperature.")
+    servers: list[ServerInfo]
+    samples: list[Sample]
+    per_prompt: list[Stats]
+    overall: list[Stats] = Field(description="Per profile: each temperature, then all.")
+
+    def overall_speedup(self, profile: str) -> float | None:
+        """``profile``'s speedup over every prompt and temperature."""
+        return next((s.speedup for s in self.overall
+                     if s.profile == profile and s.temperature is None), None)
+
+
+class _Timings(BaseModel):
+    """The part of llama-server's ``timings`` the benchmark reads."""
+
+    prompt_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    cache_n: int = 0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+
+def parse_profiles(spec: str | None, preset: Preset) -> list[str]:
+    """The profiles to compare: ``spec`` (comma-separated) or baseline plus the preset's own.
+
+    Raises :class:`BenchUsage` for an unknown or repeated profile, or one needing a draft
+    model the preset does not have.
+    """
+    if spec is None:
+        names = list(dict.fromkeys([REFERENCE_PROFILE, preset.profile]))
+    else:
+        names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise BenchUsage("--profiles is empty; give e.g. baseline,ngram")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BenchUsage(f"--profiles lists {', '.join(repeated)} more than once")
+    for name in names:
+        try:
+            profile = get_profile(name)
+        except ValueError as exc:
+            raise BenchUsage(str(exc)) from exc
+        if profile.needs_draft and not preset.draft:
+            raise BenchUsage(f"the {name} profile needs a draft model and preset "
+                             f"'{preset.name}' has none; choose a preset with a draft "
+                             f"(--preset) or other --profiles")
+    return names
+
+
+def parse_temperatures(spec: str) -> list[float]:
+    """``"0.7,0"`` → ``[0.7, 0.0]``; raises :class:`BenchUsage` for anything else."""
+    try:
+        values = [float(t) for t in spec.split(",") if t.strip()]
+    except ValueError as exc:
+        raise BenchUsage(f"--temperatures '{spec}': expected numbers like 0.7,0") from exc
+    if not values or any(not 0.0 <= t <= 2.0 for t in values):
+        raise BenchUsage(f"--temperatures '{spec}': give one or more values in 0..2")
+    return list(dict.fromkeys(values))
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text("utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[str]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] \
+        if proc.returncode == 0 else []
+
+
+def machine_info() -> MachineInfo:
+    """OS, CPU model and threads, RAM and GPUs of this machine."""
+    return MachineInfo(platform=platform.platform(), cpu=_cpu_name(),
+                       cpu_threads=os.cpu_count(), ram_bytes=psutil.virtual_memory().total,
+                       gpus=_gpus())
+
+
+def sample_from_response(body: object, *, index: int, profile: str, prompt: str,
+                         temperature: float, repeat: int) -> Sample:
+    """A :class:`Sample` from a ``/v1/chat/completions`` response body.
+
+    Raises :class:`BenchError` when the body has no usable ``timings`` (not a llama-server,
+    or a malformed answer).
+    """
+    timings = body.get("timings") if isinstance(body, dict) else None
+    if not isinstance(timings, dict):
+        raise BenchError(f"the {profile} server answered prompt '{prompt}' without timings; "
+                         "bench needs llama-server's timings fields")
+    try:
+        t = _Timings.model_validate(timings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BenchError(f"the {profile} server sent malformed timings for prompt '{prompt}' "
+                         f"({'.'.join(str(p) for p in first['loc'])}: {first['msg']})") from exc
+    choices = body.get("choices") or [{}]
+    finish = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
+    return Sample(index=index, profile=profile, prompt=prompt, temperature=temperature,
+                  repeat=repeat, prompt_tokens=t.prompt_n, cached_tokens=t.cache_n,
+                  prompt_ms=t.prompt_ms, completion_tokens=t.predicted_n,
+                  decode_ms=t.predicted_ms, draft_n=t.draft_n,
+                  draft_accepted=t.draft_n_accepted, finish_reason=finish)
+
+
+def _rate(tokens: int, ms: float) -> float | None:
+    return tokens / (ms / 1000.0) if ms > 0 else None
+
+
+def _stats(profile: str, prompt: str | None, temperature: float | None,
+           samples: list[Sample]) -> Stats:
+    tokens = sum(s.completion_tokens for s in samples)
+    decode_ms = sum(s.decode_ms for s in samples)
+    prompt_tokens = sum(s.prompt_tokens for s in samples)
+    prompt_ms = sum(s.prompt_ms for s in samples)
+    draft = sum(s.draft_n for s in samples)
+    accepted = sum(s.draft_accepted for s in samples)
+    return Stats(profile=profile, prompt=prompt, temperature=temperature,
+                 requests=len(samples), completion_tokens=tokens, decode_ms=decode_ms,
+                 prompt_tokens=prompt_tokens, prompt_ms=prompt_ms,
+                 decode_tok_s=_rate(tokens, decode_ms), prefill_tok_s=_rate(prompt_tokens,
+                                                                             prompt_ms),
+                 draft_n=draft, draft_accepted=accepted,
+                 acceptance=accepted / draft if draft else None, speedup=None)
+
+
+def _with_speedups(group: list[Stats], reference: str) -> list[Stats]:
+    base = next((s.decode_tok_s for s in group if s.profile == reference), None)
+    return [s.model_copy(update={"speedup": s.decode_tok_s / base
+                                 if base and s.decode_tok_s is not None else None})
+            for s in group]
+
+
+def summarize(samples: list[Sample], profiles: list[str], prompts: list[str],
+              temperatures: list[float], reference: str) -> tuple[list[Stats], list[Stats]]:
+    """(per prompt and temperature, overall) stats per profile, speedups vs ``reference``.
+
+    Overall rows are per temperature, then over every temperature.
+    """
+    def pick(profile: str, prompt: str | None, temp: float | None) -> list[Sample]:
+        return [s for s in samples if s.profile == profile
+                and (prompt is None or s.prompt == prompt)
+                and (temp is None or s.temperature == temp)]
+
+    per_prompt: list[Stats] = []
+    for prompt in prompts:
+        for temp in temperatures:
+            per_prompt += _with_speedups(
+                [_stats(p, prompt, temp, pick(p, prompt, temp)) for p in profiles], reference)
+    overall: list[Stats] = []
+    for temp in [*temperatures, None]:
+        overall += _with_speedups([_stats(p, None, temp, pick(p, None, temp))
+                                   for p in profiles], reference)
+    return per_prompt, overall
+
+
+@contextlib.contextmanager
+def _keep_current_marker() -> Iterator[None]:
+    """Restore ``<servers>/current`` afterwards: ``up`` points it at each server it starts,
+    and ``agent backend down`` must still find the user's own server after a bench."""
+    marker = home().ensure().servers / "current"
+    before = marker.read_text("utf-8") if marker.is_file() else None
+    try:
+        yield
+    finally:
+        if before is None:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.write_text(before, "utf-8")
+
+
+def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
+                note: Callable[[str], None] | None) -> LaunchPlan:
+    plan = plan_for(preset, engine, profile, ctx_size, note)
+    return plan.model_copy(update={"extra_flags": (*plan.extra_flags, "--alias",
+                                                   f"dflash-agent-bench-{profile}")})
+
+
+def _post(client: httpx2.Client, state: ServerState, profile: str, prompt: BenchPrompt,
+          body: dict) -> dict:
+    url = state.base_url + "/v1/chat/completions"
+    try:
+        resp = client.post(url, json=body)
+    except httpx2.HTTPError as exc:
+        raise BenchError(f"the {profile} server at {state.base_url} failed on prompt "
+                         f"'{prompt.name}': {exc} (server log: {state.log})") from exc
+    try:
+        data = resp.json()
+    except ValueError as exc:
+        raise BenchError(f"the {profile} server answered prompt '{prompt.name}' with HTTP "
+                         f"{resp.status_code} and no JSON (server log: {state.log})") from exc
+    if resp.status_code != 200:
+        error = data.get("error", {}) if isinstance(data, dict) else {}
+        message = error.get("message", resp.text[:200]) if isinstance(error, dict) else error
+        hint = (" (raise --ctx-size or lower --max-tokens)"
+                if isinstance(error, dict) and error.get("type") == "exceed_context_size_error"
+                else "")
+        raise BenchError(f"the {profile} server refused prompt '{prompt.name}' with HTTP "
+                         f"{resp.status_code}: {message}{hint}")
+    return data
+
+
+def _server_info(profile: str, state: ServerState) -> ServerInfo:
+    try:
+        props = get_json(state.base_url, "/props")
+    except (httpx2.HTTPError, ValueError):
+        props = {}
+    settings = props.get("default_generation_settings") or {}
+    return ServerInfo(profile=profile, argv=state.argv, build_info=props.get("build_info"),
+                      model_path=props.get("model_path"), n_ctx=settings.get("n_ctx"))
+
+
+def _model_file(path: Path) -> ModelFile:
+    return ModelFile(path=path, size_bytes=path.stat().st_size)
+
+
+def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list[BenchPrompt],
+              *, prompt_set: str, temperatures: list[float], max_tokens: int = 1200,
+              repeats: int = 1, ctx_size: int | None = None, start_timeout: float = 600.0,
+              request_timeout: float = 3600.0,
+              note: Callable[[str], None] | None = None) -> BenchResult:
+    """Start one server per profile, send every prompt at every temperature ``repeats`` times
+    to each (profiles innermost), stop the servers, and return the measurements.
+
+    ``profiles`` should come from :func:`parse_profiles`; the reference for speedups is
+    ``baseline`` when listed, else the first profile. Raises :class:`BenchError` (a server
+    refused or answered badly), ``ModelError``, ``PresetError`` or ``ServerError``.
+    """
+    say = note or (lambda _msg: None)
+    reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
+    started = datetime.now(UTC)
+    plans = {p: _bench_plan(preset, engine, p, ctx_size, note) for p in profiles}
+    request_extra: dict[str, float | int | bool] = {"cache_prompt": False}
+    for key in ("top_k", "top_p", "min_p"):
+        value = getattr(preset.sampling, key)
+        if value is not None:
+            request_extra[key] = value
+    states: dict[str, ServerState] = {}
+    samples: list[Sample] = []
+    timeout = httpx2.Timeout(connect=10.0, read=request_timeout, write=60.0, pool=10.0)
+    with _keep_current_marker(), httpx2.Client(timeout=timeout) as client:
+        try:
+            for profile, plan in plans.items():
+                say(f"starting the {profile} server")
+                states[profile], _ = up(plan, port=pick_port(DEFAULT_HOST, 0),
+                                        preset=preset.name, timeout=start_timeout,
+                                        progress=note)
+            warm_up = BenchPrompt(name="warm-up", text="Hi")
+            for profile, state in states.items():
+                # The first request pays one-off costs (weights paged in, buffers allocated).
+                _post(client, state, profile, warm_up,
+                      {"messages": [{"role": "user", "content": warm_up.text}],
+                       "max_tokens": 4, "temperature": 0.0})
+            servers = [_server_info(p, s) for p, s in states.items()]
+            total = len(prompts) * len(temperatures) * repeats * len(profiles)
+            group = 0
+            for prompt in prompts:
+                for temp in temperatures:
+                    for repeat in range(repeats):
+                        # Rotating who goes first keeps any order effect off one profile.
+                        shift = group % len(profiles)
+                        group += 1
+                        for profile in profiles[shift:] + profiles[:shift]:
+                            body = {"messages": [{"role": "user", "content": prompt.text}],
+                                    "max_tokens": max_tokens, "temperature": temp,
+                                    **request_extra}
+                            data = _post(client, states[profile], profile, prompt, body)
+                            sample = sample_from_response(
+                                data, index=len(samples), profile=profile, prompt=prompt.name,
+                                temperature=temp, repeat=repeat)
+                            samples.append(sample)
+                            rate = _rate(sample.completion_tokens, sample.decode_ms) or 0.0
+                            say(f"[{len(samples)}/{total}] {prompt.name} t={temp:g} {profile}: "
+                                f"{sample.completion_tokens} tokens, {rate:.1f} tok/s, "
+                                f"draft {sample.draft_accepted}/{sample.draft_n}")
+        finally:
+            for state in states.values():
+                stop(state)
+    per_prompt, overall = summarize(samples, profiles, [p.name for p in prompts],
+                                    temperatures, reference)
+    first = next(iter(plans.values()))
+    draft = next((p.draft for p in plans.values() if p.draft is not None), None)
+    try:
+        flavour: str = detect_flavour(engine.binary)
+    except (OSError, subprocess.SubprocessError):
+        flavour = "unknown"
+    return BenchResult(
+        date=started, machine=machine_info(), engine=engine.key,
+        engine_version=engine.version, binary=engine.binary, flavour=flavour,
+        build_info=servers[0].build_info, preset=preset.name, model=_model_file(first.model),
+        draft=_model_file(draft) if draft else None, prompt_set=prompt_set, prompts=prompts,
+        profiles=profiles, reference_profile=reference, max_tokens=max_tokens,
+        temperatures=temperatures, repeats=repeats, ctx_size=first.ctx_size,
+        request_extra=request_extra, servers=servers, samples=samples,
+        per_prompt=per_prompt, overall=overall)
+
+
+def write_result(result: BenchResult, path: Path) -> Path:
+    """Write ``result`` as indented JSON to ``path`` (parents created); returns ``path``.
+
+    Raises :class:`BenchError` when the file cannot be written.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json(indent=2), "utf-8")
+    except OSError as exc:
+        raise BenchError(f"cannot write the results to {path}: {exc}") from exc
+    return path
+
+
+def default_result_path(result: BenchResult) -> Path:
+    """``<state>/bench/<UTC date and time>.json``."""
+    return home().state / "bench" / f"{result.date.strftime('%Y%m%d-%H%M%S')}.json"
