@@ -390,3 +390,24 @@ def test_cli_list_skips_untrusted_project_servers_without_a_terminal(repo: Path)
     assert "status: untrusted (not started)" in listed.stdout
     assert "have not been trusted; skipped" in listed.stderr
     assert not (repo / "pwned").exists()
+
+
+def test_agent_run_uses_mcp_tools_and_approval_applies(repo: Path):
+    write_config(mcp_config.user_file(), {"time": {"command": str(VENV_BIN / "mcp-server-time")}})
+    script = [reply(json.dumps({"tool": "time__get_current_time",
+                                "arguments": {"timezone": "Europe/Lisbon"}})),
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "told time"}}))]
+    with ScriptedModel(script) as model:
+        ran = agent_cli("run", "what time is it", "--repo", str(repo), "--base-url", model.url,
+                        "--approval", "full-auto", "--json")
+    assert ran.returncode == 0, ran.stderr
+    events = [json.loads(line) for line in ran.stdout.splitlines()]
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["name"] == "time__get_current_time" and not result["is_error"]
+    assert "Europe/Lisbon" in result["text"]
+    # Under auto-edit an MCP tool asks like bash; with no terminal the task stops, unrun.
+    with ScriptedModel(script[:1]) as model:
+        asked = agent_cli("run", "what time is it", "--repo", str(repo), "--base-url",
+                          model.url, "--approval", "auto-edit")
+    assert asked.returncode != 0
+    assert "time__get_current_time needs approval" in asked.stderr

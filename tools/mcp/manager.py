@@ -117,12 +117,11 @@ class McpManager:
         self.servers: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
         self.cwd = cwd
         self.session_id = session_id
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-client",
-                                        daemon=True)
-        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     def _submit(self, coro: Any) -> Future[Any]:
+        assert self._loop is not None, "start() first"
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _wait(self, future: Future[Any]) -> Any:
@@ -135,10 +134,12 @@ class McpManager:
 
     def start(self) -> None:
         """Connect all servers concurrently; failures are recorded, never raised."""
-        if not self._started:
+        if self._loop is None:
             _route_sdk_logs()
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-client",
+                                            daemon=True)
             self._thread.start()
-            self._started = True
         self._wait(self._submit(self._start_all(list(self.servers.values()))))
 
     async def _start_all(self, states: list[ServerState]) -> None:
@@ -275,7 +276,7 @@ class McpManager:
 
     def close(self) -> None:
         """Stop every server and the loop thread (idempotent)."""
-        if not self._started or not self._thread.is_alive():
+        if self._loop is None or self._thread is None or not self._thread.is_alive():
             return
         states = list(self.servers.values())
 
