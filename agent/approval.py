@@ -1,7 +1,7 @@
 """Approval modes: what needs the user's confirmation before it runs.
 
 - ``ask``: every bash command and every edit (the edit shown as a diff);
-- ``auto-edit``: edits run, bash asks;
+- ``auto-edit``: edits run, bash and MCP tools ask;
 - ``full-auto``: nothing asks.
 Read-only tools (view, grep, glob, bash_jobs, activate_skill) never ask, nor tools an active
 skill's ``allowed-tools`` lists. With no terminal to ask on, a call that
@@ -11,11 +11,13 @@ needs approval stops the task with a message instead of hanging.
 from __future__ import annotations
 
 import difflib
+import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from agent.loop import ApprovalUnavailable, Approver
+from tools.mcp.tool import SEPARATOR as MCP_SEPARATOR
 
 READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs", "activate_skill"})
 EDITS = frozenset({"create", "str_replace", "insert", "undo_edit"})
@@ -45,6 +47,11 @@ def describe(call: dict[str, Any]) -> str:
     if name == "create":
         head = str(args.get("file_text", "")).splitlines()[:20]
         return f"create {args.get('path')}:\n" + "\n".join(f"+{line}" for line in head)
+    if MCP_SEPARATOR in name:
+        # MCP tools ask like bash: the user sees every argument the server will receive.
+        server = name.split(MCP_SEPARATOR, 1)[0]
+        shown = json.dumps(args, ensure_ascii=False, indent=2)
+        return f"MCP server '{server}': {name}\n{shown[:4000]}"
     return f"{name} {args}"
 
 

@@ -30,6 +30,7 @@ from agent.events import (
 )
 from agent.instructions import load_instructions
 from agent.loop import RESULT_PREFIX, Agent, Limits, LoopResult
+from agent.mcp_setup import add_mcp_tools, start_servers
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
 from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
@@ -170,6 +171,9 @@ class RepoSession:
             protocol, auto_switch = choose_protocol(protocol or settings.tool_protocol, client)
             self.tasks = 0
         self.log = SessionLog(self.id, "", root, resume=record is not None)
+        self.mcp = start_servers(root, self.warn, self.id, ask, interactive)
+        if self.mcp is not None:
+            add_mcp_tools(self.registry, ToolContext(workspace), self.mcp, self.warn)
         tools = self.registry.openai_tools()
         listed = tools_with_final(tools) if protocol == "json" else tools
         system = system_prompt(str(root), protocol, listed)
@@ -247,8 +251,14 @@ class RepoSession:
                               f"{subject}\n\nMade by dflash-agent (session {self.id}, task "
                               f"{number}).", include_preexisting)
 
+    def warn(self, message: str) -> None:
+        """A warning on stderr (shown in --json mode too: JSON goes to stdout)."""
+        self.reporter.console.print(f"warning: {message}", markup=False)
+
     def close(self) -> None:
         self.registry.close()
+        if self.mcp is not None:
+            self.mcp.close()
         self.backend.client.close()
 
 
