@@ -17,9 +17,10 @@ import pytest
 
 from agent.protocol import json_response_format
 from tools.base import ToolContext, ToolError
-from tools.mcp.manager import McpManager
+from tools.mcp.config import ServerConfig
+from tools.mcp.manager import McpManager, ServerState
 from tools.mcp.schema import UnsafeSchema, sanitize
-from tools.mcp.tool import McpTool
+from tools.mcp.tool import McpTool, mcp_tools
 from tools.workspace import Workspace
 
 
@@ -145,3 +146,18 @@ def test_arguments_are_validated_against_the_original_schema(tmp_path):
     tool = McpTool(ToolContext(Workspace(tmp_path)), McpManager([]), "srv", never, "srv__n")
     with pytest.raises(ToolError, match="never: 1 should not be valid"):
         tool.parse({"name": "x", "never": 1})
+
+
+def test_a_tool_whose_schema_cannot_be_made_safe_is_left_out_with_a_warning(tmp_path):
+    manager = McpManager([])
+    manager.servers["srv"] = ServerState(
+        ServerConfig("srv", tmp_path / "mcp.json", "user", command="unused"), status="ready",
+        tools=[mcp_types.Tool(name="broken", input_schema=obj({"x": {"$ref": "#/nope"}})),
+               mcp_types.Tool(name="invalid", input_schema=obj({"x": {"type": 5}})),
+               mcp_types.Tool(name="fine", input_schema=REJECTED["ref_cycle_tree"])])
+    warnings: list[str] = []
+    tools = mcp_tools(ToolContext(Workspace(tmp_path)), manager, {"view"}, warnings.append)
+    assert [t.name for t in tools] == ["srv__fine"]
+    assert "MCP tool 'broken' of server 'srv' left out: $ref '#/nope' cannot be resolved" \
+        in warnings
+    assert any("'invalid'" in w and "not valid JSON Schema" in w for w in warnings)
