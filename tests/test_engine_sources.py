@@ -1,0 +1,109 @@
+"""Engines from other sources: BeeLlama cloned at a tag (gitpython), a local --source tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from backend.engines import BuildError, build_beellama, check_source, fetch_sdist, unpack_sdist
+from backend.flavour import detect_flavour
+
+AGENT = [sys.executable, "-m", "agent"]
+TINY_CMAKE = """cmake_minimum_required(VERSION 3.14)
+project(tiny C)
+add_executable(llama-server main.c)
+set_target_properties(llama-server PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+"""
+
+
+def _agent(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=1800, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def fork(tmp_path: Path) -> Path:
+    """A git repository shaped like a llama.cpp fork (CMakeLists.txt, ggml/) whose
+    ``llama-server`` prints which tag it was built from; tags v0.3.2 and v0.4.7."""
+    root = tmp_path / "beellama.cpp"
+    (root / "ggml").mkdir(parents=True)
+    (root / "ggml" / "README").write_text("ggml\n")
+    (root / "CMakeLists.txt").write_text(TINY_CMAKE)
+    repo = git.Repo.init(root)
+    with repo.config_writer() as cfg:
+        cfg.set_value("user", "name", "T").set_value("user", "email", "t@example.com")
+    for tag in ("v0.3.2", "v0.4.7"):
+        (root / "main.c").write_text('#include <stdio.h>\nint main(void) { '
+                                     f'puts("version: 1 ({tag})"); return 0; }}\n')
+        repo.index.add(["CMakeLists.txt", "main.c", "ggml/README"])
+        repo.index.commit(tag)
+        repo.create_tag(tag)
+    return root
+
+
+def test_beellama_is_cloned_at_the_requested_tag_and_built(fork: Path):
+    engine = build_beellama("v0.3.2", cuda=False, git_url=str(fork))
+    assert engine.engine == "beellama" and engine.version == "v0.3.2"
+    out = subprocess.run([str(engine.binary)], capture_output=True, text=True).stdout
+    assert out.strip() == "version: 1 (v0.3.2)"
+    log = (engine.binary.parent.parent / "build.log").read_text()
+    assert "git clone --depth 1 --branch v0.3.2" in log
+    assert build_beellama("v0.3.2", cuda=False, git_url=str(fork)) == engine  # a no-op
+
+
+def test_the_cli_builds_beellama_at_another_tag(fork: Path, agent_home: Path):
+    proc = _agent("backend", "build", "--engine", "beellama", "--ref", "v0.4.7", "--cpu",
+                  "--git-url", str(fork), home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "engine beellama-v0.4.7-cpu-" in proc.stdout
+
+
+def test_a_clone_failure_names_the_tag_and_the_way_out(fork: Path, tmp_path: Path):
+    with pytest.raises(BuildError) as info:
+        build_beellama("v9.9.9", cuda=False, git_url=str(fork))
+    assert info.value.step == "clone"
+    assert "at 'v9.9.9'" in str(info.value) and "--source DIR" in str(info.value)
+    with pytest.raises(BuildError, match="could not clone"):
+        build_beellama("v0.4.7", cuda=False, git_url=str(tmp_path / "no-such-repo"))
+
+
+def test_a_folder_that_is_not_a_source_tree_is_refused(tmp_path: Path, agent_home: Path):
+    with pytest.raises(BuildError, match="not a llama.cpp source tree"):
+        check_source(tmp_path)
+    proc = _agent("backend", "build", "--source", str(tmp_path), "--cpu", home=agent_home)
+    assert proc.returncode == 3 and "not a llama.cpp source tree" in proc.stderr
+    proc = _agent("backend", "build", "--engine", "beellama", "--sdist", "x.tar.gz",
+                  home=agent_home)
+    assert proc.returncode == 2 and "BeeLlama builds from" in proc.stderr
+
+
+def _ccache_hits() -> int | None:
+    if not shutil.which("ccache"):
+        return None
+    out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True).stdout
+    stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    return int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
+
+
+@pytest.mark.server
+def test_a_real_cpu_build_from_a_local_source_tree(tmp_path: Path, agent_home: Path):
+    log = tmp_path / "fetch.log"
+    src = unpack_sdist(fetch_sdist(tmp_path, log), tmp_path / "src")
+    before = {p.relative_to(src) for p in src.rglob("*")}
+    hits = _ccache_hits()
+    proc = _agent("backend", "build", "--source", str(src), "--cpu", home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    binary = Path(proc.stdout.split(": ", 1)[1].strip())
+    assert binary.is_file() and detect_flavour(binary) == "upstream"
+    assert {p.relative_to(src) for p in src.rglob("*")} == before  # built out of tree
+    if hits is not None:  # a tree ccache has seen (the session's engine build) compiles from it
+        assert (_ccache_hits() or 0) > hits
+    again = _agent("backend", "build", "--source", str(src), "--cpu", home=agent_home)
+    assert again.returncode == 0 and again.stdout == proc.stdout
