@@ -301,3 +301,16 @@ def test_backend_up_refuses_then_force_launches(engine, gemma_files, agent_home:
     assert forced.returncode == 3
     assert "--force: launching although" in forced.stderr
     assert "llama-server exited" in forced.stderr, forced.stderr
+
+
+def test_a_running_server_for_the_plan_is_not_rechecked(real_server, shared_home: Path,
+                                                        gpu_path):
+    from tests.conftest import home_env
+
+    state = real_server("baseline")
+    gpu_path(stdout="1, 24564")  # a GPU with no free memory: a fresh check would refuse
+    with home_env(shared_home):
+        assert check_fit(state.plan) is None
+        bigger = state.plan.model_copy(update={"ctx_size": state.plan.ctx_size * 2})
+        with pytest.raises(FitError, match="short by"):
+            check_fit(bigger)
