@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -93,7 +94,8 @@ def everything_http(everything: Path, tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.2)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
+        # npx runs the server as a child: stop the whole process group.
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
         log.close()
 
