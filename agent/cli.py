@@ -526,6 +526,8 @@ def bench_cmd(
     = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG bar chart here (needs the "
                                               "plot extra).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Launch even when the fit check "
+                                        "says the servers do not fit side by side.")] = False,
 ) -> None:
     """Compare speculation profiles on one binary and model: one server per profile side by
     side, requests interleaved; per prompt and overall tokens, decode and prefill tok/s,
@@ -546,6 +548,7 @@ def bench_cmd(
     result = run_bench(chosen, engine, names, prompt_list, prompt_set=prompt_set,
                        temperatures=temps, max_tokens=max_tokens, repeats=repeats,
                        ctx_size=settings.ctx_size, start_timeout=settings.server_start_timeout,
+                       force=force,
                        note=lambda message: err.print(message, markup=False, style="dim"))
     Console(highlight=False, soft_wrap=True).print(result_table(result))
     written = write_result(result, json_path or default_result_path(result))

@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from backend.bench_prompts import BenchPrompt
 from backend.engines import Engine
+from backend.fit import check_fit
 from backend.flavour import detect_flavour
 from backend.home import home
 from backend.launch import plan_for
@@ -373,14 +374,16 @@ def _model_file(path: Path) -> ModelFile:
 def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list[BenchPrompt],
               *, prompt_set: str, temperatures: list[float], max_tokens: int = 1200,
               repeats: int = 1, ctx_size: int | None = None, start_timeout: float = 600.0,
-              request_timeout: float = 3600.0,
+              request_timeout: float = 3600.0, force: bool = False,
               note: Callable[[str], None] | None = None) -> BenchResult:
     """Start one server per profile, send every prompt at every temperature ``repeats`` times
     to each (profiles innermost), stop the servers, and return the measurements.
 
     ``profiles`` should come from :func:`parse_profiles`; the reference for speedups is
-    ``baseline`` when listed, else the first profile. Raises :class:`BenchError` (a server
-    refused or answered badly), ``ModelError``, ``PresetError`` or ``ServerError``.
+    ``baseline`` when listed, else the first profile. Each server passes the fit check before
+    it starts, so the later ones are checked against what the earlier ones left free
+    (``force`` turns a refusal into a note). Raises :class:`BenchError` (a server refused or
+    answered badly), ``FitError``, ``ModelError``, ``PresetError`` or ``ServerError``.
     """
     say = note or (lambda _msg: None)
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
@@ -397,6 +400,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     with _keep_current_marker(), httpx2.Client(timeout=timeout) as client:
         try:
             for profile, plan in plans.items():
+                check_fit(plan, force=force, note=note)
                 say(f"starting the {profile} server")
                 states[profile], _ = up(plan, port=pick_port(DEFAULT_HOST, 0),
                                         preset=preset.name, timeout=start_timeout,
