@@ -234,11 +234,16 @@ class JobManager:
             logs.mkdir(parents=True, exist_ok=True)
             stderr = (logs / f"{job.session_id}.log").open("ab")
             cwd = Path(job.spec.path) if job.kind == "run_task" else Path(job.spec.path).parent
-            job.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent.mcp_worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
-                cwd=cwd if cwd.is_dir() else None, start_new_session=True)
-            stderr.close()
+            try:
+                job.proc = subprocess.Popen(
+                    [sys.executable, "-m", "agent.mcp_worker"], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
+                    cwd=cwd if cwd.is_dir() else None, start_new_session=True)
+            except OSError as exc:
+                self._finish(job, "failed", error=f"the worker could not start: {exc}")
+                return
+            finally:
+                stderr.close()
         proc = job.proc
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(job.spec.model_dump_json() + "\n")
