@@ -77,6 +77,9 @@ def open_repo(path: Path) -> git.Repo:
     rebase, ``git am``, cherry-pick or revert is in progress (a snapshot would capture
     conflict markers and a restore would fight with git).
     """
+    if shutil.which(git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git") is None:
+        raise RepoStateError("git is not installed (no `git` on PATH); install it, or pass "
+                             "--no-git to work without checkpoints")
     try:
         repo = git.Repo(Path(path).expanduser().resolve(), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):

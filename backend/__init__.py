@@ -1,1 +1,7 @@
 """Inference backend: engines (build), models (download), server (launch/reuse/stop), profiles."""
+
+import os
+
+# GitPython refuses to import without a git executable; commands that never touch git (doctor,
+# presets, bench, mcp serve) must still run, and git-using paths then fail with a clear error.
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")

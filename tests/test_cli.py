@@ -201,3 +201,22 @@ def test_up_print_cmd_shows_the_exact_command_without_starting(engine, smollm2,
     assert cmd.startswith(str(engine.binary)) and f"-m {smollm2}" in cmd
     assert "--spec-type ngram-mod" in cmd and "--sleep-idle-seconds 60" in cmd
     assert json.loads(run("backend", "status", "--json", home=home).stdout) == []
+
+
+def test_the_cli_starts_without_git_on_path(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "agent", "--help"], capture_output=True,
+                          text=True, timeout=120, env={"PATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "new-project" in proc.stdout
+
+
+def test_a_repo_task_without_git_installed_says_so(tmp_path: Path):
+    repo = git.Repo.init(tmp_path / "r")
+    nogit = tmp_path / "bin"
+    nogit.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "agent", "run", "x", "--base-url",
+                           "http://127.0.0.1:9"], capture_output=True, text=True, timeout=120,
+                          cwd=repo.working_tree_dir,
+                          env={"PATH": str(nogit), "DFLASH_AGENT_HOME": str(tmp_path / "h")})
+    assert proc.returncode == 3, proc.stderr
+    assert "git is not installed" in proc.stderr and "--no-git" in proc.stderr
