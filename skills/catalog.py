@@ -15,8 +15,12 @@ from skills.loader import Skill
 
 CATALOG_SHARE = 0.05
 """Share of the server's context the catalog may take."""
-DESCRIPTION_STEPS = (None, 240, 120, 60, 0)
-"""Description lengths tried in turn (None: in full; 0: left out)."""
+STEPS: tuple[tuple[int | None, bool], ...] = (
+    (None, True), (240, True), (120, True), (None, False), (240, False), (120, False),
+    (60, False), (0, False))
+"""(description length, with location) tried in turn: descriptions are shortened first, then
+locations dropped (activation reports the folder anyway), then descriptions shortened further
+(None: in full; 0: left out)."""
 HEADER = ("Skills: instructions for particular tasks. When the task matches a skill's "
           "description, call activate_skill with its name first and follow what it returns.\n")
 
@@ -45,14 +49,15 @@ def shorten(text: str, limit: int | None) -> str:
     return cut.rstrip(" ,;:.") + "…"
 
 
-def _render(skills: Sequence[Skill], limit: int | None, left_out: int) -> str:
+def _render(skills: Sequence[Skill], limit: int | None, left_out: int,
+            location: bool = False) -> str:
     lines = [HEADER]
     for skill in skills:
         line = f"- {skill.name}"
         description = shorten(skill.description, limit)
         if description:
             line += f": {description}"
-        lines.append(f"{line} ({skill.file})\n")
+        lines.append(f"{line} ({skill.file})\n" if location else line + "\n")
     if left_out:
         lines.append(f"({left_out} more skills are installed but not listed here.)\n")
     return "".join(lines)
@@ -63,13 +68,14 @@ def build_catalog(skills: Sequence[Skill], max_tokens: int,
     """The catalog of ``skills`` (given in the order to list them) within ``max_tokens``
     as measured by ``count`` (the server's tokenizer, or :func:`estimate_tokens`).
 
-    Descriptions are shortened step by step for all skills at once; when even names alone do
-    not fit, skills are left out from the end. An empty catalog (``text == ""``) when no skill
+    Descriptions are shortened step by step for all skills at once (locations are dropped
+    after the second step); when even names alone do not fit, skills are left out from the
+    end. An empty catalog (``text == ""``) when no skill
     fits or there are none."""
     if not skills:
         return Catalog("", [])
-    for limit in DESCRIPTION_STEPS:
-        text = _render(skills, limit, 0)
+    for limit, location in STEPS:
+        text = _render(skills, limit, 0, location)
         if count(text) <= max_tokens:
             return Catalog(text, [s.name for s in skills])
     # The most skills (names only) that fit: binary search, each probe one count() call.

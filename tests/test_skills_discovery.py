@@ -105,10 +105,12 @@ def test_catalog_is_sorted_capped_and_shortens_descriptions_first(tmp_path: Path
     assert estimate_tokens(short.text) <= cap
     assert short.names == full.names  # every skill still listed, descriptions shortened
     assert "…" in short.text
-    tiny = build_catalog(skills, estimate_tokens(HEADER) + 60)
+    assert f"({skills[0].file})" in short.text  # descriptions are shortened first
+    tiny = build_catalog(skills, estimate_tokens(HEADER) + 20)
     assert 0 < len(tiny.names) < len(skills) and tiny.names == full.names[:len(tiny.names)]
-    assert f"({tiny.left_out} more skills" in tiny.text
-    assert estimate_tokens(tiny.text) <= estimate_tokens(HEADER) + 60
+    assert f"({tiny.left_out} more skills" in tiny.text and "word" not in tiny.text
+    assert str(skills[0].file) not in tiny.text  # then locations are dropped
+    assert estimate_tokens(tiny.text) <= estimate_tokens(HEADER) + 20
     assert build_catalog(skills, 5).text == ""
     assert build_catalog(skills, cap) == short  # deterministic
 
