@@ -35,6 +35,8 @@ from tests.synthetic_gguf import (
 
 MIB = 2**20
 GEMMA = get_preset("gemma4-31b-dflash")
+# The preset with --swa-full instead of its checkpoints: what does not fit a 24 GB card.
+SWA_FULL = GEMMA.server.model_copy(update={"swa_full": True, "ctx_checkpoints": None})
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def gemma_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _plan(model: Path, draft: Path | None = None, ctx: int = 32768,
-          options: ServerOptions = GEMMA.server, parallel: int = 1) -> LaunchPlan:
+          options: ServerOptions = SWA_FULL, parallel: int = 1) -> LaunchPlan:
     return LaunchPlan(binary=Path(sys.executable), model=model, draft=draft,
                       profile="dflash" if draft else "baseline", ctx_size=ctx, options=options,
                       parallel=parallel)
@@ -191,7 +193,7 @@ def test_31b_gemma_on_a_24gb_gpu_is_refused_with_numbers(gemma_files, gpu_path):
     assert f"short by {need - 23800:.0f} MiB" in text
     assert report.suggested_ctx and f"try --ctx-size {report.suggested_ctx}" in text
     assert "--force" in text
-    inputs, _ = gather(target, draft, GEMMA.server)
+    inputs, _ = gather(target, draft, SWA_FULL)
     assert estimate(inputs, report.suggested_ctx).fits
     assert not estimate(inputs, report.suggested_ctx + 256).fits
 
@@ -206,8 +208,8 @@ def test_force_turns_the_refusal_into_a_note(gemma_files, gpu_path):
 
 def test_window_sized_swa_cache_fits_and_counts_checkpoints(gemma_files, gpu_path):
     gpu_path()
-    windowed = GEMMA.server.model_copy(update={"swa_full": False, "ctx_checkpoints": 8})
-    report = check_fit(_plan(*gemma_files, options=windowed))
+    assert not GEMMA.server.swa_full and GEMMA.server.ctx_checkpoints == 8
+    report = check_fit(_plan(*gemma_files, options=GEMMA.server))  # the packaged preset
     assert report is not None and report.fits
     by_name = {c.name: c for c in report.components}
     cells = 1024 + 512  # window + ubatch, a multiple of 256 already

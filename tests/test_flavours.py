@@ -62,7 +62,7 @@ def test_where_the_flavours_differ(facts: dict[str, HelpFacts]):
     assert "--fit off" in joined["up"] and "--fit" not in joined["old"] + joined["new"]
     for argv in (old, new, up):  # draft KV kept f16; the seed's KV types for the target
         assert "--spec-draft-type-k f16 --spec-draft-type-v f16" in " ".join(argv)
-        assert "-ctk q5_0 -ctv q4_1" in " ".join(argv) and "--swa-full" in argv
+        assert "-ctk q5_0 -ctv q4_1" in " ".join(argv) and "-ctxcp 8" in " ".join(argv)
     # Each flavour's translation is rejected by the others where they really differ.
     assert any("--spec-dflash-cross-ctx" in p for p in check_argv(old, facts["bee-new"]))
     assert any("--spec-type dflash" in p for p in check_argv(old, facts["upstream"]))
