@@ -77,6 +77,9 @@ KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, Con
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
                 CacheError, BenchError, PromptsError, DraftError, FitError, GgufError)
 
+CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailable)
+"""Errors after which ``agent chat`` prompts again instead of exiting."""
+
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
 Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram, "
@@ -227,30 +230,34 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             continue
         if line in {"/exit", "/quit"}:
             return
-        if line == "/undo":
-            plan = undo_task(session.id, log=session.log)
-            out.print("restored: " + (", ".join(plan.changed) or "nothing"), markup=False)
-        elif line == "/diff":
-            out.print(diff_session(session.id) or "(no changes)", markup=False)
-        elif line == "/commit":
-            sha = session.commit_last()
-            out.print(f"committed {sha}" if sha else "nothing to commit", markup=False)
-        elif line == "/compact":
-            before = len(session.agent.messages)
-            done = session.agent.compact()
-            out.print(f"compacted {before} messages into {len(session.agent.messages)}" if done
-                      else "the server's context size is unknown: nothing to compact against",
-                      markup=False)
-        elif line == "/status":
-            props = session.backend.client.props()
-            out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
-                      f"{session.backend.client.n_ctx()}, model {props.get('model_path')}",
-                      markup=False)
-        elif line.startswith("/"):
-            out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
-                      markup=False)
-        else:
-            session.run_task(line)
+        try:
+            if line == "/undo":
+                plan = undo_task(session.id, log=session.log)
+                out.print("restored: " + (", ".join(plan.changed) or "nothing"), markup=False)
+            elif line == "/diff":
+                out.print(diff_session(session.id) or "(no changes)", markup=False)
+            elif line == "/commit":
+                sha = session.commit_last()
+                out.print(f"committed {sha}" if sha else "nothing to commit", markup=False)
+            elif line == "/compact":
+                before = len(session.agent.messages)
+                done = session.agent.compact()
+                out.print(f"compacted {before} messages into {len(session.agent.messages)}" if done
+                          else "the server's context size is unknown: nothing to compact against",
+                          markup=False)
+            elif line == "/status":
+                props = session.backend.client.props()
+                out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
+                          f"{session.backend.client.n_ctx()}, model {props.get('model_path')}",
+                          markup=False)
+            elif line.startswith("/"):
+                out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
+                          markup=False)
+            else:
+                session.run_task(line)
+        except CHAT_RECOVERABLE as exc:
+            # One failed command or task must not end the session (its history and cache stay).
+            out.print(f"error: {exc}; the session goes on (/exit to leave)", markup=False)
 
 
 @app.command("chat", epilog=EXIT_CODES_HELP)

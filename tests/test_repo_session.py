@@ -224,3 +224,19 @@ def test_undo_and_diff_default_to_this_repositorys_session(repo: git.Repo, agent
     assert listed[0]["task"] == "add x"
     assert agent("undo", home=agent_home, cwd=root / ".").returncode == 0
     assert not (root / "x.txt").exists()
+
+
+def test_a_failed_command_in_chat_does_not_end_the_session(repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    script = [call("create", path="made.txt", file_text="made\n"),
+              call("final_answer", text="made it")]
+    lines = ["/undo", "make a file", "/exit"]  # nothing to undo yet: an error, then work
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel(script) as model:
+        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=root, env=env,
+                              input="\n".join(lines) + "\n", capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "has no checkpoint to go back to" in proc.stdout
+    assert "the session goes on" in proc.stdout
+    assert (root / "made.txt").read_text() == "made\n"
