@@ -278,3 +278,11 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch
 
 def test_temperatures_keep_their_order_without_repeats():
     assert parse_temperatures("0.7,0,0.7") == [0.7, 0.0]
+
+
+def test_bench_help_lists_every_option(agent_home: Path):
+    proc = run("backend", "bench", "--help", home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--preset", "--profiles", "--prompts", "--max-tokens", "--temperatures",
+                   "--repeats", "--ctx-size", "--json", "--plot", "--force"):
+        assert option in proc.stdout, option
