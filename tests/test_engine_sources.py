@@ -85,7 +85,7 @@ def test_a_folder_that_is_not_a_source_tree_is_refused(tmp_path: Path, agent_hom
 
 
 def _ccache_hits() -> int | None:
-    if not shutil.which("ccache"):
+    if not shutil.which("ccache") or os.environ.get("CCACHE_DISABLE"):
         return None
     out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True).stdout
     stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
