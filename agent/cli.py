@@ -534,7 +534,11 @@ def bench_cmd(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG bar chart here (needs the "
                                               "plot extra).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Launch even when the fit check "
-                                        "says the servers do not fit side by side.")] = False,
+                                        "says a server does not fit.")] = False,
+    one_at_a_time: Annotated[bool, typer.Option("--one-at-a-time", help="One server at a "
+                                                "time, rounds alternating the profile order "
+                                                "(automatic when the servers do not fit side "
+                                                "by side).")] = False,
 ) -> None:
     """Compare speculation profiles on one binary and model: one server per profile side by
     side, requests interleaved; per prompt and overall tokens, decode and prefill tok/s,
@@ -556,8 +560,12 @@ def bench_cmd(
                        temperatures=temps, max_tokens=max_tokens, repeats=repeats,
                        ctx_size=settings.ctx_size, start_timeout=settings.server_start_timeout,
                        force=force,
-                       note=lambda message: err.print(message, markup=False, style="dim"))
-    Console(highlight=False, soft_wrap=True).print(result_table(result))
+                       note=lambda message: err.print(message, markup=False, style="dim"),
+                       one_at_a_time=one_at_a_time)
+    table_out = Console(highlight=False, soft_wrap=True)
+    if not table_out.is_terminal:  # piped or logged: rich's 80 columns would cut the table
+        table_out = Console(highlight=False, soft_wrap=True, width=160)
+    table_out.print(result_table(result))
     written = write_result(result, json_path or default_result_path(result))
     typer.echo(f"results: {written}")
     if plot is not None:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from backend.bench_prompts import BenchPrompt
 from backend.engines import Engine
-from backend.fit import check_fit
+from backend.fit import FitError, check_fit
 from backend.flavour import detect_flavour
 from backend.home import home
 from backend.launch import plan_for
@@ -149,6 +149,8 @@ class BenchResult(BaseModel):
     samples: list[Sample]
     per_prompt: list[Stats]
     overall: list[Stats] = Field(description="Per profile: each temperature, then all.")
+    one_at_a_time: bool = Field(False, description="True when the servers ran one at a time "
+                                "(rounds alternating the profile order), not side by side.")
 
     def overall_speedup(self, profile: str) -> float | None:
         """``profile``'s speedup over every prompt and temperature."""
@@ -371,19 +373,43 @@ def _model_file(path: Path) -> ModelFile:
     return ModelFile(path=path, size_bytes=path.stat().st_size)
 
 
+def _start(profile: str, plan: LaunchPlan, preset: Preset, client: httpx2.Client, force: bool,
+           start_timeout: float, note: Callable[[str], None] | None) -> ServerState:
+    """Fit check, start, and one warm-up request (weights paged in, buffers allocated)."""
+    check_fit(plan, force=force, note=note)
+    if note:
+        note(f"starting the {profile} server")
+    state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset.name,
+                  timeout=start_timeout, progress=note)
+    try:
+        warm_up = BenchPrompt(name="warm-up", text="Hi")
+        _post(client, state, profile, warm_up,
+              {"messages": [{"role": "user", "content": warm_up.text}], "max_tokens": 4,
+               "temperature": 0.0})
+    except BaseException:
+        stop(state)
+        raise
+    return state
+
+
 def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list[BenchPrompt],
               *, prompt_set: str, temperatures: list[float], max_tokens: int = 1200,
               repeats: int = 1, ctx_size: int | None = None, start_timeout: float = 600.0,
               request_timeout: float = 3600.0, force: bool = False,
+              one_at_a_time: bool = False,
               note: Callable[[str], None] | None = None) -> BenchResult:
-    """Start one server per profile, send every prompt at every temperature ``repeats`` times
-    to each (profiles innermost), stop the servers, and return the measurements.
+    """Measure every prompt at every temperature ``repeats`` times on each profile.
+
+    Side by side (default): one server per profile, all up at once, requests interleaved
+    (profiles innermost, the first profile rotating). When the servers do not fit together
+    (the fit check refuses a later one) or ``one_at_a_time`` is set: one server at a time,
+    ``repeats`` rounds whose profile order alternates, so slow drift does not favour one
+    profile (a 31B preset on a 24 GB card cannot hold two copies of the model).
 
     ``profiles`` should come from :func:`parse_profiles`; the reference for speedups is
-    ``baseline`` when listed, else the first profile. Each server passes the fit check before
-    it starts, so the later ones are checked against what the earlier ones left free
-    (``force`` turns a refusal into a note). Raises :class:`BenchError` (a server refused or
-    answered badly), ``FitError``, ``ModelError``, ``PresetError`` or ``ServerError``.
+    ``baseline`` when listed, else the first profile. ``force`` turns a fit refusal into a
+    note. Raises :class:`BenchError` (a server refused or answered badly), ``FitError``,
+    ``ModelError``, ``PresetError`` or ``ServerError``.
     """
     say = note or (lambda _msg: None)
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
@@ -394,48 +420,66 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         value = getattr(preset.sampling, key)
         if value is not None:
             request_extra[key] = value
-    states: dict[str, ServerState] = {}
     samples: list[Sample] = []
+    servers: dict[str, ServerInfo] = {}
+    total = len(prompts) * len(temperatures) * repeats * len(profiles)
     timeout = httpx2.Timeout(connect=10.0, read=request_timeout, write=60.0, pool=10.0)
+
+    def measure(client: httpx2.Client, states: dict[str, ServerState], profile: str,
+                prompt: BenchPrompt, temp: float, repeat: int) -> None:
+        body = {"messages": [{"role": "user", "content": prompt.text}],
+                "max_tokens": max_tokens, "temperature": temp, **request_extra}
+        data = _post(client, states[profile], profile, prompt, body)
+        sample = sample_from_response(data, index=len(samples), profile=profile,
+                                      prompt=prompt.name, temperature=temp, repeat=repeat)
+        samples.append(sample)
+        rate = _rate(sample.completion_tokens, sample.decode_ms) or 0.0
+        say(f"[{len(samples)}/{total}] {prompt.name} t={temp:g} {profile}: "
+            f"{sample.completion_tokens} tokens, {rate:.1f} tok/s, "
+            f"draft {sample.draft_accepted}/{sample.draft_n}")
+
     with _keep_current_marker(), httpx2.Client(timeout=timeout) as client:
+        states: dict[str, ServerState] = {}
         try:
-            for profile, plan in plans.items():
-                check_fit(plan, force=force, note=note)
-                say(f"starting the {profile} server")
-                states[profile], _ = up(plan, port=pick_port(DEFAULT_HOST, 0),
-                                        preset=preset.name, timeout=start_timeout,
-                                        progress=note)
-            warm_up = BenchPrompt(name="warm-up", text="Hi")
-            for profile, state in states.items():
-                # The first request pays one-off costs (weights paged in, buffers allocated).
-                _post(client, state, profile, warm_up,
-                      {"messages": [{"role": "user", "content": warm_up.text}],
-                       "max_tokens": 4, "temperature": 0.0})
-            servers = [_server_info(p, s) for p, s in states.items()]
-            total = len(prompts) * len(temperatures) * repeats * len(profiles)
-            group = 0
-            for prompt in prompts:
-                for temp in temperatures:
-                    for repeat in range(repeats):
-                        # Rotating who goes first keeps any order effect off one profile.
-                        shift = group % len(profiles)
-                        group += 1
-                        for profile in profiles[shift:] + profiles[:shift]:
-                            body = {"messages": [{"role": "user", "content": prompt.text}],
-                                    "max_tokens": max_tokens, "temperature": temp,
-                                    **request_extra}
-                            data = _post(client, states[profile], profile, prompt, body)
-                            sample = sample_from_response(
-                                data, index=len(samples), profile=profile, prompt=prompt.name,
-                                temperature=temp, repeat=repeat)
-                            samples.append(sample)
-                            rate = _rate(sample.completion_tokens, sample.decode_ms) or 0.0
-                            say(f"[{len(samples)}/{total}] {prompt.name} t={temp:g} {profile}: "
-                                f"{sample.completion_tokens} tokens, {rate:.1f} tok/s, "
-                                f"draft {sample.draft_accepted}/{sample.draft_n}")
+            if not one_at_a_time:
+                for profile, plan in plans.items():
+                    try:
+                        states[profile] = _start(profile, plan, preset, client, force,
+                                                 start_timeout, note)
+                    except FitError:
+                        if not states:
+                            raise
+                        say(f"the {profile} server does not fit beside the others: "
+                            "measuring one server at a time instead")
+                        one_at_a_time = True
+                        break
+            if not one_at_a_time:
+                servers = {p: _server_info(p, s) for p, s in states.items()}
+                group = 0
+                for prompt in prompts:
+                    for temp in temperatures:
+                        for repeat in range(repeats):
+                            # Rotating who goes first keeps any order effect off one profile.
+                            shift = group % len(profiles)
+                            group += 1
+                            for profile in profiles[shift:] + profiles[:shift]:
+                                measure(client, states, profile, prompt, temp, repeat)
         finally:
             for state in states.values():
                 stop(state)
+        if one_at_a_time:
+            for repeat in range(repeats):
+                order = profiles if repeat % 2 == 0 else profiles[::-1]
+                for profile in order:
+                    states = {profile: _start(profile, plans[profile], preset, client, force,
+                                              start_timeout, note)}
+                    try:
+                        servers.setdefault(profile, _server_info(profile, states[profile]))
+                        for prompt in prompts:
+                            for temp in temperatures:
+                                measure(client, states, profile, prompt, temp, repeat)
+                    finally:
+                        stop(states[profile])
     per_prompt, overall = summarize(samples, profiles, [p.name for p in prompts],
                                     temperatures, reference)
     first = next(iter(plans.values()))
@@ -444,15 +488,16 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         flavour: str = detect_flavour(engine.binary)
     except (OSError, subprocess.SubprocessError):
         flavour = "unknown"
+    ordered = [servers[p] for p in profiles if p in servers]
     return BenchResult(
         date=started, machine=machine_info(), engine=engine.key,
         engine_version=engine.version, binary=engine.binary, flavour=flavour,
-        build_info=servers[0].build_info, preset=preset.name, model=_model_file(first.model),
+        build_info=ordered[0].build_info, preset=preset.name, model=_model_file(first.model),
         draft=_model_file(draft) if draft else None, prompt_set=prompt_set, prompts=prompts,
         profiles=profiles, reference_profile=reference, max_tokens=max_tokens,
         temperatures=temperatures, repeats=repeats, ctx_size=first.ctx_size,
-        request_extra=request_extra, servers=servers, samples=samples,
-        per_prompt=per_prompt, overall=overall)
+        request_extra=request_extra, servers=ordered, samples=samples,
+        per_prompt=per_prompt, overall=overall, one_at_a_time=one_at_a_time)
 
 
 def write_result(result: BenchResult, path: Path) -> Path:

@@ -286,3 +286,43 @@ def test_bench_help_lists_every_option(agent_home: Path):
     for option in ("--preset", "--profiles", "--prompts", "--max-tokens", "--temperatures",
                    "--repeats", "--ctx-size", "--json", "--plot", "--force"):
         assert option in proc.stdout, option
+
+
+def _fake_gpu(bin_dir: Path) -> Path:
+    """An nvidia-smi that reports 2000 MiB free until a bench server runs, then 100 MiB: one
+    SmolLM2 server fits, a second one beside it does not."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\nif pgrep -f dflash-agent-bench >/dev/null; then\n"
+                      "  echo '100, 24564'\nelse\n  echo '2000, 24564'\nfi\n")
+    script.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("how", ["flag", "fallback"])
+def test_one_server_at_a_time_alternates_the_order_between_rounds(
+        engine: Engine, smollm2: Path, tmp_path: Path, how: str):
+    home = make_home(tmp_path, engine, f'[tiny]\nmodel = "{smollm2}"\nprofile = "ngram"\n'
+                     'ctx_size = 2048\n[tiny.server]\ngpu_layers = "all"\n')
+    out = tmp_path / "result.json"
+    args = ["backend", "bench", "--preset", "tiny", "--profiles", "baseline,ngram",
+            "--prompts", "edit", "--max-tokens", "8", "--temperatures", "0", "--repeats", "2",
+            "--json", str(out)]
+    env_path = f"{_fake_gpu(tmp_path / 'bin')}:{os.environ['PATH']}"
+    if how == "flag":
+        args.append("--one-at-a-time")
+    proc = subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=1500,
+                          stdin=subprocess.DEVNULL,
+                          env={**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1",
+                               "PATH": env_path})
+    assert proc.returncode == 0, proc.stderr
+    if how == "fallback":
+        assert "does not fit beside the others: measuring one server at a time" in proc.stderr
+    result = BenchResult.model_validate_json(out.read_text("utf-8"))
+    assert result.one_at_a_time
+    order = [s.profile for s in result.samples]
+    n = len(EDIT_PROMPTS)
+    assert order == ["baseline"] * n + ["ngram"] * n + ["ngram"] * n + ["baseline"] * n
+    assert [s.profile for s in result.servers] == ["baseline", "ngram"]
+    assert result.overall_speedup("ngram") is not None
+    assert json.loads(run("backend", "status", "--json", home=home).stdout) == []
