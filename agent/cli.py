@@ -119,6 +119,9 @@ def new_project_cmd(
     force: Annotated[bool, typer.Option(help="Use a non-empty directory.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]
     = False,
+    skill: Annotated[list[str] | None, typer.Option(
+        "--skill", help="Activate this skill (see `agent skills list`) before the model "
+        "starts; repeatable.")] = None,
 ) -> None:
     """Create a project from a description: git init, the agent writes code and tests in
     full-auto mode, dflash-agent then runs the project's tests itself and commits."""
@@ -129,7 +132,8 @@ def new_project_cmd(
     target = dir or Path.cwd() / slugify(description)
     reporter = Reporter(json_mode=json_out)
     try:
-        result = new_project(description, target, settings, reporter, force=force)
+        result = new_project(description, target, settings, reporter, force=force,
+                             skills=skill or ())
     finally:
         reporter.close()
     stats = result.stats()

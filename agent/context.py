@@ -31,6 +31,9 @@ CUT_REPLY = " [... rest of this reply dropped to save context]"
 RESULT_HEAD = "[result of tool "
 SAFETY_MARGIN = 0.05
 
+DEFAULT_N_CTX = 4096
+"""Context assumed for the skill catalog's share when neither the server nor settings say."""
+
 
 class ContextTooSmall(RuntimeError):
     """Even the smallest request compaction can build does not fit the server's context."""

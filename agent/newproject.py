@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
 
 from agent.config import Settings
-from agent.context import ContextKeeper
+from agent.context import DEFAULT_N_CTX, ContextKeeper
 from agent.errors import UsageError
 from agent.events import ErrorEvent, ProjectChecked, SessionStart, Timings
 from agent.loop import Agent, Limits, LoopResult
@@ -23,6 +24,9 @@ from agent.runtime import choose_protocol, connect, renders_tool_role
 from agent.session import SessionLog, new_session_id
 from agent.slots import hold_slot
 from agent.ui import Reporter
+from skills.activation import TOOL_NAME as SKILL_TOOL
+from skills.session import UnknownSkill, attach_skills, find_skills
+from tools.base import ToolContext
 from tools.bash import tool_env
 from tools.ignore import walk
 from tools.registry import default_registry
@@ -151,19 +155,29 @@ def _commit(repo: git.Repo, description: str) -> tuple[str | None, list[str]]:
 
 
 def new_project(description: str, directory: Path, settings: Settings, reporter: Reporter,
-                force: bool = False, session_id: str | None = None) -> ProjectResult:
+                force: bool = False, session_id: str | None = None,
+                skills: Sequence[str] = ()) -> ProjectResult:
     """Create the project; raises :class:`UsageError` or the backend's errors before anything
     is written when the directory or the server is unusable. ``session_id`` names the session in
-    advance (the MCP server hands it out before the backend is ready)."""
+    advance (the MCP server hands it out before the backend is ready). The skill catalog
+    (bundled and user skills) is offered to the model; ``skills`` are activated first."""
     if not description.strip():
         raise UsageError("the project description is empty; say what to build")
     directory = directory.expanduser().resolve()
     _check_target(directory, force)
+    try:
+        found = find_skills(directory, skills)
+    except UnknownSkill as exc:
+        raise UsageError(str(exc)) from exc
     backend = connect(settings, reporter)
     repo = _prepare(directory)
     client = backend.client
     protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
-    registry = default_registry(Workspace(directory))
+    workspace = Workspace(directory)
+    registry = default_registry(workspace)
+    offered = attach_skills(registry, ToolContext(workspace), found,
+                            client.n_ctx() or settings.ctx_size or DEFAULT_N_CTX,
+                            lambda text: len(client.tokenize(text)), skills)
     tools = registry.openai_tools()
     listed = tools_with_final(tools) if protocol == "json" else tools
     session_id = session_id or new_session_id()
@@ -179,8 +193,11 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                       base_url=client.base_url, protocol=protocol, preset=backend.preset,
                       profile=backend.profile, model=client.props().get("model_path"),
                       n_ctx=client.n_ctx()))
+    system = system_prompt(str(directory), protocol, listed)
+    if offered is not None and offered.catalog.text:
+        system += "\n" + offered.catalog.text
     agent = Agent(client, registry, session_id=session_id, protocol=protocol,
-                  system=system_prompt(str(directory), protocol, listed), emit=emit,
+                  system=system, emit=emit,
                   sampling=backend.sampling, auto_switch=auto_switch,
                   tool_role=renders_tool_role(client),
                   limits=Limits(settings.max_steps, settings.max_time),
@@ -191,7 +208,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
         total = int(client.props().get("total_slots") or 1)
         with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
             client.id_slot = slot
-            result = agent.run(task)
+            result = agent.run(task, first_calls=[(SKILL_TOOL, {"name": n}) for n in skills])
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         raise

@@ -16,7 +16,7 @@ import git
 from agent import checkpoints as cp
 from agent.approval import make_approver
 from agent.config import Settings
-from agent.context import ContextKeeper
+from agent.context import DEFAULT_N_CTX, ContextKeeper
 from agent.errors import UsageError, UserError
 from agent.events import (
     Checkpoint,
@@ -44,10 +44,6 @@ from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
-DEFAULT_N_CTX = 4096
-"""Context assumed for the skill catalog's share when neither the server nor settings say."""
-
-
 @dataclass
 class SessionRecord:
     """What a session log says about its repo and checkpoints."""

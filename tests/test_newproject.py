@@ -54,3 +54,35 @@ def test_commit_takes_every_file_and_ignores_scratch(tmp_path: Path):
     sha, files = _commit(repo, "demo")
     assert sha and files == [".gitignore", "a.py"]
     assert git.Repo(tmp_path / "p").head.commit.message.startswith("New project: demo")
+
+
+def test_new_project_offers_the_skill_catalog_and_activates_a_forced_skill(tmp_path: Path,
+                                                                          agent_home: Path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.scripted import ScriptedModel, reply
+
+    target = tmp_path / "proj"
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1",
+           "HOME": str(tmp_path / "user")}
+    done = reply(json.dumps({"tool": "final_answer", "arguments": {"text": "scaffolded"}}))
+    with ScriptedModel([done]) as model:
+        proc = subprocess.run(
+            [sys.executable, "-m", "agent", "new-project", "a todo app", "--dir", str(target),
+             "--base-url", model.url, "--tool-protocol", "json", "--skill", "python-project"],
+            capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+        unknown = subprocess.run(
+            [sys.executable, "-m", "agent", "new-project", "x", "--dir", str(tmp_path / "n"),
+             "--base-url", model.url, "--skill", "no-such-skill"],
+            capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the scripted project has no tests
+    first = model.requests[0]["messages"]
+    assert first[0]["role"] == "system"
+    for name in ("python-project", "test-before-done", "focused-commit"):
+        assert name in first[0]["content"]  # the catalog
+    assert any("scripts/scaffold.py" in str(m.get("content")) for m in first[1:])  # the body
+    assert unknown.returncode == 2 and "no skill named 'no-such-skill'" in unknown.stderr
+    assert not (tmp_path / "n").exists()
