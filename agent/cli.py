@@ -20,7 +20,7 @@ from agent.cli_fit import doctor_cmd, presets_cmd
 from agent.cli_mcp import mcp_app
 from agent.cli_skills import skills_app
 from agent.client import ContextOverflow, ServerUnavailable
-from agent.config import ConfigError, load_settings
+from agent.config import ConfigError, Settings, load_settings
 from agent.context import ContextTooSmall
 from agent.errors import (
     EXIT_CODES_HELP,
@@ -53,7 +53,7 @@ from backend.bench_report import plot_result, require_matplotlib, result_table
 from backend.cache import CacheError, list_cache, remove
 from backend.convert import ConvertError, convert_draft
 from backend.drafts import DraftError
-from backend.engines import BuildError
+from backend.engines import BuildError, Engine
 from backend.fit import FitError, check_fit
 from backend.ggufinfo import GgufError
 from backend.launch import ensure_engine, plan_for
@@ -447,6 +447,16 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
         typer.echo(f"{source} -> {path}")
 
 
+def _engine(settings: Settings, reporter: Reporter) -> Engine:
+    """The installed engine, built first (progress on ``reporter``, closed after) when there
+    is none."""
+    try:
+        return ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
+                             reporter.build_progress)
+    finally:
+        reporter.close()
+
+
 @backend_app.command("up", epilog=EXIT_CODES_HELP)
 def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = None,
            port: Annotated[int | None, typer.Option(help="Preferred port.")] = None,
@@ -467,11 +477,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
                                   "port": port})
     reporter = Reporter()
-    try:
-        engine = ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
-                               reporter.build_progress)
-    finally:
-        reporter.close()
+    engine = _engine(settings, reporter)
     chosen = get_preset(settings.preset)
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
                     parallel=parallel, idle_timeout=idle_timeout)
@@ -554,12 +560,7 @@ def bench_cmd(
     prompt_set, prompt_list = load_prompts(prompts)
     if plot is not None:
         require_matplotlib()
-    reporter = Reporter()
-    try:
-        engine = ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
-                               reporter.build_progress)
-    finally:
-        reporter.close()
+    engine = _engine(settings, Reporter())
     result = run_bench(chosen, engine, names, prompt_list, prompt_set=prompt_set,
                        temperatures=temps, max_tokens=max_tokens, repeats=repeats,
                        ctx_size=settings.ctx_size, start_timeout=settings.server_start_timeout,

@@ -21,6 +21,7 @@ from mcp import Client
 
 from agent.mcp_jobs import FINISHED, NOBODY_TO_ASK, JobManager
 from agent.mcp_server import Roots, build_server
+from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 
 TOOLS = {"new_project", "run_task", "session_status", "session_result", "cancel", "undo"}
@@ -39,13 +40,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repo(root: Path) -> Path:
-    r = git.Repo.init(root / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    path = Path(r.working_tree_dir)
-    (path / "app.py").write_text("x = 1\n")
-    r.index.add(["app.py"])
-    r.index.commit("init")
+    path = Path(committed_repo(root / "repo", {"app.py": "x = 1\n"}).working_tree_dir)
     (path / "notes.txt").write_text("the user's own notes\n")
     return path
 

