@@ -10,7 +10,7 @@ import typer
 
 from agent.errors import EXIT_TASK_FAILED, UsageError
 from skills.catalog import shorten
-from skills.loader import Discovery, discover, skill_folders, skill_roots
+from skills.loader import Discovery, Source, discover, skill_folders, skill_roots
 from skills.scaffold import ScaffoldError, new_skill
 from skills.validate import validate
 
@@ -21,8 +21,12 @@ RepoOpt = Annotated[Path, typer.Option("--repo", help="Repository whose .agents/
                                        "count (default: the current directory).")]
 
 
+def _roots(repo: Path) -> list[tuple[Source, Path]]:
+    return skill_roots(repo.expanduser().resolve())
+
+
 def _discover(repo: Path) -> Discovery:
-    return discover(skill_roots(repo.expanduser().resolve()))
+    return discover(_roots(repo))
 
 
 @skills_app.command("list")
@@ -93,24 +97,39 @@ def new_cmd(name: Annotated[str, typer.Argument(help="Lowercase letters, digits 
 
 
 @skills_app.command("validate")
-def validate_cmd(path: Annotated[Path, typer.Argument(help="A skill folder, its SKILL.md, or "
-                                                      "a folder of skills.")] = Path(".")
-                 ) -> None:
+def validate_cmd(path: Annotated[Path | None, typer.Argument(
+                     help="A skill folder, its SKILL.md, or a folder of skills (default: every "
+                     "skill folder discovery searches for --repo: project, user, bundled).")
+                 ] = None,
+                 repo: RepoOpt = Path(".")) -> None:
     """Check skills against the Agent Skills specification (errors as the reference
     validator skills-ref words them). Exit code 1 when a skill is invalid."""
-    path = path.expanduser()
-    is_skill = path.is_file() or (path / "SKILL.md").is_file() or (path / "skill.md").is_file()
-    folders = [path] if is_skill or not path.is_dir() else skill_folders(path)
-    if not folders:
-        raise UsageError(f"no SKILL.md in or under {path}")
+    if path is None:
+        # Every folder under the discovery roots, not only the winners of discovery: skipped
+        # and overridden skills are the ones a user most needs the errors for.
+        labelled = [(source, folder) for source, root in _roots(repo)
+                    for folder in skill_folders(root)]
+        where = "the skill folders of " + ", ".join(str(r) for _, r in _roots(repo))
+    else:
+        path = path.expanduser()
+        is_skill = path.is_file() or (path / "SKILL.md").is_file() \
+            or (path / "skill.md").is_file()
+        folders = [path] if is_skill or not path.is_dir() else skill_folders(path)
+        labelled = [(None, folder) for folder in folders]
+        where = str(path)
+    if not labelled:
+        raise UsageError(f"no SKILL.md in or under {where}")
     invalid = 0
-    for folder in folders:
+    for source, folder in labelled:
         report = validate(folder)
         invalid += not report.valid
-        typer.echo(f"{'valid' if report.valid else 'invalid'}: {report.folder}")
+        label = f"{source} " if source else ""
+        typer.echo(f"{label}{'valid' if report.valid else 'invalid'}: {report.folder}")
         for error in report.errors:
             typer.echo(f"  error: {error}")
         for warning in report.warnings:
             typer.echo(f"  warning: {warning}")
+    if path is None:
+        typer.echo(f"{len(labelled)} skills checked, {invalid} invalid")
     if invalid:
         raise typer.Exit(EXIT_TASK_FAILED)

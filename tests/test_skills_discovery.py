@@ -197,3 +197,30 @@ def test_validate_agrees_with_the_reference_on_the_published_collection(publishe
     # The collection's JSON-style metadata is outside the strict YAML subset: invalid for both,
     # yet it loads (above).
     assert any(not ours for ours, _ in verdicts.values())
+
+
+def test_validate_without_a_path_checks_every_discovered_skill_folder(tmp_path: Path):
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    repo.mkdir()
+    assert agent_cli("new", "my-skill", home=home, cwd=repo).returncode == 0
+    clean = agent_cli("validate", home=home, cwd=repo)
+    assert clean.returncode == 0, clean.stderr
+    project = (repo / ".agents" / "skills" / "my-skill").resolve()
+    assert f"project valid: {project}" in clean.stdout
+    assert "bundled valid: " in clean.stdout and "python-project" in clean.stdout
+    # A user skill with the wrong folder name, one that discovery skips (no description) and
+    # one in another repo given by --repo: each reported under its own source.
+    write_skill(home / ".agents" / "skills", "mismatch", folder="other-folder")
+    broken = home / ".agents" / "skills" / "broken"
+    broken.mkdir()
+    (broken / "SKILL.md").write_text("---\nname: broken\n---\nNo description.\n")
+    other = tmp_path / "other"
+    write_skill(other / ".agents" / "skills", "elsewhere")
+    bad = agent_cli("validate", "--repo", str(other), home=home, cwd=repo)
+    assert bad.returncode == 1
+    assert f"user invalid: {(home / '.agents' / 'skills' / 'other-folder').resolve()}" \
+        in bad.stdout and "must match skill name" in bad.stdout
+    assert f"user invalid: {broken.resolve()}" in bad.stdout
+    assert "project valid: " in bad.stdout and "elsewhere" in bad.stdout
+    assert "my-skill" not in bad.stdout
+    assert bad.stdout.rstrip().endswith("6 skills checked, 2 invalid")
