@@ -59,6 +59,7 @@ from backend.ggufinfo import GgufError
 from backend.launch import ensure_engine, plan_for
 from backend.models import ModelError, resolve_model
 from backend.presets import PresetError, UnknownPreset, get_preset
+from backend.preview import preview_command
 from backend.server import ServerError
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -476,14 +477,22 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     """Start the managed server (or reuse the running one with the same configuration)."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
                                   "port": port})
+    chosen = get_preset(settings.preset)
+    if print_cmd:
+        try:
+            preview = preview_command(chosen, engines.default_engine(), server.DEFAULT_HOST,
+                                      settings.port, settings.profile, settings.ctx_size,
+                                      parallel, idle_timeout)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        for line in preview.notes:
+            err.print(f"note: {line}", markup=False)
+        typer.echo(shlex.join(preview.argv))
+        return
     reporter = Reporter()
     engine = _engine(settings, reporter)
-    chosen = get_preset(settings.preset)
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
                     parallel=parallel, idle_timeout=idle_timeout)
-    if print_cmd:
-        typer.echo(shlex.join(server.launch_argv(plan, server.DEFAULT_HOST, settings.port)))
-        return
     check_fit(plan, force=force, note=reporter.note)
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)

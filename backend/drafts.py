@@ -37,7 +37,8 @@ def gguf_architecture(path: Path) -> str:
     return str(field.contents()) if field is not None else ""
 
 
-def _converted_path(draft: Path) -> Path:
+def converted_path(draft: Path) -> Path:
+    """Where the upstream-format conversion of ``draft`` is (or will be) kept in the cache."""
     stat = draft.stat()
     key = hashlib.sha256(f"{draft.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return home().cache / "models" / "converted" / f"{draft.stem}-{key.hexdigest()[:10]}.gguf"
@@ -55,7 +56,7 @@ def draft_for(draft: Path, flavour: Flavour,
     if arch == OLD_ARCH:
         if flavour == "bee-old":
             return draft
-        target = _converted_path(draft)
+        target = converted_path(draft)
         if not target.is_file():
             if note:
                 note(f"{draft.name} is in BeeLlama's old '{OLD_ARCH}' format, which {flavour} "

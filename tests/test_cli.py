@@ -220,3 +220,16 @@ def test_a_repo_task_without_git_installed_says_so(tmp_path: Path):
                           env={"PATH": str(nogit), "DFLASH_AGENT_HOME": str(tmp_path / "h")})
     assert proc.returncode == 3, proc.stderr
     assert "git is not installed" in proc.stderr and "--no-git" in proc.stderr
+
+
+def test_print_cmd_needs_no_engine_and_downloads_nothing(agent_home: Path):
+    proc = run("backend", "up", "--preset", "gemma4-31b-dflash", "--print-cmd", home=agent_home,
+               HF_ENDPOINT="http://127.0.0.1:9")  # any network access would fail
+    assert proc.returncode == 0, proc.stderr
+    cmd = proc.stdout.strip()
+    assert cmd.startswith("llama-server -m hf://unsloth/gemma-4-31B-it-GGUF/")
+    assert "--spec-draft-model hf://Anbeeld/gemma-4-31B-it-DFlash-GGUF/" in cmd
+    assert "--spec-type draft-dflash --spec-draft-n-max 15" in cmd and "-ngl all" in cmd
+    assert "no engine is built yet" in proc.stderr and "is not downloaded yet" in proc.stderr
+    assert not (agent_home / "cache" / "engines").exists() or \
+        not any((agent_home / "cache" / "engines").iterdir())

@@ -49,9 +49,13 @@ def test_a_hub_preset_with_an_old_format_draft_goes_from_nothing_to_drafting(
         assert printed.returncode == 0, printed.stderr
         command = printed.stdout.strip()
         assert "--spec-type draft-dflash --spec-draft-n-max 15" in command
-        assert "--fit off" in command and "converted" in command  # the draft, converted
-        assert "converting it once" in printed.stderr
+        assert f"-m hf://{TARGET[0]}/{TARGET[1]}" in command and "--fit off" in command
+        assert "is not downloaded yet" in printed.stderr
+        assert hub.gets() == []  # printing the command downloads nothing
         up = _agent("backend", "up", "--preset", "tiny-seed", env=env)
+        assert "converting it once" in up.stderr
+        again = _agent("backend", "up", "--preset", "tiny-seed", "--print-cmd", env=env)
+        assert "/converted/" in again.stdout and "old 'dflash-draft' format" in again.stderr
     try:
         assert up.returncode == 0, up.stderr
         status = json.loads(_agent("backend", "status", "--json", env=env).stdout)

@@ -1,0 +1,82 @@
+"""``agent backend up --print-cmd``: the exact ``llama-server`` command for a preset, without
+building an engine, downloading a model or converting a draft.
+
+Files not in the cache yet appear as their source (``hf://…``) with a note; an old-format
+draft appears as the converted file it will become. With no engine built yet the upstream
+command is shown, for ``llama-server`` on PATH.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backend.convert import OLD_ARCH
+from backend.drafts import DraftError, converted_path, gguf_architecture
+from backend.engines import Engine
+from backend.flavour import Flavour, binary_facts, detect_flavour
+from backend.helpfacts import check_argv
+from backend.preset_status import cached_file
+from backend.presets import Preset, PresetError
+from backend.profiles import LaunchPlan, get_profile, server_argv
+
+_PLACEHOLDER = "/dflash-agent-not-downloaded"
+
+
+@dataclass
+class Preview:
+    """The command (binary first) and what the user should know about it."""
+
+    argv: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+def _file(source: str, index: int, notes: list[str]) -> Path:
+    found = cached_file(source)
+    if found.path is not None:
+        return found.path
+    notes.append(f"{source} is not downloaded yet (`agent backend download` or `up` fetches it)")
+    return Path(f"{_PLACEHOLDER}/{index}")
+
+
+def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
+                    profile: str | None = None, ctx_size: int | None = None,
+                    parallel: int = 1, idle_timeout: int | None = None) -> Preview:
+    """What ``up`` would run for ``preset`` on ``engine`` (None: not built yet).
+
+    Raises ``PresetError`` when the profile needs a draft the preset lacks, ``ValueError``
+    from the translation (e.g. DFlash with ``parallel > 1``).
+    """
+    notes: list[str] = []
+    chosen = get_profile(profile or preset.profile)
+    if chosen.needs_draft and not preset.draft:
+        raise PresetError(f"the {chosen.name} profile needs a draft model and preset "
+                          f"'{preset.name}' has none")
+    flavour: Flavour = "upstream"
+    if engine is None:
+        notes.append("no engine is built yet (`agent backend build`): showing the upstream "
+                     "llama.cpp command")
+    else:
+        flavour = detect_flavour(engine.binary)
+    sources = [preset.model] + ([preset.draft] if chosen.needs_draft and preset.draft else [])
+    paths = [_file(s, i, notes) for i, s in enumerate(sources)]
+    draft = paths[1] if len(paths) > 1 else None
+    if draft is not None and not str(draft).startswith(_PLACEHOLDER) and flavour != "bee-old":
+        try:
+            if gguf_architecture(draft) == OLD_ARCH:
+                notes.append(f"the draft is in the old '{OLD_ARCH}' format: `up` converts it "
+                             "once to the path shown")
+                draft = converted_path(draft)
+        except DraftError as exc:
+            notes.append(str(exc))
+    plan = LaunchPlan(binary=engine.binary if engine else Path("llama-server"), model=paths[0],
+                      profile=chosen.name, ctx_size=ctx_size or preset.ctx_size, draft=draft,
+                      parallel=parallel, idle_timeout=idle_timeout, options=preset.server,
+                      extra_flags=tuple(preset.extra_flags))
+    argv = server_argv(plan, host, port, flavour)
+    if engine is not None:
+        notes += [f"this build would reject: {p}" for p in check_argv(argv, binary_facts(
+            engine.binary))]
+    for i, source in enumerate(sources):
+        argv = [source if a == f"{_PLACEHOLDER}/{i}" else a for a in argv]
+    return Preview(argv, notes)
