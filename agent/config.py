@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.errors import UsageError
 from backend.home import home
 
 ENV_PREFIX = "DFLASH_AGENT_"
@@ -22,6 +23,11 @@ ENV_PREFIX = "DFLASH_AGENT_"
 
 class ConfigError(ValueError):
     """A config file or variable is invalid; the message names where."""
+
+
+class FlagError(ConfigError, UsageError):
+    """A command-line flag has an invalid value: bad usage (exit code 2), where the same value
+    from a file or the environment is a :class:`ConfigError` (exit code 3)."""
 
 
 class Settings(BaseModel):
@@ -80,7 +86,8 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
     """Merge every layer into validated :class:`Settings`.
 
     ``project`` is the repository whose ``.agents/config.toml`` applies; ``cli`` holds flags the
-    user gave (None values are ignored). Raises :class:`ConfigError` naming the bad layer/key.
+    user gave (None values are ignored). Raises :class:`ConfigError` naming the bad layer/key,
+    :class:`FlagError` (a ``ConfigError`` too) when the bad value is a flag's.
     """
     packaged = tomllib.loads(resources.files("agent").joinpath("defaults.toml")
                              .read_text("utf-8"))
@@ -113,6 +120,9 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
             if bad & set(data):
                 err = next(e for e in exc.errors() if str(e["loc"][0]) in data)
                 key = str(err["loc"][0])
+                if origin == "command line":
+                    flag = "--" + key.replace("_", "-")
+                    raise FlagError(f"{flag} {data[key]}: {err['msg']}") from exc
                 where = f"{ENV_PREFIX}{key.upper()}" if origin == "environment" else \
                     f"{origin}: {key}"
                 raise ConfigError(f"{where}: {err['msg']}") from exc

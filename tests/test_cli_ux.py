@@ -1,0 +1,51 @@
+"""What a first-time user sees when something goes wrong: exit codes, one-line reasons for
+every stop, crash logs only where a traceback helps, honest undo lines and readable help.
+A real `agent` process; the scripted model on loopback stands in for the server."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AGENT = [sys.executable, "-m", "agent"]
+
+
+def agent(*args: str, home: Path, cwd: Path | None = None,
+          timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+
+
+def crash_logs(home: Path) -> list[Path]:
+    folder = home / "state" / "crashes"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--approval", "yolo"), ("--profile", "turbo"),
+                                             ("--ctx-size", "-5"), ("--max-steps", "0"),
+                                             ("--tool-protocol", "foo"),
+                                             ("--max-time", "0")])
+def test_a_bad_flag_value_is_bad_usage(flag: str, value: str, agent_home: Path,
+                                       tmp_path: Path):
+    proc = agent("run", "x", flag, value, home=agent_home, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"error: {flag} ") and ": Input should be" in first, first
+
+
+def test_the_same_bad_value_from_config_or_environment_stays_a_config_error(
+        agent_home: Path, tmp_path: Path):
+    (agent_home / "config").mkdir(parents=True)
+    (agent_home / "config" / "config.toml").write_text('approval = "yolo"\n')
+    proc = agent("run", "x", home=agent_home, cwd=tmp_path)
+    assert proc.returncode == 3 and "config.toml: approval: Input should be" in proc.stderr
+    (agent_home / "config" / "config.toml").write_text("")
+    env_proc = subprocess.run([*AGENT, "run", "x"], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "DFLASH_AGENT_HOME": str(agent_home),
+                                   "DFLASH_AGENT_MAX_STEPS": "0"})
+    assert env_proc.returncode == 3 and "DFLASH_AGENT_MAX_STEPS: Input should be" \
+        in env_proc.stderr
