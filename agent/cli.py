@@ -78,6 +78,11 @@ KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, Con
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
                 CacheError, BenchError, PromptsError, DraftError, FitError, GgufError)
 
+PLAIN_ERRORS = (UserError, ConfigError, PresetError, BenchUsage, PromptsError, FitError,
+                CacheError, ContextTooSmall)
+"""The user's own mistake or choice, fully said in one line: no crash log (a traceback
+would not help); the other known errors (build, server, model files) keep one."""
+
 CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailable)
 """Errors after which ``agent chat`` prompts again instead of exiting."""
 
@@ -637,13 +642,14 @@ def main() -> None:
         code = EXIT_INTERRUPTED
     except KNOWN_ERRORS as exc:
         usage = isinstance(exc, UsageError | UnknownPreset | BenchUsage)
-        crash = write_crash_log(exc)
         err.print(f"error: {exc}", markup=False)
         tail = getattr(exc, "tail", "")
         if tail:
             err.print(tail, markup=False)
-        err.print(f"details: {crash}" + ("" if debug else " (run with --debug for the "
-                                          "traceback)"), markup=False)
+        if not isinstance(exc, PLAIN_ERRORS):
+            crash = write_crash_log(exc)
+            err.print(f"details: {crash}" + ("" if debug else " (run with --debug for the "
+                                              "traceback)"), markup=False)
         if debug:
             err.print("".join(traceback.format_exception(exc)), markup=False)
         code = EXIT_USAGE if usage else EXIT_ERROR

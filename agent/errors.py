@@ -1,4 +1,5 @@
-"""User-facing failures: one line with cause and next step, plus a crash log."""
+"""User-facing failures: one line with cause and next step; a crash log where a traceback
+helps (internal errors, build and server failures)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ EXIT_CODES_HELP = ("Exit codes: 0 success; 1 the task did not finish or the proj
 
 
 class UserError(RuntimeError):
-    """A failure the user can act on; the message says what happened and what to do."""
+    """A failure the user can act on; the message says what happened and what to do (no crash
+    log: the line says it all)."""
 
 
 class UsageError(UserError):

@@ -49,3 +49,25 @@ def test_the_same_bad_value_from_config_or_environment_stays_a_config_error(
                                    "DFLASH_AGENT_MAX_STEPS": "0"})
     assert env_proc.returncode == 3 and "DFLASH_AGENT_MAX_STEPS: Input should be" \
         in env_proc.stderr
+
+
+@pytest.mark.parametrize("args", [["run", "   "], ["undo", "no-such-session"],
+                                  ["diff", "no-such-session"],
+                                  ["backend", "download", "no-such-preset"],
+                                  ["run", "x", "--max-steps", "0"]])
+def test_a_users_mistake_is_one_line_without_a_crash_log(args: list[str], agent_home: Path,
+                                                         tmp_path: Path):
+    proc = agent(*args, home=agent_home, cwd=tmp_path)
+    assert proc.returncode in (2, 3)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert crash_logs(agent_home) == []
+
+
+def test_a_failure_inside_a_file_parser_keeps_its_crash_log(agent_home: Path, tmp_path: Path):
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
+    proc = agent("backend", "convert-draft", str(tmp_path / "bad.gguf"),
+                 str(tmp_path / "out.gguf"), home=agent_home)
+    assert proc.returncode == 3 and "details: " in proc.stderr and "--debug" in proc.stderr
+    [log] = crash_logs(agent_home)
+    assert "Traceback" in log.read_text()
