@@ -73,10 +73,12 @@ class RestorePlan:
 def open_repo(path: Path) -> git.Repo:
     """The repository containing ``path`` (parent folders are searched).
 
-    Raises :class:`RepoStateError` when ``path`` is not inside a work tree, or when a merge,
-    rebase, ``git am``, cherry-pick or revert is in progress (a snapshot would capture
-    conflict markers and a restore would fight with git).
+    Raises :class:`RepoStateError` when ``path`` is not an existing directory, not inside a
+    work tree, or when a merge, rebase, ``git am``, cherry-pick or revert is in progress (a
+    snapshot would capture conflict markers and a restore would fight with git).
     """
+    if not Path(path).expanduser().is_dir():
+        raise RepoStateError(f"{path} does not exist or is not a directory")
     if shutil.which(git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git") is None:
         raise RepoStateError("git is not installed (no `git` on PATH); install it, or pass "
                              "--no-git to work without checkpoints")

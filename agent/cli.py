@@ -182,6 +182,16 @@ NoGit = Annotated[bool, typer.Option("--no-git", help="Work outside git: no chec
 JsonOut = Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]
 
 
+def _repo_dir(repo: Path) -> Path:
+    """``--repo`` as an absolute path; raises :class:`UsageError` when it is not an existing
+    directory (before anything looks for a git repository there)."""
+    path = repo.expanduser()
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise UsageError(f"--repo {repo}: {what}; give the folder of an existing project")
+    return path.resolve()
+
+
 def _session_settings(repo: Path, **cli: object):
     return load_settings(project=repo.expanduser().resolve(), cli=cli)
 
@@ -209,6 +219,7 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
     """Run one task in a repository, checkpointed (undo with `agent undo`), then exit."""
     if not task.strip():
         raise UsageError("the task is empty; say what to do")
+    repo = _repo_dir(repo)
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
                                  base_url=base_url, ctx_size=ctx_size,
                                  tool_protocol=tool_protocol, max_steps=max_steps,
@@ -275,6 +286,7 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
              profile: Profile = None, base_url: BaseUrl = None, ctx_size: CtxSize = None,
              tool_protocol: ToolProtocol = None, no_git: NoGit = False) -> None:
     """Interactive session: a prompt between tasks, one session, checkpoints per task."""
+    repo = _repo_dir(repo)
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
                                  base_url=base_url, ctx_size=ctx_size,
                                  tool_protocol=tool_protocol)

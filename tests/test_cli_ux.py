@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.checkpoints import RepoStateError, open_repo
+
 AGENT = [sys.executable, "-m", "agent"]
 
 
@@ -71,3 +73,24 @@ def test_a_failure_inside_a_file_parser_keeps_its_crash_log(agent_home: Path, tm
     assert proc.returncode == 3 and "details: " in proc.stderr and "--debug" in proc.stderr
     [log] = crash_logs(agent_home)
     assert "Traceback" in log.read_text()
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_repo_that_does_not_exist_is_named_as_such(command: str, agent_home: Path,
+                                                     tmp_path: Path):
+    missing = tmp_path / "nonexistent"
+    args = ["run", "x"] if command == "run" else ["chat"]
+    proc = agent(*args, "--repo", str(missing), home=agent_home, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "does not exist" in line and str(missing) in line and "git init" not in line
+    assert not missing.exists()
+    (tmp_path / "afile").write_text("x")
+    proc = agent(*args, "--repo", str(tmp_path / "afile"), home=agent_home, cwd=tmp_path)
+    assert proc.returncode == 2 and "is not a directory" in proc.stderr
+
+
+def test_open_repo_on_a_missing_folder_says_it_is_missing(tmp_path: Path):
+    # The path of `agent resume` and the MCP server, where no --repo flag is involved.
+    with pytest.raises(RepoStateError, match="does not exist"):
+        open_repo(tmp_path / "gone")
