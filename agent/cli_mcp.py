@@ -12,7 +12,7 @@ import git
 import typer
 from rich.console import Console
 
-from agent.errors import UsageError, UserError
+from agent.errors import EXIT_ERROR, UsageError, UserError
 from agent.mcp_setup import trusted_configs
 from tools.mcp import config as mcp_config
 from tools.mcp.manager import McpManager, read_quarantines
@@ -59,7 +59,8 @@ def add_cmd(
                                                   "server (repeatable).")] = None,
     scope: Scope = "user",
     repo: RepoOpt = Path("."),
-    force: Annotated[bool, typer.Option(help="Replace a server of the same name.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace a server of the same name; add a stdio "
+                                        "command that is not found here.")] = False,
 ) -> None:
     """Add an MCP server: `agent mcp add NAME -- CMD ARGS` or `agent mcp add NAME --url URL`."""
     if scope not in ("user", "project"):
@@ -92,7 +93,8 @@ def add_cmd(
 def list_cmd(repo: RepoOpt = Path("."),
              json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
              ) -> None:
-    """Configured MCP servers: connect to each, show status, tools and quarantines."""
+    """Configured MCP servers: connect to each, show status, tools and quarantines. Exit code 3
+    when a configured server failed to start or its entry is invalid (all are still listed)."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     root = _repo_root(repo)
     cfg = mcp_config.load(root)
@@ -117,13 +119,22 @@ def list_cmd(repo: RepoOpt = Path("."),
         manager.close()
     for line in warnings:
         err.print(f"warning: {line}", markup=False)
+    failed = [row["name"] for row in rows if row["status"] == "failed"]
     if json_out:
         typer.echo(json.dumps({"servers": rows}, indent=2))
-        return
-    if not rows:
+    elif not rows:
         typer.echo(f"no MCP servers configured (files: {mcp_config.user_file()}, "
                    + ", ".join(str(p) for p in mcp_config.project_files(root)) + ")")
-        return
+    else:
+        _print_rows(rows)
+    problems = ([f"failed to start: {', '.join(failed)}"] if failed else []) \
+        + ([f"{len(cfg.errors)} config problem(s), see the warnings"] if cfg.errors else [])
+    if problems:
+        err.print("error: MCP servers " + "; ".join(problems), markup=False)
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _print_rows(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         typer.echo(f"{row['name']} [{row['scope']}, {row['transport']}] {row['target']}")
         typer.echo(f"  status: {row['status']}" + (f" ({row['error']})" if row["error"] else ""))

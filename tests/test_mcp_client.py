@@ -371,7 +371,9 @@ def test_cli_add_and_list(repo: Path):
     finally:
         manager.close()
     listed = agent_cli("mcp", "list", "--repo", str(repo), "--json")
-    assert listed.returncode == 0, listed.stderr
+    # The web entry cannot be used (${TOKEN} unset): listed as a problem, exit code 3.
+    assert listed.returncode == 3, listed.stderr
+    assert "error: MCP servers 1 config problem(s)" in listed.stderr
     rows = {r["name"]: r for r in json.loads(listed.stdout)["servers"]}
     assert rows["time"]["status"] == "ready" and "get_current_time" in rows["time"]["tools"]
     # Added by the user with `mcp add --scope project`, so already trusted.
@@ -379,9 +381,53 @@ def test_cli_add_and_list(repo: Path):
     assert rows["crashy"]["last_quarantine"]["session"] == "old"
     # ${TOKEN} is unset: that entry is reported, the others still listed.
     assert "web" not in rows and "environment variable TOKEN is not set" in listed.stderr
-    text = agent_cli("mcp", "list", "--repo", str(repo), TOKEN="t").stdout
+    listed = agent_cli("mcp", "list", "--repo", str(repo), TOKEN="t")
+    text = listed.stdout
     assert "quarantined in session old" in text and "time [user, stdio]" in text
     assert "web [user, http] http://127.0.0.1:9/mcp\n  status: failed" in text
+    assert listed.returncode == 3 and "failed to start: web" in listed.stderr
+
+
+def test_cli_add_refuses_a_command_that_cannot_be_found(repo: Path, tmp_path: Path):
+    missing = agent_cli("mcp", "add", "bogus", "--", "/nonexistent/cmd")
+    assert missing.returncode == 3
+    assert "command '/nonexistent/cmd' does not exist" in missing.stderr
+    assert "--force" in missing.stderr and not mcp_config.user_file().exists()
+    unknown = agent_cli("mcp", "add", "bogus", "--", "no-such-mcp-server-xyz", "--flag")
+    assert unknown.returncode == 3 and "not found on PATH" in unknown.stderr
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\n")
+    not_exec = agent_cli("mcp", "add", "local", "--", str(script))
+    assert not_exec.returncode == 3 and "is not executable" in not_exec.stderr
+    # Found through the entry's own PATH, and relative to the repository for project scope.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "my-mcp").symlink_to(VENV_BIN / "mcp-server-time")
+    on_path = agent_cli("mcp", "add", "mine", "--env", f"PATH={bin_dir}:${{PATH}}", "--",
+                        "my-mcp")
+    assert on_path.returncode == 0, on_path.stderr
+    (repo / "tools").mkdir()
+    (repo / "tools" / "srv").symlink_to(VENV_BIN / "mcp-server-time")
+    relative = agent_cli("mcp", "add", "rel", "--scope", "project", "--repo", str(repo), "--",
+                         "./tools/srv")
+    assert relative.returncode == 0, relative.stderr
+    forced = agent_cli("mcp", "add", "bogus", "--force", "--", "/nonexistent/cmd")
+    assert forced.returncode == 0, forced.stderr
+    servers = json.loads(mcp_config.user_file().read_text())["mcpServers"]
+    assert servers["bogus"] == {"command": "/nonexistent/cmd", "args": []}
+    assert "local" not in servers and "mine" in servers
+    # The listing shows every server, the broken one as failed, and exits 3.
+    listed = agent_cli("mcp", "list", "--repo", str(repo))
+    assert listed.returncode == 3
+    assert "bogus [user, stdio] /nonexistent/cmd\n  status: failed (command not found" \
+        in listed.stdout
+    assert "mine [user, stdio] my-mcp\n  status: ready" in listed.stdout
+    assert "rel [project, stdio] ./tools/srv\n  status: ready" in listed.stdout
+    assert "failed to start: bogus" in listed.stderr
+    removed = json.loads(mcp_config.user_file().read_text())
+    del removed["mcpServers"]["bogus"]
+    mcp_config.user_file().write_text(json.dumps(removed))
+    assert agent_cli("mcp", "list", "--repo", str(repo)).returncode == 0
 
 
 def test_cli_list_skips_untrusted_project_servers_without_a_terminal(repo: Path):

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -155,6 +156,36 @@ def parse_entry(name: str, entry: Any, source: Path, scope: Scope,
                         **timeouts)
 
 
+def command_problem(server: ServerConfig, base: Path) -> str | None:
+    """Why the stdio ``server``'s command cannot be started here, or None when it can (or the
+    server is http).
+
+    The lookup is the one ``subprocess`` does when the server starts: a command with a ``/`` is
+    a file relative to the server's working directory (its ``cwd``, relative to ``base``, else
+    ``base``) that must be executable; a bare name is searched on the ``PATH`` of the server's
+    environment (its ``env`` sets PATH, ``${VAR}`` expanded, else the current one)."""
+    command = server.command
+    if not command:
+        return None
+    cwd = base / server.cwd if server.cwd else base
+    if os.sep in command or (os.altsep and os.altsep in command):
+        file = cwd / command
+        if not file.is_file():
+            return f"command '{command}' does not exist (looked for {file})"
+        if not os.access(file, os.X_OK):
+            return f"command '{command}' is not executable (chmod +x {file})"
+        return None
+    search = os.environ.get("PATH", os.defpath)
+    if "PATH" in server.env:
+        try:
+            search = expand(server.env["PATH"], f"server '{server.name}' env.PATH")
+        except McpConfigError as exc:
+            return str(exc)
+    if shutil.which(command, path=search) is None:
+        return f"command '{command}' not found on PATH"
+    return None
+
+
 def read_file(path: Path) -> dict[str, Any]:
     """The ``mcpServers`` object of ``path`` ({} when the file does not exist).
 
@@ -235,16 +266,18 @@ def add_server(name: str, entry: dict[str, Any], scope: Scope, repo: Path | None
                force: bool = False) -> Path:
     """Write ``entry`` as server ``name`` into the user file or ``<repo>/.agents/mcp.json``.
 
-    The entry is checked first (:func:`parse_entry`); a project file written here stays trusted
-    when it was new or trusted before (the user wrote the change). Raises
-    :class:`McpConfigError` (bad entry, name taken without ``force``, unreadable file)."""
+    The entry is checked first (:func:`parse_entry`, and unless ``force`` that its command can
+    be found, :func:`command_problem`, relative to the repository or the current directory); a
+    project file written here stays trusted when it was new or trusted before (the user wrote
+    the change). Raises :class:`McpConfigError` (bad entry, command not found or name taken
+    without ``force``, unreadable file)."""
     if scope == "project":
         if repo is None:
             raise McpConfigError("--scope project needs a repository")
         path = repo / ".agents" / "mcp.json"
     else:
         path = user_file()
-    parse_entry(name, entry, path, scope, env=False)
+    server = parse_entry(name, entry, path, scope, env=False)
     data: dict[str, Any] = {}
     trusted_before = not path.exists() or is_trusted(path)
     if path.exists():
@@ -254,6 +287,10 @@ def add_server(name: str, entry: dict[str, Any], scope: Scope, repo: Path | None
     if name in servers and not force:
         raise McpConfigError(f"{path}: server '{name}' already exists (use --force to "
                              "replace it)")
+    problem = None if force else command_problem(server, repo or Path.cwd())
+    if problem:
+        raise McpConfigError(f"server '{name}': {problem}; install it or give its full path, "
+                             "or add it anyway with --force")
     servers[name] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", "utf-8")
