@@ -49,11 +49,17 @@ class Reporter:
             self._show_call(event.name, event.arguments)
         elif isinstance(event, ToolResult):
             style = "red" if event.is_error else "green"
-            first = event.text.strip().splitlines()[:1] or [""]
-            self.console.print(f"  [{style}]{'✗' if event.is_error else '✓'}[/{style}] "
-                               f"{first[0][:160]}", markup=True)
-        elif isinstance(event, FinalAnswer) and event.text:
-            self.console.print(f"[bold]{event.reason}[/bold]: {event.text[:500]}")
+            # A Text, not markup: results often start with "[...]" (MCP frames), which rich
+            # would take for a tag and swallow.
+            self.console.print(Text.assemble(
+                "  ", ("✗" if event.is_error else "✓", style), " ",
+                result_line(event.text)[:160]))
+        elif isinstance(event, FinalAnswer):
+            if event.reason != "done":
+                self.console.print(Text(stop_line(event.reason, event.text, event.steps),
+                                        style="bold yellow"))
+            elif event.text:
+                self.console.print(Text.assemble(("done", "bold"), f": {event.text[:500]}"))
 
     def _status_line(self, step: int, t) -> None:
         tot = self.totals
@@ -143,6 +149,39 @@ class Reporter:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+STOP_LINES = {
+    "max_steps": "stopped: the step limit ({steps} model calls) ran out before the task was "
+                 "done; raise --max-steps (or max_steps in config.toml)",
+    "max_time": "stopped: the time limit ran out after {steps} model calls; raise --max-time "
+                "(seconds, or max_time in config.toml)",
+    "repeated_call": "{text}; the model is going round in circles: rephrase the task with a "
+                     "concrete hint, or use a larger model (--preset)",
+    "format_errors": "{text}; the model cannot write valid tool calls: try --tool-protocol "
+                     "json, or a larger model (--preset)",
+    "approval_needed": "stopped: {text}",
+    "interrupted": "interrupted (Ctrl-C) after {steps} model calls: the task stopped; the "
+                   "files it changed so far stay as they are",
+}
+"""What to print for each :class:`agent.events.FinalAnswer` ``reason`` other than done."""
+
+
+def stop_line(reason: str, text: str, steps: int) -> str:
+    """One line saying why a task stopped and what to do about it; ``text`` is the loop's
+    own report (whitespace collapsed, cut at 300 characters), ``steps`` the model calls made."""
+    detail = " ".join(text.split())[:300]
+    template = STOP_LINES.get(reason, "stopped ({reason}): {text}")
+    return template.format(reason=reason, text=detail or "no details", steps=steps)
+
+
+def result_line(text: str) -> str:
+    """The line of a tool result worth showing: the first one, or when that is a bracketed
+    frame (an MCP result's ``[output of MCP tool …]``) the first line after it."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("[") and lines[0].endswith("]"):
+        return lines[1]
+    return lines[0] if lines else "(no output)"
 
 
 def _short(args: Any) -> str:

@@ -2,14 +2,21 @@
 every stop, crash logs only where a traceback helps, honest undo lines and readable help.
 A real `agent` process; the scripted model on loopback stands in for the server."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import git
 import pytest
 
 from agent.checkpoints import RepoStateError, open_repo
+from tests.scripted import ScriptedModel, reply
+
+VENV_BIN = Path(sys.executable).parent
 
 AGENT = [sys.executable, "-m", "agent"]
 
@@ -94,3 +101,71 @@ def test_open_repo_on_a_missing_folder_says_it_is_missing(tmp_path: Path):
     # The path of `agent resume` and the MCP server, where no --repo flag is involved.
     with pytest.raises(RepoStateError, match="does not exist"):
         open_repo(tmp_path / "gone")
+
+
+def call(tool: str, **arguments: object) -> dict:
+    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = git.Repo.init(tmp_path / "repo")
+    with r.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
+    root = Path(r.working_tree_dir)
+    (root / "app.py").write_text("x = 1\n")
+    r.index.add(["app.py"])
+    r.index.commit("init")
+    return root
+
+
+@pytest.mark.parametrize(("flags", "script", "expected"), [
+    (["--max-steps", "1"], [call("view", path="app.py")],
+     ["step limit (1 model calls)", "raise --max-steps"]),
+    (["--max-time", "0.001"], [call("view", path="app.py")] * 2,
+     ["time limit ran out", "raise --max-time"]),
+    ([], [call("view", path="app.py")] * 3,
+     ["view was called 3 times in a row", "rephrase the task"]),
+    ([], [reply("{not json")] * 3,
+     ["stopped after 3 malformed replies", "--tool-protocol json"]),
+])
+def test_every_stop_says_why_and_what_to_do(flags: list[str], script: list[dict],
+                                            expected: list[str], repo: Path,
+                                            agent_home: Path):
+    with ScriptedModel(script) as model:
+        proc = agent("run", "look", "--tool-protocol", "json", "--base-url", model.url, *flags,
+                     home=agent_home, cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if expected[1] in x]
+    assert all(part in line for part in expected), line
+
+
+def test_ctrl_c_says_interrupted(repo: Path, agent_home: Path):
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel([reply("slow", delay=60)]) as model:
+        proc = subprocess.Popen([*AGENT, "run", "wait", "--base-url", model.url], cwd=repo,
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not model.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert model.requests, "the agent never asked the model"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted (Ctrl-C)" in stderr
+
+
+def test_a_failed_mcp_tool_call_shows_the_servers_message(repo: Path, agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    (agent_home / "config" / "mcp.json").write_text(json.dumps(
+        {"mcpServers": {"time": {"command": str(VENV_BIN / "mcp-server-time")}}}))
+    script = [call("time__get_current_time", timezone="Mars/Olympus_Mons"),
+              call("final_answer", text="no such zone")]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "what time is it on Mars", "--tool-protocol", "json",
+                     "--approval", "full-auto", "--base-url", model.url, home=agent_home,
+                     cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if "✗" in x]
+    assert "Mars/Olympus_Mons" in line, proc.stderr
