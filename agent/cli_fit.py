@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from agent.config_checks import CONFIG_CHECKS
 from agent.errors import EXIT_ERROR
 from backend.doctor import run_checks
 from backend.preset_status import ModelFile, PresetStatus, all_preset_status
@@ -71,9 +72,10 @@ def doctor_cmd(json_out: JsonOut = False,
                min_free_disk: Annotated[float | None, typer.Option(
                    "--min-free-disk", help="MiB of free disk below which the disk check fails "
                    "(default 2048, or $DFLASH_AGENT_MIN_FREE_DISK_MIB).")] = None) -> None:
-    """Check GPU, driver, CUDA, cmake, compilers, disk, RAM, engine and model cache, and
-    running servers; say what to do about each problem. Exits 3 when a check fails."""
-    checks = run_checks(min_free_disk)
+    """Check GPU, driver, CUDA, cmake, compilers, disk, RAM, engine and model cache, running
+    servers, and the config files (presets.toml, config.toml, mcp.json); say what to do about
+    each problem. Exits 3 when a check fails."""
+    checks = run_checks(min_free_disk, CONFIG_CHECKS)
     if json_out:
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
     else:

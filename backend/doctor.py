@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -211,9 +212,11 @@ def check_servers() -> Check:
                  + ", ".join(s.base_url for s in states))
 
 
-def run_checks(min_free_mib: float | None = None) -> list[Check]:
+def run_checks(min_free_mib: float | None = None,
+               extra: Sequence[Callable[[], Check]] = ()) -> list[Check]:
     """Every check, in a fixed order: gpu, cuda, cmake, compilers, disk, ram, engine, models,
-    server."""
+    server, then the ``extra`` ones (the CLI passes its config-file checks: this package cannot
+    load the agent's settings)."""
     engine = default_engine()
     gpu = check_gpu()
     return [
@@ -230,5 +233,5 @@ def run_checks(min_free_mib: float | None = None) -> list[Check]:
         check_engine(engine),
         check_models(),
         check_servers(),
+        *(check() for check in extra),
     ]
-

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import git
 import psutil
 import pytest
 
@@ -166,3 +167,54 @@ def test_empty_home_has_no_models(agent_home: Path):
     _, checks, _ = doctor(home=agent_home)
     assert checks["models"]["status"] == "warn"
     assert "agent backend download" in checks["models"]["fix"]
+
+
+def agent_exit(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """The real ``agent`` command in ``cwd`` with ``home``, no terminal."""
+    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"})
+
+
+def test_config_files_are_checked_as_the_commands_load_them(agent_home: Path, tmp_path: Path):
+    config = agent_home / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    code, checks, _ = doctor(home=agent_home)
+    assert [checks[n]["status"] for n in ("presets", "config", "mcp config")] == ["ok"] * 3
+    assert f"no {config / 'presets.toml'}" in checks["presets"]["detail"]
+    # A preset table without a model: `agent run` refuses it (exit 3), and so does the doctor.
+    (config / "presets.toml").write_text("[tiny]\nctx_size = 1024\n")
+    repo = tmp_path / "repo"
+    git.Repo.init(repo)
+    run = agent_exit("run", "say hi", home=agent_home, cwd=repo)
+    assert run.returncode == 3 and "preset 'tiny': model: Field required" in run.stderr
+    (config / "config.toml").write_text("max_steps = 0\n")
+    (config / "mcp.json").write_text('{"mcpServers": {"time": {"args": []}}')
+    code, checks, _ = doctor(home=agent_home)
+    assert code == 3
+    presets = checks["presets"]
+    assert presets["status"] == "fail"
+    assert presets["detail"] == f"{config / 'presets.toml'}: preset 'tiny': model: Field required"
+    assert f"fix that table in {config / 'presets.toml'}" in presets["fix"]
+    settings = checks["config"]
+    assert settings["status"] == "fail"
+    assert settings["detail"].startswith(f"{config / 'config.toml'}: max_steps: ")
+    assert "defaults.toml" in settings["fix"]
+    mcp = checks["mcp config"]
+    assert mcp["status"] == "fail" and f"{config / 'mcp.json'}: not valid JSON" in mcp["detail"]
+    assert f"fix those entries in {config / 'mcp.json'}" in mcp["fix"]
+    # Valid files, but a server entry without a command and a preset nobody defines.
+    (config / "presets.toml").write_text("")
+    (config / "config.toml").write_text('preset = "nope"\n')
+    (config / "mcp.json").write_text('{"mcpServers": {"time": {"args": []}}}')
+    code, checks, _ = doctor(home=agent_home)
+    assert code == 3
+    assert checks["presets"]["status"] == "ok"
+    assert checks["config"]["status"] == "fail"
+    assert "preset 'nope'" in checks["config"]["detail"] and "smollm2-135m" in \
+        checks["config"]["detail"]
+    assert "server 'time': a stdio server needs a 'command'" in checks["mcp config"]["detail"]
+    (config / "config.toml").write_text('preset = "smollm2-135m"\n')
+    (config / "mcp.json").write_text('{"mcpServers": {}}')
+    code, checks, _ = doctor(home=agent_home)
+    assert [checks[n]["status"] for n in ("presets", "config", "mcp config")] == ["ok"] * 3
