@@ -64,10 +64,12 @@ class RestoreConflict(UserError):
 @dataclass
 class RestorePlan:
     """What a restore rewrites: ``changed`` files, of which ``conflicts`` were edited by the
-    user after the agent finished."""
+    user after the agent finished and ``removed`` were deleted (absent from the restored
+    state); the others were written back."""
 
     changed: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
 
 
 def open_repo(path: Path) -> git.Repo:
@@ -170,6 +172,7 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     delete = sorted((p for p in plan.changed if modes[p] == NULL_MODE),
                     key=lambda p: (-p.count("/"), p))
     _check_targets(root, write, delete)
+    plan.removed = sorted(delete)
     # Deletions first: a file may have to make way for a folder of the same name, or back.
     if delete:
         kept_dirs = set(_lines(_git(repo, "ls-tree", "-r", "-d", "-z", "--name-only", before)))

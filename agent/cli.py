@@ -16,6 +16,7 @@ from rich.console import Console
 
 # Imported for its side effect: it adds `mcp serve` and `mcp install` to mcp_app.
 from agent import cli_mcp_serve  # noqa: F401
+from agent.checkpoints import RestorePlan
 from agent.cli_fit import doctor_cmd, presets_cmd
 from agent.cli_mcp import mcp_app
 from agent.cli_skills import skills_app
@@ -239,6 +240,14 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
     raise typer.Exit(_exit_for(result.reason))
 
 
+def _undo_summary(plan: RestorePlan) -> str:
+    """``/undo``'s line: the files written back, then those deleted (the task created them)."""
+    restored = [p for p in plan.changed if p not in plan.removed]
+    parts = [f"{verb}: {', '.join(paths)}" for verb, paths in
+             (("restored", restored), ("removed", plan.removed)) if paths]
+    return "; ".join(parts) or "nothing to undo: the task changed no files"
+
+
 def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
     out = Console(highlight=False, soft_wrap=True)
     out.print("Type a task, or /undo /diff /commit /compact /status /exit.")
@@ -254,7 +263,7 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
         try:
             if line == "/undo":
                 plan = undo_task(session.id, log=session.log)
-                out.print("restored: " + (", ".join(plan.changed) or "nothing"), markup=False)
+                out.print(_undo_summary(plan), markup=False)
             elif line == "/diff":
                 out.print(diff_session(session.id) or "(no changes)", markup=False)
             elif line == "/commit":
@@ -377,7 +386,7 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
     if not plan.changed:
         typer.echo("nothing to undo: the task changed no files")
     for path in plan.changed:
-        typer.echo(f"restored {path}")
+        typer.echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
 
 
 @app.command("diff")

@@ -70,13 +70,15 @@ def test_run_then_sessions_diff_and_undo(repo: git.Repo, agent_home: Path):
     assert "-    return a - b" in diff and "+    return a + b" in diff and "test_app.py" in diff
     undone = agent("undo", home=agent_home, cwd=root)
     assert undone.returncode == 0, undone.stderr
-    assert "restored app.py" in undone.stdout and "restored test_app.py" in undone.stdout
+    # The file the task created is deleted by the undo, and said so.
+    assert undone.stdout.splitlines() == ["restored app.py", "removed test_app.py"]
     assert (root / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
     assert not (root / "test_app.py").exists()
     assert (root / "notes.txt").read_text() == "user's own untracked notes\n"
     assert _state(repo) == before  # HEAD, status, index and stash as the user left them
     redo = agent("undo", session_id, home=agent_home, cwd=root)  # the undo is undoable
     assert redo.returncode == 0 and "return a + b" in (root / "app.py").read_text()
+    assert redo.stdout.splitlines() == ["restored app.py", "restored test_app.py"]
 
 
 def test_undo_refuses_to_overwrite_a_file_the_user_changed_after_the_agent(
@@ -205,7 +207,8 @@ def test_chat_slash_commands(repo: git.Repo, agent_home: Path):
     assert "compacted" in out and "into" in out  # /compact
     assert "tasks 1" in out  # /status
     assert "unknown command /bogus" in out
-    assert "restored: made.txt" in out and not (root / "made.txt").exists()  # /undo
+    assert "removed: made.txt" in out and "restored" not in out  # /undo
+    assert not (root / "made.txt").exists()
 
 
 def test_undo_and_diff_default_to_this_repositorys_session(repo: git.Repo, agent_home: Path,
