@@ -16,7 +16,7 @@ import git
 from agent.config import Settings
 from agent.context import DEFAULT_N_CTX, ContextKeeper
 from agent.errors import UsageError
-from agent.events import ErrorEvent, ProjectChecked, SessionStart, Timings
+from agent.events import ErrorEvent, ProjectChecked, SessionStart, TaskStart, Timings
 from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
@@ -183,7 +183,8 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     session_id = session_id or new_session_id()
     task = TASK.format(description=description.strip(),
                        module=slugify(description, 24).replace("-", "_"))
-    log = SessionLog(session_id, task, directory)
+    # `agent sessions` lists the user's words, not the prompt built around them.
+    log = SessionLog(session_id, description.strip(), directory)
 
     def emit(event):
         log.append(event)
@@ -204,6 +205,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                   context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                         max_output=2048),
                   ui=reporter)
+    emit(TaskStart(session_id=session_id, task=1, text=description.strip()))
     try:
         total = int(client.props().get("total_slots") or 1)
         with hold_slot(client.base_url, total, reporter.note, session_id) as slot:

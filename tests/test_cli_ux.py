@@ -169,3 +169,18 @@ def test_a_failed_mcp_tool_call_shows_the_servers_message(repo: Path, agent_home
     assert proc.returncode == 0, proc.stderr
     [line] = [x for x in proc.stderr.splitlines() if "✗" in x]
     assert "Mars/Olympus_Mons" in line, proc.stderr
+
+
+def test_sessions_lists_a_new_project_by_its_description_with_one_task(agent_home: Path,
+                                                                       tmp_path: Path):
+    done = call("final_answer", text="scaffolded")
+    with ScriptedModel([done]) as model:
+        proc = agent("new-project", "a todo app", "--dir", str(tmp_path / "proj"),
+                     "--base-url", model.url, "--tool-protocol", "json", home=agent_home,
+                     cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: the scripted project has no tests
+    [entry] = json.loads(agent("sessions", "--json", home=agent_home, cwd=tmp_path).stdout)
+    assert (entry["task"], entry["tasks"], entry["steps"]) == ("a todo app", 1, 1)
+    line = agent("sessions", home=agent_home, cwd=tmp_path).stdout
+    assert "tasks 1  steps 1" in line and "'a todo app'" in line
+    assert "Create a new project" not in line
