@@ -113,8 +113,9 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks o
 def new_project_cmd(
     description: Annotated[str, typer.Argument(help="What to build, in plain words.",
                                                metavar="DESCRIPTION")],
-    dir: Annotated[Path | None, typer.Option("--dir", help="Target directory (default: a "
-                                             "slug of the description here).")] = None,
+    dir: Annotated[Path | None, typer.Option("--dir", metavar="DIR", help="Target directory "
+                                             "(default: a slug of the description here).")]
+    = None,
     preset: Preset = None,
     profile: Profile = None,
     base_url: Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server "
@@ -127,8 +128,8 @@ def new_project_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]
     = False,
     skill: Annotated[list[str] | None, typer.Option(
-        "--skill", help="Activate this skill (see `agent skills list`) before the model "
-        "starts; repeatable.")] = None,
+        "--skill", metavar="NAME", help="Activate this skill (see `agent skills list`) "
+        "before the model starts; repeatable.")] = None,
 ) -> None:
     """Create a project from a description: git init, the agent writes code and tests in
     full-auto mode, dflash-agent then runs the project's tests itself and commits."""
@@ -172,8 +173,8 @@ def new_project_cmd(
     raise typer.Exit(EXIT_OK if ok else EXIT_TASK_FAILED)
 
 
-Repo = Annotated[Path, typer.Option("--repo", help="Repository to work in (default: the "
-                                      "current directory).")]
+Repo = Annotated[Path, typer.Option("--repo", metavar="DIR", help="Repository to work in "
+                                      "(default: the current directory).")]
 Approval = Annotated[str | None, typer.Option(help="ask, auto-edit (default) or full-auto.")]
 BaseUrl = Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server instead of "
                                              "the managed one.")]
@@ -215,8 +216,8 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
             = False,
             no_git: NoGit = False, json_out: JsonOut = False,
             skill: Annotated[list[str] | None, typer.Option(
-                "--skill", help="Activate this skill (see `agent skills list`) before the "
-                "model starts; repeatable.")] = None) -> None:
+                "--skill", metavar="NAME", help="Activate this skill (see `agent skills "
+                "list`) before the model starts; repeatable.")] = None) -> None:
     """Run one task in a repository, checkpointed (undo with `agent undo`), then exit."""
     if not task.strip():
         raise UsageError("the task is empty; say what to do")

@@ -23,8 +23,8 @@ mcp_app = typer.Typer(help="MCP: servers the agent uses (list, add) and the agen
 
 Scope = Annotated[str, typer.Option("--scope", help="user (your home's mcp.json) or project "
                                     "(<repo>/.agents/mcp.json).")]
-RepoOpt = Annotated[Path, typer.Option("--repo", help="Repository (default: the current "
-                                       "directory).")]
+RepoOpt = Annotated[Path, typer.Option("--repo", metavar="DIR", help="Repository (default: "
+                                       "the current directory).")]
 
 
 def _repo_root(path: Path) -> Path:
@@ -53,10 +53,12 @@ def add_cmd(
     = None,
     url: Annotated[str | None, typer.Option(help="Streamable HTTP endpoint instead of a "
                                             "command.")] = None,
-    header: Annotated[list[str] | None, typer.Option(help="HTTP header KEY=VALUE (repeatable; "
-                                                     "${VAR} is expanded at start).")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="Environment KEY=VALUE for a stdio "
-                                                  "server (repeatable).")] = None,
+    header: Annotated[list[str] | None, typer.Option(
+        metavar="KEY=VALUE", help="HTTP header (repeatable; ${VAR} is expanded at start).")]
+    = None,
+    env: Annotated[list[str] | None, typer.Option(
+        metavar="KEY=VALUE", help="Environment variable for a stdio server (repeatable).")]
+    = None,
     scope: Scope = "user",
     repo: RepoOpt = Path("."),
     force: Annotated[bool, typer.Option(help="Replace a server of the same name; add a stdio "

@@ -23,8 +23,8 @@ TOKEN_ENV = "DFLASH_AGENT_MCP_TOKEN"
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 RootOpt = Annotated[list[Path] | None, typer.Option(
-    "--root", help="Workspace root the MCP host may use (repeatable; default: the current "
-    "directory). Paths outside every root are refused.")]
+    "--root", metavar="DIR", help="Workspace root the MCP host may use (repeatable; default: "
+    "the current directory). Paths outside every root are refused.")]
 
 
 def _free_port() -> int:

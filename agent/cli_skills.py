@@ -17,8 +17,9 @@ from skills.validate import validate
 skills_app = typer.Typer(help="Agent Skills: list, show, new, validate.", no_args_is_help=True,
                          rich_markup_mode=None)
 
-RepoOpt = Annotated[Path, typer.Option("--repo", help="Repository whose .agents/skills "
-                                       "count (default: the current directory).")]
+RepoOpt = Annotated[Path, typer.Option("--repo", metavar="DIR", help="Repository whose "
+                                       ".agents/skills count (default: the current "
+                                       "directory).")]
 
 
 def _roots(repo: Path) -> list[tuple[Source, Path]]:

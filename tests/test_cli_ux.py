@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -184,3 +185,45 @@ def test_sessions_lists_a_new_project_by_its_description_with_one_task(agent_hom
     line = agent("sessions", home=agent_home, cwd=tmp_path).stdout
     assert "tasks 1  steps 1" in line and "'a todo app'" in line
     assert "Create a new project" not in line
+
+
+def _help_texts() -> dict[str, str]:
+    """Every command's --help text, rendered in-process from the real command tree."""
+    import typer
+
+    from agent.cli import app
+
+    out: dict[str, str] = {}
+
+    def walk(command: Any, path: list[str], parent: typer.Context | None) -> None:
+        ctx = typer.Context(command, info_name=path[-1], parent=parent)
+        out[" ".join(path)] = command.get_help(ctx)
+        if hasattr(command, "list_commands"):  # a group (typer vendors its own click)
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), [*path, name], ctx)
+
+    walk(typer.main.get_command(app), ["agent"], None)
+    return out
+
+
+def test_no_option_shows_an_internal_type_name():
+    texts = _help_texts()
+    assert len(texts) > 20
+    for name, text in texts.items():
+        section = text.split("\nOptions:\n", 1)[-1].split("\nCommands:\n")[0]
+        options = [line for line in section.splitlines() if line.lstrip().startswith("-")]
+        bad = [line for line in options if "list[" in line or "[Path]" in line]
+        assert not bad, f"{name}: {bad}"
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    (["run"], ["--skill NAME", "--repo DIR"]), (["new-project"], ["--skill NAME", "--dir DIR"]),
+    (["mcp", "serve"], ["--root DIR"]), (["mcp", "install"], ["--root DIR"]),
+    (["mcp", "add"], ["--header KEY=VALUE", "--env KEY=VALUE", "--repo DIR"]),
+    (["skills", "list"], ["--repo DIR"])])
+def test_help_names_what_an_option_takes(command: list[str], expected: list[str],
+                                         agent_home: Path):
+    proc = agent(*command, "--help", home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    for metavar in expected:
+        assert metavar in proc.stdout, proc.stdout
