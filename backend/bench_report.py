@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+from rich import box
 from rich.table import Table
 
 from backend.bench import BenchError, BenchResult, Stats
@@ -17,40 +18,59 @@ from backend.bench import BenchError, BenchResult, Stats
 PLOT_EXTRA_HINT = "pip install 'dflash-agent[plot]'"
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def _rate(value: float | None) -> str:
+    """Tokens/s: one decimal below 100, whole numbers above (the decimals are noise there)."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
 def _temp(value: float | None) -> str:
     return "all" if value is None else f"{value:g}"
 
 
-def _row(table: Table, s: Stats) -> None:
-    table.add_row(s.prompt or "overall", _temp(s.temperature), s.profile,
-                  str(s.completion_tokens), _num(s.decode_tok_s), _num(s.prefill_tok_s),
+def prompt_labels(result: BenchResult) -> dict[str, str]:
+    """Short labels of the prompts for the table, ``p1``, ``p2``… in the run's order (names
+    can be long, prompt files' names arbitrary); the caption maps them back."""
+    return {p.name: f"p{i}" for i, p in enumerate(result.prompts, start=1)}
+
+
+def _row(table: Table, s: Stats, labels: dict[str, str]) -> None:
+    table.add_row("all" if s.prompt is None else labels.get(s.prompt, s.prompt),
+                  _temp(s.temperature), s.profile, str(s.completion_tokens),
+                  _rate(s.decode_tok_s), _rate(s.prefill_tok_s),
                   str(s.draft_n), str(s.draft_accepted),
                   "-" if s.acceptance is None else f"{s.acceptance:.0%}",
-                  "-" if s.speedup is None else f"{s.speedup:.2f}x")
+                  "-" if s.speedup is None else f"{s.speedup:.2f}")
 
 
 def result_table(result: BenchResult) -> Table:
     """Per prompt and temperature, then overall: tokens, decode and prefill tok/s, draft
-    tokens, accepted, acceptance and speedup vs the reference profile."""
+    tokens, accepted, acceptance and speedup vs the reference profile.
+
+    Short headers, prompt labels and whole-number rates keep it within 80 columns; the caption
+    spells out the abbreviations and the prompt labels."""
     build = result.build_info or result.engine_version
+    labels = prompt_labels(result)
     table = Table(title=f"{result.preset} on {result.flavour} llama-server {build}: "
                   f"{result.prompt_set} prompts, max_tokens {result.max_tokens}, "
-                  f"{result.repeats} repeat(s), speedup vs {result.reference_profile}")
+                  f"{result.repeats} repeat(s)",
+                  caption="tok tokens generated, dec/s and pre/s decode and prefill tokens/s, "
+                  "drafts draft tokens proposed, acc accepted, acc% acceptance, ×ref decode "
+                  f"speed relative to {result.reference_profile}; prompts: "
+                  + ", ".join(f"{label} {name}" for name, label in labels.items()),
+                  caption_justify="left", box=box.MINIMAL_HEAVY_HEAD, show_edge=False,
+                  pad_edge=False)
     for name in ("prompt", "temp", "profile"):
-        table.add_column(name)
-    for name in ("tokens", "decode tok/s", "prefill tok/s", "draft", "accepted", "accept",
-                 "speedup"):
-        table.add_column(name, justify="right")
+        table.add_column(name, no_wrap=True)
+    for name in ("tok", "dec/s", "pre/s", "drafts", "acc", "acc%", "×ref"):
+        table.add_column(name, justify="right", no_wrap=True)
     for i, stats in enumerate(result.per_prompt):
-        _row(table, stats)
+        _row(table, stats, labels)
         if (i + 1) % len(result.profiles) == 0:
             table.add_section()
     for stats in result.overall:
-        _row(table, stats)
+        _row(table, stats, labels)
     return table
 
 

@@ -3,6 +3,7 @@ JSON result checked against its model and its own samples, the chart, and every 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from backend.bench import (
     BenchError,
@@ -20,7 +22,7 @@ from backend.bench import (
     summarize,
 )
 from backend.bench_prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
-from backend.bench_report import require_matplotlib
+from backend.bench_report import prompt_labels, require_matplotlib, result_table
 from backend.engines import Engine
 from tests.dflash_fixture import (
     write_old_format_draft,
@@ -49,9 +51,9 @@ def make_home(root: Path, engine: Engine, presets: str) -> Path:
 
 
 def table_rows(stdout: str) -> list[list[str]]:
-    """The cells of each body row of the rich table."""
-    return [[c.strip() for c in line.strip("│").split("│")]
-            for line in stdout.splitlines() if line.startswith("│")]
+    """The cells of each body row of the rich table (the header row left out)."""
+    rows = [[c.strip() for c in line.split("│")] for line in stdout.splitlines() if "│" in line]
+    return [r for r in rows if r[0] != "prompt"]
 
 
 def totals(result: BenchResult, profile: str) -> tuple[int, float]:
@@ -105,8 +107,8 @@ def test_baseline_vs_ngram_end_to_end_json_table_and_chart(engine: Engine, smoll
     assert result.overall_speedup("ngram") == pytest.approx(expected)
     assert result.overall_speedup("baseline") == pytest.approx(1.0)
     rows = table_rows(proc.stdout)
-    overall = next(r for r in rows if r[:3] == ["overall", "all", "ngram"])
-    assert overall[-1] == f"{expected:.2f}x"
+    overall = next(r for r in rows if r[:3] == ["all", "all", "ngram"])
+    assert overall[-1] == f"{expected:.2f}"
     assert f"results: {out}" in proc.stdout
     assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 5000
     # The bench used servers of its own; the user's ran throughout and is the only one left.
@@ -131,7 +133,7 @@ def _assert_drafted(proc: subprocess.CompletedProcess, out: Path) -> None:
     assert dflash and all(s.draft_n > 0 for s in dflash)
     assert all(s.draft_n == 0 for s in result.samples if s.profile == "baseline")
     assert any("--spec-draft-model" in s.argv for s in result.servers if s.profile == "dflash")
-    overall = next(r for r in table_rows(proc.stdout) if r[:3] == ["overall", "all", "dflash"])
+    overall = next(r for r in table_rows(proc.stdout) if r[:3] == ["all", "all", "dflash"])
     assert int(overall[6]) == sum(s.draft_n for s in dflash) > 0  # the "draft" column
 
 
@@ -266,6 +268,63 @@ def test_speedups_are_ratios_of_totals_against_the_reference():
     assert everything[1].speedup == pytest.approx((400 / 4.0) / (400 / 5.0))
     assert everything[1].acceptance == pytest.approx(60 / 90)
     assert everything[0].acceptance is None and everything[0].prefill_tok_s == 100.0
+
+
+SAVED = Path(__file__).parent.parent / "benchmarks" / "h200-2026-11-30"
+
+
+def _render(result: BenchResult) -> str:
+    """The table as the CLI prints it to a terminal of $COLUMNS columns (rich reads COLUMNS);
+    checks that every line of the table itself fits: the title and the caption are one line
+    each (soft wrap: the terminal folds them, nothing is cut)."""
+    console = Console(file=io.StringIO(), highlight=False, soft_wrap=True, color_system=None)
+    assert console.width == 80
+    console.print(result_table(result))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    lines = text.splitlines()
+    assert lines[0].startswith(result.preset) and lines[-1].startswith("tok tokens generated")
+    assert "…" not in text and max(len(line) for line in lines[1:-1]) <= 80
+    return text
+
+
+@pytest.mark.parametrize("name", ["bench-smollm2-edit", "bench-smollm2-seed",
+                                  "bench-dflash-fixture"])
+def test_the_table_fits_80_columns_without_cutting_a_cell(name: str,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = BenchResult.model_validate_json((SAVED / f"{name}.json").read_text("utf-8"))
+    text = _render(result)
+    rows = table_rows(text)
+    labels = prompt_labels(result)
+    expected = [["all" if st.prompt is None else labels[st.prompt],
+                 "all" if st.temperature is None else f"{st.temperature:g}", st.profile,
+                 str(st.completion_tokens), str(round(st.decode_tok_s)),
+                 str(round(st.prefill_tok_s)), str(st.draft_n), str(st.draft_accepted),
+                 "-" if st.acceptance is None else f"{st.acceptance:.0%}", f"{st.speedup:.2f}"]
+                for st in result.per_prompt + result.overall]
+    assert rows == expected
+    caption = " ".join(text.split())
+    assert "dec/s and pre/s decode and prefill tokens/s" in caption
+    assert f"×ref decode speed relative to {result.reference_profile}" in caption
+    for prompt in result.prompts:
+        assert f"{labels[prompt.name]} {prompt.name}" in caption
+
+
+def test_the_table_fits_80_columns_with_five_digit_counts(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = BenchResult.model_validate_json(
+        (SAVED / "bench-smollm2-edit.json").read_text("utf-8"))
+    big = {"completion_tokens": 99999, "draft_n": 99999, "draft_accepted": 99999,
+           "decode_tok_s": 9999.4, "prefill_tok_s": 99999.4, "acceptance": 1.0,
+           "speedup": 10.0, "temperature": 0.75}
+    renamed = {p.name: f"a-prompt-with-a-long-name-{i}" for i, p in enumerate(result.prompts)}
+    result = result.model_copy(update={
+        "per_prompt": [s.model_copy(update={**big, "prompt": renamed[s.prompt]})
+                       for s in result.per_prompt],
+        "prompts": [p.model_copy(update={"name": renamed[p.name]}) for p in result.prompts]})
+    text = _render(result)
+    assert table_rows(text)[0] == ["p1", "0.75", "baseline", "99999", "9999", "99999", "99999",
+                                       "99999", "100%", "10.00"]
 
 
 def test_plot_without_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch):
