@@ -379,7 +379,9 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
             plan = await anyio.to_thread.run_sync(undo_task, session_id)
         except UserError as exc:
             raise ToolError(str(exc)) from None
-        return {"session_id": session_id, "restored": plan.changed,
+        return {"session_id": session_id,
+                "restored": [f for f in plan.changed if f not in plan.removed],
+                "removed": plan.removed,
                 "note": "call undo again to bring the agent's changes back"}
 
     return mcp

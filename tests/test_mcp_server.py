@@ -181,7 +181,8 @@ def test_cancel_mid_command_kills_it_keeps_the_checkpoint_and_undo_restores(repo
     assert out["app_after_cancel"] == "x = 2\n"
     assert out["result"]["reason"] == "interrupted"
     assert "+x = 2" in out["result"]["diff"]
-    assert sorted(out["undo"]["restored"]) == ["app.py", "started.txt"]
+    assert out["undo"]["restored"] == ["app.py"]
+    assert out["undo"]["removed"] == ["started.txt"]  # the task created it
     assert (repo / "app.py").read_text() == "x = 1\n"
     assert not (repo / "started.txt").exists()
     assert (repo / "notes.txt").read_text() == "the user's own notes\n"
