@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from agent.client import ServerClient
+from agent.context import ContextKeeper
 from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
@@ -25,7 +26,9 @@ def _agent(base_url: str, root: Path, protocol: str, auto: bool = False):
     agent = Agent(client, registry, session_id="real", protocol=protocol,
                   system=system_prompt(str(root), protocol, listed), emit=events.append,
                   sampling=GREEDY, auto_switch=auto, tool_role=renders_tool_role(client),
-                  limits=Limits(max_steps=5, max_time=300))
+                  limits=Limits(max_steps=5, max_time=300),
+                  # As in real sessions: a runaway SmolLM2 reply must not overflow the context.
+                  context=ContextKeeper(client, client.n_ctx(), max_output=2048))
     return agent, events, client
 
 
