@@ -18,6 +18,7 @@ import gguf
 
 from backend.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
 from backend.flavour import Flavour
+from backend.ggufinfo import GgufError, gguf_metadata
 from backend.home import home
 
 
@@ -31,10 +32,10 @@ def gguf_architecture(path: Path) -> str:
     Raises :class:`DraftError` when the file is not a readable GGUF.
     """
     try:
-        field = gguf.GGUFReader(path).fields.get(gguf.Keys.General.ARCHITECTURE)
-    except (OSError, ValueError) as exc:
+        arch = gguf_metadata(path).get(gguf.Keys.General.ARCHITECTURE)
+    except GgufError as exc:
         raise DraftError(f"{path} is not a readable GGUF file: {exc}") from exc
-    return str(field.contents()) if field is not None else ""
+    return arch if isinstance(arch, str) else ""
 
 
 def converted_path(draft: Path) -> Path:

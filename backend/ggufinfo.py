@@ -196,17 +196,9 @@ def _swa_layers(meta: dict[str, Any], arch: str, n_layer: int, path: Path) -> tu
     return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))
 
 
-def read_gguf_info(path: Path) -> GgufInfo:
-    """Read ``path``'s header into a :class:`GgufInfo`.
-
-    Raises :class:`GgufError` when the file is missing or empty, is not a GGUF, its header is
-    truncated or corrupt, or the architecture's block count / embedding length / head count is
-    missing.
-    """
-    path = Path(path)
+def _read_header(path: Path) -> tuple[_HeaderReader, dict[str, Any]]:
     if not path.is_file():
         raise GgufError(f"{path}: no such file")
-    size = path.stat().st_size
     with path.open("rb") as fh:
         magic = fh.read(4)
     if magic != b"GGUF":
@@ -217,6 +209,28 @@ def read_gguf_info(path: Path) -> GgufInfo:
     except (ValueError, IndexError, KeyError, OverflowError, TypeError, struct.error) as exc:
         raise GgufError(f"{path}: truncated or corrupt GGUF header ({exc}); "
                         "download the file again") from exc
+    return reader, meta
+
+
+def gguf_metadata(path: Path) -> dict[str, Any]:
+    """``path``'s metadata keys and values, read from the header only (tensor data is never
+    mapped; string arrays such as the vocabulary come back as their length).
+
+    Raises :class:`GgufError` when the file is missing, not a GGUF, or its header is corrupt.
+    """
+    return _read_header(Path(path))[1]
+
+
+def read_gguf_info(path: Path) -> GgufInfo:
+    """Read ``path``'s header into a :class:`GgufInfo`.
+
+    Raises :class:`GgufError` when the file is missing or empty, is not a GGUF, its header is
+    truncated or corrupt, or the architecture's block count / embedding length / head count is
+    missing.
+    """
+    path = Path(path)
+    reader, meta = _read_header(path)
+    size = path.stat().st_size
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GgufError(f"{path}: no general.architecture key")
