@@ -12,13 +12,24 @@ from backend.fit import check_fit
 from backend.flavour import detect_flavour
 from backend.models import resolve_model
 from backend.presets import Preset, PresetError, get_preset
-from backend.profiles import LaunchPlan, get_profile
+from backend.profiles import LaunchPlan, Profile, get_profile
 from backend.server import DEFAULT_PORT, ServerState, up
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None) -> Engine:
     """The installed engine, building the embedded default when none exists."""
     return default_engine() or build_llama_cpp(sdist=sdist, progress=progress)
+
+
+def profile_for(preset: Preset, profile: str | None = None) -> Profile:
+    """``profile`` (default: the preset's own); raises ``PresetError`` when it needs a draft
+    model and the preset has none."""
+    chosen = get_profile(profile or preset.profile)
+    if chosen.needs_draft and not preset.draft:
+        raise PresetError(f"the {chosen.name} profile needs a draft model and preset "
+                          f"'{preset.name}' has none; set `draft` for it in presets.toml or "
+                          "choose another --profile")
+    return chosen
 
 
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
@@ -29,11 +40,7 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     An old-format DFlash draft is converted for builds that need the upstream format
     (:func:`backend.drafts.draft_for`). Raises ``PresetError``, ``ModelError`` or ``DraftError``.
     """
-    chosen = get_profile(profile or preset.profile)
-    if chosen.needs_draft and not preset.draft:
-        raise PresetError(f"the {chosen.name} profile needs a draft model and preset "
-                          f"'{preset.name}' has none; set `draft` for it in presets.toml or "
-                          "choose another --profile")
+    chosen = profile_for(preset, profile)
     model = resolve_model(preset.model, note)
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
     if draft is not None:

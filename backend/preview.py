@@ -16,9 +16,10 @@ from backend.drafts import DraftError, converted_path, gguf_architecture
 from backend.engines import Engine
 from backend.flavour import Flavour, binary_facts, detect_flavour
 from backend.helpfacts import check_argv
+from backend.launch import profile_for
 from backend.preset_status import cached_file
-from backend.presets import Preset, PresetError
-from backend.profiles import LaunchPlan, get_profile, server_argv
+from backend.presets import Preset
+from backend.profiles import LaunchPlan, server_argv
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"
 
@@ -48,10 +49,7 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
     from the translation (e.g. DFlash with ``parallel > 1``).
     """
     notes: list[str] = []
-    chosen = get_profile(profile or preset.profile)
-    if chosen.needs_draft and not preset.draft:
-        raise PresetError(f"the {chosen.name} profile needs a draft model and preset "
-                          f"'{preset.name}' has none")
+    chosen = profile_for(preset, profile)
     flavour: Flavour = "upstream"
     if engine is None:
         notes.append("no engine is built yet (`agent backend build`): showing the upstream "
