@@ -32,6 +32,16 @@ def agent(*args: str, home: Path, cwd: Path, timeout: float = 120) -> subprocess
                           cwd=cwd, env=env, stdin=subprocess.DEVNULL)
 
 
+def chat(script: list[dict], lines: list[str], home: Path,
+         cwd: Path) -> subprocess.CompletedProcess:
+    """``agent chat`` against ``script`` with ``lines`` typed at its prompt."""
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
+    with ScriptedModel(script) as model:
+        return subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=cwd, env=env,
+                              input="\n".join(lines) + "\n", capture_output=True, text=True,
+                              timeout=120)
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> git.Repo:
     r = git.Repo.init(tmp_path / "repo")
@@ -196,11 +206,7 @@ def test_chat_slash_commands(repo: git.Repo, agent_home: Path):
     script = [call("create", path="made.txt", file_text="made\n"),
               call("final_answer", text="made it"), reply("summary: made.txt was created")]
     lines = ["make a file", "/diff", "/compact", "/status", "/bogus", "/undo", "/exit"]
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
-    with ScriptedModel(script) as model:
-        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=root, env=env,
-                              input="\n".join(lines) + "\n", capture_output=True, text=True,
-                              timeout=120)
+    proc = chat(script, lines, home=agent_home, cwd=root)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "+made" in out  # /diff
@@ -234,11 +240,7 @@ def test_a_failed_command_in_chat_does_not_end_the_session(repo: git.Repo, agent
     script = [call("create", path="made.txt", file_text="made\n"),
               call("final_answer", text="made it")]
     lines = ["/undo", "make a file", "/exit"]  # nothing to undo yet: an error, then work
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
-    with ScriptedModel(script) as model:
-        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=root, env=env,
-                              input="\n".join(lines) + "\n", capture_output=True, text=True,
-                              timeout=120)
+    proc = chat(script, lines, home=agent_home, cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert "has no checkpoint to go back to" in proc.stdout
     assert "the session goes on" in proc.stdout
