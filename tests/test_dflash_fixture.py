@@ -11,21 +11,6 @@ import pytest
 from backend.engines import Engine
 from backend.profiles import LaunchPlan
 from backend.server import ServerError, ServerState, pick_port, stop, up
-from tests.dflash_fixture import (
-    write_old_format_draft,
-    write_tiny_dflash_draft,
-    write_tiny_target,
-)
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> dict[str, Path]:
-    """One tiny target and its drafts (upstream and old format), written once per module."""
-    root = tmp_path_factory.mktemp("dflash-fixture")
-    target = write_tiny_target(root / "target.gguf", tokenizer_from=smollm2)
-    return {"target": target,
-            "draft": write_tiny_dflash_draft(root / "draft.gguf", target),
-            "old": write_old_format_draft(root / "draft-old.gguf", target)}
 
 
 def _launch(engine: Engine, model: Path, profile: str,
@@ -46,8 +31,8 @@ def _chat(base_url: str) -> dict:
     return resp.json()
 
 
-def test_the_fixture_writes_the_upstream_dflash_keys_and_shapes(tiny_models: dict[str, Path]):
-    reader = gguf.GGUFReader(tiny_models["draft"])
+def test_the_fixture_writes_the_upstream_dflash_keys_and_shapes(tiny_dflash: dict[str, Path]):
+    reader = gguf.GGUFReader(tiny_dflash["draft"])
     fields = reader.fields
     assert bytes(fields["general.architecture"].parts[-1]) == b"dflash"
     assert fields["dflash.block_size"].contents() == 16
@@ -61,13 +46,13 @@ def test_the_fixture_writes_the_upstream_dflash_keys_and_shapes(tiny_models: dic
     assert {"enc.output_norm.weight", "output_norm.weight", "blk.0.ffn_norm.weight",
             "blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= set(tensors)
     assert "token_embd.weight" not in tensors and "output.weight" not in tensors
-    target_tokens = gguf.GGUFReader(tiny_models["target"]).fields["tokenizer.ggml.tokens"]
+    target_tokens = gguf.GGUFReader(tiny_dflash["target"]).fields["tokenizer.ggml.tokens"]
     assert len(fields["tokenizer.ggml.tokens"].data) == len(target_tokens.data) == 49152
 
 
 def test_the_old_format_draft_uses_beellama_names_and_hf_layer_ids(
-        tiny_models: dict[str, Path]):
-    reader = gguf.GGUFReader(tiny_models["old"])
+        tiny_dflash: dict[str, Path]):
+    reader = gguf.GGUFReader(tiny_dflash["old"])
     fields = reader.fields
     assert bytes(fields["general.architecture"].parts[-1]) == b"dflash-draft"
     assert fields["dflash-draft.dflash.target_layer_ids"].contents() == [0, 1]
@@ -82,8 +67,8 @@ def test_the_old_format_draft_uses_beellama_names_and_hf_layer_ids(
 
 
 def test_the_tiny_target_loads_alone_with_the_baseline_profile(
-        engine: Engine, tiny_models: dict[str, Path]):
-    state = _launch(engine, tiny_models["target"], "baseline")
+        engine: Engine, tiny_dflash: dict[str, Path]):
+    state = _launch(engine, tiny_dflash["target"], "baseline")
     try:
         body = _chat(state.base_url)
         assert body["timings"]["predicted_n"] > 0
@@ -93,8 +78,8 @@ def test_the_tiny_target_loads_alone_with_the_baseline_profile(
 
 
 def test_the_dflash_profile_drafts_with_the_tiny_draft_on_cpu(
-        engine: Engine, tiny_models: dict[str, Path]):
-    state = _launch(engine, tiny_models["target"], "dflash", draft=tiny_models["draft"])
+        engine: Engine, tiny_dflash: dict[str, Path]):
+    state = _launch(engine, tiny_dflash["target"], "dflash", draft=tiny_dflash["draft"])
     try:
         timings = _chat(state.base_url)["timings"]
         assert timings["draft_n"] > 0  # random weights: acceptance is ~0, drafting is the point
@@ -105,21 +90,21 @@ def test_the_dflash_profile_drafts_with_the_tiny_draft_on_cpu(
 
 
 def test_upstream_refuses_an_old_format_draft_so_it_needs_converting(
-        engine: Engine, tiny_models: dict[str, Path]):
+        engine: Engine, tiny_dflash: dict[str, Path]):
     with pytest.raises(ServerError, match="model file could not be loaded") as info:
-        _launch(engine, tiny_models["target"], "dflash", draft=tiny_models["old"])
+        _launch(engine, tiny_dflash["target"], "dflash", draft=tiny_dflash["old"])
     assert info.value.log is not None
     assert "unknown model architecture: 'dflash-draft'" in info.value.log.read_text("utf-8")
 
 
 def test_convert_draft_makes_the_old_format_load_upstream_with_layer_ids_plus_one(
-        engine: Engine, tiny_models: dict[str, Path], tmp_path: Path, agent_home: Path):
+        engine: Engine, tiny_dflash: dict[str, Path], tmp_path: Path, agent_home: Path):
     import subprocess
     import sys
 
     out = tmp_path / "converted.gguf"
     proc = subprocess.run([sys.executable, "-m", "agent", "backend", "convert-draft",
-                           str(tiny_models["old"]), str(out)], capture_output=True, text=True,
+                           str(tiny_dflash["old"]), str(out)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "target_layers [1, 2]" in proc.stdout
@@ -130,7 +115,7 @@ def test_convert_draft_makes_the_old_format_load_upstream_with_layer_ids_plus_on
     names = {t.name for t in reader.tensors}
     assert {"fc.weight", "enc.output_norm.weight", "blk.0.ffn_norm.weight"} <= names
     assert not any("post_attention_norm" in n or n.startswith("dflash_") for n in names)
-    state = _launch(engine, tiny_models["target"], "dflash", draft=out)
+    state = _launch(engine, tiny_dflash["target"], "dflash", draft=out)
     try:
         timings = _chat(state.base_url)["timings"]
     finally:
@@ -138,13 +123,13 @@ def test_convert_draft_makes_the_old_format_load_upstream_with_layer_ids_plus_on
     assert timings.get("draft_n", 0) > 0
 
 
-def test_convert_draft_refuses_bad_inputs(tiny_models: dict[str, Path], tmp_path: Path):
+def test_convert_draft_refuses_bad_inputs(tiny_dflash: dict[str, Path], tmp_path: Path):
     from backend.convert import ConvertError, convert_draft
 
     with pytest.raises(ConvertError, match="already an upstream 'dflash' draft"):
-        convert_draft(tiny_models["draft"], tmp_path / "x.gguf")
+        convert_draft(tiny_dflash["draft"], tmp_path / "x.gguf")
     with pytest.raises(ConvertError, match="architecture 'llama'"):
-        convert_draft(tiny_models["target"], tmp_path / "x.gguf")
+        convert_draft(tiny_dflash["target"], tmp_path / "x.gguf")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf at all")
     with pytest.raises(ConvertError, match="not a readable GGUF"):
@@ -152,5 +137,5 @@ def test_convert_draft_refuses_bad_inputs(tiny_models: dict[str, Path], tmp_path
     taken = tmp_path / "taken.gguf"
     taken.write_bytes(b"keep me")
     with pytest.raises(ConvertError, match="exists"):
-        convert_draft(tiny_models["old"], taken)
+        convert_draft(tiny_dflash["old"], taken)
     assert taken.read_bytes() == b"keep me"

@@ -13,43 +13,29 @@ from backend.engines import Engine
 from backend.launch import plan_for
 from backend.presets import get_preset
 from backend.server import pick_port, stop, up
-from tests.dflash_fixture import (
-    write_old_format_draft,
-    write_tiny_dflash_draft,
-    write_tiny_target,
-)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("drafts")
-    target = write_tiny_target(root / "target.gguf", tokenizer_from=smollm2)
-    return {"target": target,
-            "new": write_tiny_dflash_draft(root / "draft.gguf", target),
-            "old": write_old_format_draft(root / "draft-old.gguf", target)}
 
 
 def test_an_old_draft_is_converted_once_for_upstream_and_kept_for_bee_old(
-        models: dict[str, Path]):
+        tiny_dflash: dict[str, Path]):
     notes: list[str] = []
-    converted = draft_for(models["old"], "upstream", notes.append)
-    assert converted != models["old"] and gguf_architecture(converted) == "dflash"
+    converted = draft_for(tiny_dflash["old"], "upstream", notes.append)
+    assert converted != tiny_dflash["old"] and gguf_architecture(converted) == "dflash"
     layers = gguf.GGUFReader(converted).fields["dflash.target_layers"].contents()
     assert list(layers) == [1, 2]  # stored as HF ids (0, 1); upstream reads ids + 1
     assert len(notes) == 1 and "converting it once" in notes[0]
-    assert draft_for(models["old"], "bee-new", notes.append) == converted
+    assert draft_for(tiny_dflash["old"], "bee-new", notes.append) == converted
     assert len(notes) == 1  # reused, not converted again
-    assert draft_for(models["old"], "bee-old") == models["old"]
+    assert draft_for(tiny_dflash["old"], "bee-old") == tiny_dflash["old"]
 
 
-def test_an_upstream_draft_runs_everywhere(models: dict[str, Path]):
+def test_an_upstream_draft_runs_everywhere(tiny_dflash: dict[str, Path]):
     for flavour in ("upstream", "bee-new", "bee-old"):
-        assert draft_for(models["new"], flavour) == models["new"]
+        assert draft_for(tiny_dflash["draft"], flavour) == tiny_dflash["draft"]
 
 
 def test_an_old_draft_that_cannot_be_converted_is_refused_with_the_fix(
-        models: dict[str, Path], tmp_path: Path):
-    reader = gguf.GGUFReader(models["old"])
+        tiny_dflash: dict[str, Path], tmp_path: Path):
+    reader = gguf.GGUFReader(tiny_dflash["old"])
     broken = tmp_path / "no-layer-ids.gguf"
     writer = gguf.GGUFWriter(broken, "dflash-draft")
     for field in reader.fields.values():
@@ -67,9 +53,9 @@ def test_an_old_draft_that_cannot_be_converted_is_refused_with_the_fix(
     assert draft_for(broken, "bee-old") == broken  # bee-old loads it as it is
 
 
-def test_a_non_draft_or_broken_file_is_refused(models: dict[str, Path], tmp_path: Path):
+def test_a_non_draft_or_broken_file_is_refused(tiny_dflash: dict[str, Path], tmp_path: Path):
     with pytest.raises(DraftError, match="architecture 'llama', not a DFlash draft"):
-        draft_for(models["target"], "upstream")
+        draft_for(tiny_dflash["target"], "upstream")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf at all")
     with pytest.raises(DraftError, match="not a readable GGUF"):
@@ -78,11 +64,11 @@ def test_a_non_draft_or_broken_file_is_refused(models: dict[str, Path], tmp_path
 
 
 def test_a_preset_with_an_old_format_draft_launches_dflash_upstream(
-        models: dict[str, Path], engine: Engine, agent_home: Path):
+        tiny_dflash: dict[str, Path], engine: Engine, agent_home: Path):
     config = agent_home / "config"
     config.mkdir(parents=True)
     (config / "presets.toml").write_text(
-        f'[tiny-old]\nmodel = "{models["target"]}"\ndraft = "{models["old"]}"\n'
+        f'[tiny-old]\nmodel = "{tiny_dflash["target"]}"\ndraft = "{tiny_dflash["old"]}"\n'
         'profile = "dflash"\nctx_size = 1024\n')
     plan = plan_for(get_preset("tiny-old"), engine)
     assert plan.draft is not None and gguf_architecture(plan.draft) == "dflash"
