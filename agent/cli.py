@@ -480,7 +480,7 @@ def _engine(settings: Settings, reporter: Reporter) -> Engine:
     is none."""
     try:
         return ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
-                             reporter.build_progress)
+                             reporter.build_progress, reporter.note)
     finally:
         reporter.close()
 

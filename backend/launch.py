@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backend.drafts import draft_for
-from backend.engines import Engine, Progress, build_llama_cpp, default_engine
+from backend.engines import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
 from backend.fit import check_fit
 from backend.flavour import detect_flavour
 from backend.models import resolve_model
@@ -16,9 +16,17 @@ from backend.profiles import LaunchPlan, Profile, get_profile
 from backend.server import DEFAULT_PORT, ServerState, up
 
 
-def ensure_engine(sdist: Path | None = None, progress: Progress | None = None) -> Engine:
-    """The installed engine, building the embedded default when none exists."""
-    return default_engine() or build_llama_cpp(sdist=sdist, progress=progress)
+def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
+                  note: Callable[[str], None] | None = None) -> Engine:
+    """The installed engine, building the embedded default when none runs on this CPU; each
+    installed engine skipped for this CPU is said through ``note`` first."""
+    engine = default_engine()
+    if engine is not None:
+        return engine
+    if note:
+        for _, why in unusable_engines():
+            note(f"not using {why}: building one for this CPU")
+    return build_llama_cpp(sdist=sdist, progress=progress)
 
 
 def profile_for(preset: Preset, profile: str | None = None) -> Profile:
@@ -63,7 +71,7 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     ``GgufError`` or ``ServerError``.
     """
     preset = get_preset(preset_name)
-    engine = ensure_engine(sdist, progress)
+    engine = ensure_engine(sdist, progress, note)
     plan = plan_for(preset, engine, profile, ctx_size, note)
     check_fit(plan, force=force, note=note)
     return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note)

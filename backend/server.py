@@ -16,8 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
@@ -144,12 +145,116 @@ _DIAGNOSES: list[tuple[tuple[str, ...], str]] = [
 
 
 def diagnose(log_text: str) -> str:
-    """A plain one-line cause for a crashed server from its log text."""
+    """A plain one-line cause for a server that exited with an error, from its log text."""
     lower = log_text.lower()
     for needles, message in _DIAGNOSES:
         if any(n in lower for n in needles):
             return message
-    return "llama-server exited unexpectedly; read the last log lines above"
+    return "no known cause in its log; read its last lines"
+
+
+_REBUILD = ("rebuild the engine for this CPU (`agent backend cache list`, `agent backend cache "
+            "rm ENGINE`, then `agent backend build`)")
+_SIGNAL_CAUSES: dict[int, tuple[str, str]] = {
+    signal.SIGSEGV: ("a segmentation fault (a bug in the engine or a kernel it runs; on Intel "
+                     "CPUs with AMX, builds made with -march=native crash here at the "
+                     "warm-up)", f"{_REBUILD}; to run it as it is, add \"--no-repack\" to the "
+                     "preset's extra_flags"),
+    signal.SIGILL: ("an illegal instruction: the engine was built for a CPU with instructions "
+                    "this one lacks (a home copied from another machine?)", _REBUILD),
+    signal.SIGBUS: ("a bus error: a memory-mapped file went away or shrank (a model file "
+                    "rewritten or truncated while in use, or a full disk or /dev/shm)",
+                    "fetch the model again (`agent backend download`), check free space, or "
+                    "add \"--no-mmap\" to the preset's extra_flags"),
+    signal.SIGABRT: ("an abort: an assertion inside llama.cpp failed (its GGML_ASSERT or "
+                     "error line is in the log)", "read the log lines above; a smaller "
+                     "--ctx-size or another profile often avoids it; report it upstream "
+                     "with the log"),
+    signal.SIGKILL: ("SIGKILL: usually the kernel's out-of-memory killer (or someone ran kill "
+                     "-9)", "use a smaller --ctx-size or model, or free memory"),
+}
+_NOISE = ("srv ", "slot ", "que ", "main: ", "build_info", "system_info", "print_info",
+          "llama_model_loader: - kv", "llama_model_loader: - type")
+_ERRORISH = ("error", "failed", "assert", "abort", "terminate", "exception", "fatal")
+
+
+def meaningful_lines(log_text: str, limit: int = 8) -> list[str]:
+    """The log's last ``limit`` non-blank lines, preceded by any earlier error, assertion or
+    failure lines (the cause is often above a tail of shutdown noise)."""
+    lines = [line.rstrip() for line in log_text.splitlines() if line.strip()
+             and not line.startswith("$ ")]
+    tail = lines[-limit:]
+    errors = [line for line in lines[:-limit] if any(w in line.lower() for w in _ERRORISH)
+              and not line.lstrip().startswith(_NOISE)]
+    return errors[-4:] + tail
+
+
+def exit_cause(returncode: int | None, log_text: str,
+               oom_killed: bool = False) -> tuple[str, str]:
+    """(why ``llama-server`` ended, what to do), each a plain phrase.
+
+    ``returncode`` as :mod:`subprocess` reports it: negative for a signal (``-11`` is
+    SIGSEGV); None when unknown. ``oom_killed``: the kernel's OOM killer counted a kill in the
+    server's cgroup meanwhile (``memory.events``).
+    """
+    if oom_killed:
+        return ("llama-server was killed by the kernel's out-of-memory killer (the model, its "
+                "context and KV cache did not fit in RAM)",
+                "use a smaller --ctx-size or model, or free memory")
+    if returncode is not None and returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return f"llama-server was killed by signal {-returncode}", "read the log lines"
+        if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            return (f"llama-server was stopped by {sig.name} from outside dflash-agent",
+                    "start it again (`agent backend up`)")
+        cause, fix = _SIGNAL_CAUSES.get(sig, (sig.name, "read the log lines"))
+        return f"llama-server crashed with {sig.name}, {cause}", fix
+    known = diagnose(log_text)
+    status = "" if returncode is None else f" with status {returncode}"
+    why, _, fix = known.partition("; ")
+    return f"llama-server exited{status}: {why}", fix or "read the log lines"
+
+
+def explain_exit(returncode: int | None, log_text: str, oom_killed: bool = False) -> str:
+    """:func:`exit_cause` as one line: ``why; what to do``."""
+    return "; ".join(exit_cause(returncode, log_text, oom_killed))
+
+
+class ExitRecord(BaseModel):
+    """What the launcher saw when the server ended (``<state>/servers/<hash>.exit``)."""
+
+    returncode: int
+    oom_killed: bool = False
+
+
+def read_exit(state: ServerState, wait: float = 2.0) -> ExitRecord | None:
+    """The server's exit record, waiting up to ``wait`` s for the launcher to write it (it
+    does so right after reaping the process); None when there is none."""
+    path = state.log.with_suffix(".exit")
+    deadline = time.monotonic() + wait
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            record = ExitRecord.model_validate_json(path.read_text("utf-8"))
+            if record is not None:
+                return record
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def crash_report(state: ServerState) -> str | None:
+    """When the server of ``state`` is no longer running: why it ended, what to do and the log's
+    meaningful last lines; None while it runs. Used while starting and while serving."""
+    if is_ours(state):
+        return None
+    record = read_exit(state)
+    text = _tail(state.log, 200)
+    lines = "\n".join(f"  {line}" for line in meaningful_lines(text))
+    why = explain_exit(record.returncode if record else None, text,
+                       bool(record and record.oom_killed))
+    return f"{why}\nlast lines of its log ({state.log}):\n{lines}"
 
 
 def _tail(path: Path, lines: int = 12) -> str:
@@ -157,6 +262,31 @@ def _tail(path: Path, lines: int = 12) -> str:
         return "\n".join(path.read_text("utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def interrupt_on_termination() -> Iterator[None]:
+    """For the duration, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` like Ctrl-C does.
+
+    Python's default for SIGTERM ends the process at once, skipping the ``finally`` blocks
+    that stop the servers a command started for itself (a bench under ``timeout`` left its
+    server running with the model in memory). Only the main thread can set handlers; elsewhere
+    this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM,
+                                                                       signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def stop(state: ServerState, timeout: float = 15.0) -> None:
@@ -238,24 +368,59 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
     return state, False
 
 
-_LAUNCHER = """import subprocess, sys, os
-with open(sys.argv[1], "ab") as log:
-    proc = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+_LAUNCHER = """import subprocess, sys
+with open(sys.argv[2], "ab") as log:
+    watcher = subprocess.Popen([sys.executable, "-c", *sys.argv[1:]], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+print(watcher.stdout.readline().decode().strip() or "the watcher printed nothing", flush=True)
+"""
+_WATCHER = """import json, os, signal, subprocess, sys
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+def ooms():
+    try:
+        rel = open("/proc/self/cgroup").read().strip().splitlines()[-1].split(":", 2)[2]
+        for line in open("/sys/fs/cgroup" + rel + "/memory.events"):
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+log_path, exit_path, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+before = ooms()
+try:
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, process_group=0)
+except OSError as exc:
+    print(exc, flush=True)
+    sys.exit(1)
 print(proc.pid, flush=True)
-os._exit(0)
+sys.stdout.close()
+code = proc.wait()
+after = ooms()
+oom = code == -signal.SIGKILL and None not in (before, after) and after > before
+with open(exit_path + ".tmp", "w") as out:
+    json.dump({"returncode": code, "oom_killed": oom}, out)
+os.replace(exit_path + ".tmp", exit_path)
 """
 
 
 def _spawn_detached(argv: list[str], log: Path) -> int:
-    """Start ``argv`` in its own session, detached from us (a short-lived launcher process
-    starts it and exits, so the server outlives this process and is never our zombie);
-    returns its pid. Raises :class:`ServerError` when it cannot start."""
-    proc = subprocess.run([sys.executable, "-c", _LAUNCHER, str(log), *argv],
+    """Start ``argv`` detached from us, in its own process group; returns its pid.
+
+    A short-lived launcher starts a watcher in its own session and exits, so neither is ever
+    our zombie and the server outlives this process. The watcher is the server's parent: when
+    the server ends it writes ``<log>.exit`` (return code or signal, and whether the kernel's
+    OOM killer fired), which is how a crash is named (:func:`crash_report`). Raises
+    :class:`ServerError` when it cannot start.
+    """
+    log.with_suffix(".exit").unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-c", _LAUNCHER, _WATCHER, str(log),
+                           str(log.with_suffix(".exit")), *argv],
                           capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-        reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        reason = ((proc.stdout + proc.stderr).strip().splitlines() or ["no output"])[-1]
         raise ServerError(f"could not start {argv[0]}: {reason}")
     return int(proc.stdout.strip())
 
@@ -273,8 +438,9 @@ def _wait_healthy(state: ServerState, timeout: float,
     said_loading = False
     while time.monotonic() < deadline:
         if not _alive(state.pid):
-            tail = _tail(state.log)
-            raise ServerError(f"llama-server exited: {diagnose(tail)}", state.log, tail)
+            report = crash_report(state) or "llama-server exited"
+            why, _, lines = report.partition("\n")
+            raise ServerError(why, state.log, lines)
         try:
             resp = httpx2.get(state.base_url + "/health", timeout=2.0)
             if resp.status_code == 200:

@@ -15,6 +15,7 @@ Usage: python benchmarks/agent_speculation.py [--repeats 2] [--json OUT]  (from 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -28,7 +29,7 @@ from backend.launch import ensure_engine
 from backend.models import resolve_model
 from backend.presets import get_preset
 from backend.profiles import LaunchPlan
-from backend.server import pick_port, stop, up
+from backend.server import interrupt_on_termination, pick_port, stop, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
@@ -96,7 +97,8 @@ def main() -> None:
     model = resolve_model(get_preset("smollm2-135m").model)
     rows: list[dict] = []
     servers: dict = {}
-    try:
+    with interrupt_on_termination(), contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: [stop(state) for state in servers.values()])
         clients = _serve({p: LaunchPlan(binary=engine.binary, model=model, profile=p,
                                         ctx_size=4096) for p in ("baseline", "ngram")}, servers)
         rows += _compare(clients, "ngram", args.repeats, "SmolLM2-135M")
@@ -112,9 +114,6 @@ def main() -> None:
                 "dflash": LaunchPlan(binary=engine.binary, model=target, profile="dflash",
                                      draft=draft, ctx_size=4096)}, servers)
             rows += _compare(clients, "dflash", args.repeats, "random fixture")
-    finally:
-        for state in servers.values():
-            stop(state)
     print(f"{'model':<15} {'profile':<7} {'mode':<11} {'temp':>4} {'baseline tok/s':>15} "
           f"{'spec tok/s':>11} {'speedup':>8} {'drafted':>8} {'acceptance':>11}")
     for r in rows:
