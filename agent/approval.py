@@ -1,7 +1,9 @@
 """Approval modes: what needs the user's confirmation before it runs.
 
 - ``ask``: every bash command and every edit (the edit shown as a diff);
-- ``auto-edit``: edits run, bash and MCP tools ask;
+- ``auto-edit``: edits run, bash and MCP tools ask, and so does an edit of a file git reads as
+  configuration (``.gitattributes``…: it can name filters that run; the tools' ``sensitive``
+  check says which), even when a skill pre-approves the tool;
 - ``full-auto``: nothing asks.
 Read-only tools (view, grep, glob, bash_jobs, activate_skill) never ask, nor tools an active
 skill's ``allowed-tools`` lists. With no terminal to ask on, a call that
@@ -57,25 +59,32 @@ def describe(call: dict[str, Any]) -> str:
 
 def make_approver(mode: str, ask: Callable[[str], str] | None = None,
                   interactive: bool | None = None,
-                  preapproved: Callable[[dict[str, Any]], bool] | None = None
-                  ) -> Approver | None:
+                  preapproved: Callable[[dict[str, Any]], bool] | None = None,
+                  sensitive: Callable[[str], str | None] | None = None) -> Approver | None:
     """An approver for ``mode`` (None for full-auto). ``ask`` shows a prompt and returns the
     answer (default: ``input``); ``interactive`` defaults to stdin being a terminal;
     ``preapproved`` says whether a call runs without asking anyway (an active skill's
-    ``allowed-tools``)."""
+    ``allowed-tools``); ``sensitive`` gives, for an edit's ``path``, why that file needs
+    approval like a command (:meth:`tools.workspace.Workspace.git_interpreted`) or None."""
     if mode == "full-auto":
         return None
     prompt = ask or input
     tty = sys.stdin.isatty() if interactive is None else interactive
 
     def approve(call: dict[str, Any]) -> str | None:
-        if not needs_approval(mode, call["name"]) or (preapproved and preapproved(call)):
+        args = call.get("arguments")
+        path = args.get("path") if isinstance(args, dict) else None
+        reason = sensitive(str(path)) if sensitive and call["name"] in EDITS and path else None
+        if reason is None and (not needs_approval(mode, call["name"])
+                               or (preapproved and preapproved(call))):
             return None
         if not tty:
+            why = f" ({reason})" if reason else ""
             raise ApprovalUnavailable(
-                f"{call['name']} needs approval (--approval {mode}) but stdin is not a "
+                f"{call['name']} needs approval (--approval {mode}){why} but stdin is not a "
                 "terminal; rerun in a terminal or with --approval full-auto")
-        answer = prompt(f"{describe(call)}\nAllow {call['name']}? [y/N or a reason] ").strip()
+        shown = describe(call) + (f"\n[{reason}]" if reason else "")
+        answer = prompt(f"{shown}\nAllow {call['name']}? [y/N or a reason] ").strip()
         if answer.lower() in {"y", "yes"}:
             return None
         return answer or "no"

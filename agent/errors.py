@@ -7,7 +7,7 @@ import secrets
 import time
 import traceback
 
-from backend.home import home
+from backend.home import home, private_open
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
@@ -33,9 +33,9 @@ class UsageError(UserError):
 
 def write_crash_log(exc: BaseException) -> str:
     """Write the traceback to ``<state>/crashes/<time>.log``; returns the path."""
-    folder = home().crashes
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = home().ensure().crashes
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = folder / f"{stamp}-{secrets.token_hex(3)}-{type(exc).__name__}.log"
-    path.write_text("".join(traceback.format_exception(exc)), "utf-8")
+    with private_open(path, "w", encoding="utf-8") as out:
+        out.write("".join(traceback.format_exception(exc)))
     return str(path)

@@ -27,7 +27,7 @@ from agent.mcp_worker import WorkerSpec
 from agent.runtime import connect
 from agent.session import new_session_id
 from agent.ui import Reporter
-from backend.home import home
+from backend.home import home, private_open
 
 log = logging.getLogger("dflash_agent.mcp")
 
@@ -230,9 +230,9 @@ class JobManager:
                 return
             job.state = "running"
             job.say("starting the worker")
-            logs = home().state / "mcp"
-            logs.mkdir(parents=True, exist_ok=True)
-            stderr = (logs / f"{job.session_id}.log").open("ab")
+            logs = home().ensure().state / "mcp"
+            logs.mkdir(exist_ok=True)
+            stderr = private_open(logs / f"{job.session_id}.log", "ab")
             cwd = Path(job.spec.path) if job.kind == "run_task" else Path(job.spec.path).parent
             try:
                 job.proc = subprocess.Popen(

@@ -191,7 +191,8 @@ class RepoSession:
                            limits=Limits(settings.max_steps, settings.max_time),
                            approve=make_approver(
                                settings.approval, ask, interactive,
-                               self.skills.activations.preapproved if self.skills else None),
+                               self.skills.activations.preapproved if self.skills else None,
+                               sensitive=workspace.git_interpreted),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                                  max_output=2048),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.events import Event, parse_event
-from backend.home import home
+from backend.home import home, private_open
 
 
 def new_session_id() -> str:
@@ -32,13 +32,13 @@ class SessionLog:
         self.path = folder / f"{session_id}.jsonl"
         if resume:
             return
-        with (folder / "index.jsonl").open("a", encoding="utf-8") as idx:
+        with private_open(folder / "index.jsonl", "a", encoding="utf-8") as idx:
             idx.write(json.dumps({"id": session_id, "task": task, "workspace": str(workspace),
                                   "started": time.time()}) + "\n")
 
     def append(self, event: Event) -> None:
         """Write ``event`` as one JSON line and fsync."""
-        with self.path.open("a", encoding="utf-8") as fh:
+        with private_open(self.path, "a", encoding="utf-8") as fh:
             fh.write(event.model_dump_json() + "\n")
             fh.flush()
             os.fsync(fh.fileno())

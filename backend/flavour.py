@@ -40,7 +40,7 @@ def binary_help(binary: Path) -> str:
 
     Raises ``OSError`` or ``subprocess.SubprocessError`` when the binary cannot run.
     """
-    cache = home().cache / "flavours"
+    cache = home().ensure().cache / "flavours"
     cache.mkdir(parents=True, exist_ok=True)
     entry = cache / f"{_digest(binary)}.help"
     if entry.is_file():

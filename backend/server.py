@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from backend.cache import record_use
 from backend.flavour import binary_facts, detect_flavour
 from backend.helpfacts import check_argv
-from backend.home import home
+from backend.home import home, private_open
 from backend.profiles import LaunchPlan, server_argv
 
 DEFAULT_HOST = "127.0.0.1"
@@ -348,7 +348,8 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
         chosen = pick_port(host, port)
         argv = launch_argv(plan, host, chosen)
         log = root / f"{digest}.log"
-        log.write_text(f"$ {' '.join(argv)}\n", "utf-8")
+        with private_open(log, "w", encoding="utf-8") as out:
+            out.write(f"$ {' '.join(argv)}\n")
         pid = _spawn_detached(argv, log)
         try:
             created = psutil.Process(pid).create_time()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import resolve, write_recorded
-from tools.textfile import TextFile, encode, read_text
+from tools.edits import read_text, resolve, write_recorded
+from tools.textfile import TextFile, encode
 
 
 class CreateArgs(ToolArgs):
@@ -25,7 +25,7 @@ class Create(Tool):
         if path.is_dir():
             raise ToolError(f"{args.path} is a directory")
         # An existing file keeps its encoding and line endings.
-        fmt = read_text(path) if path.is_file() else TextFile("", "utf-8", "\n", False)
+        fmt = read_text(self.ctx, path) if path.is_file() else TextFile("", "utf-8", "\n", False)
         existed = path.is_file()
         write_recorded(self.ctx, path, encode(fmt, args.file_text))
         lines = args.file_text.count("\n") + (not args.file_text.endswith("\n"))

@@ -5,23 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from tools.base import ToolContext, ToolError
-from tools.textfile import atomic_write
-from tools.workspace import OutsideWorkspace
+from tools.textfile import TextFile
+from tools.textfile import read_text as _read_text
+from tools.workspace import PathRefused
 
 
 def resolve(ctx: ToolContext, path: str, writable: bool = True) -> Path:
     """Workspace-confined absolute path (``writable=False``: read-only roots allowed too);
-    raises :class:`ToolError` when outside."""
+    raises :class:`ToolError` when outside, or (writing) inside a version-control folder."""
     try:
         return ctx.workspace.resolve(path, writable)
-    except OutsideWorkspace as exc:
+    except PathRefused as exc:
         raise ToolError(str(exc)) from exc
+
+
+def read_text(ctx: ToolContext, path: Path) -> TextFile:
+    """:func:`tools.textfile.read_text` through the workspace's symlink-safe reader."""
+    return _read_text(path, ctx.workspace.read_bytes)
 
 
 def write_recorded(ctx: ToolContext, path: Path, data: bytes) -> None:
     """Write ``data`` atomically, saving the previous contents for ``undo_edit``."""
-    previous = path.read_bytes() if path.is_file() else None
-    atomic_write(path, data)
+    previous = ctx.workspace.read_bytes(path) if path.is_file() else None
+    ctx.workspace.atomic_write(path, data)
     ctx.edit_history.setdefault(path, []).append(previous)
 
 

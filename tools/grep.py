@@ -10,6 +10,7 @@ from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import walk
 from tools.textfile import decode, looks_binary
+from tools.workspace import PathRefused
 
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
@@ -42,10 +43,12 @@ class Grep(Tool):
             if args.glob and not path.match(args.glob):
                 continue
             try:
-                if path.stat().st_size > MAX_FILE_BYTES:
+                # A symlink is read at its target, which must be inside the workspace too.
+                real = self.ctx.workspace.resolve(path, writable=False)
+                if real.stat().st_size > MAX_FILE_BYTES:
                     continue
-                data = path.read_bytes()
-            except OSError:
+                data = self.ctx.workspace.read_bytes(real)
+            except (OSError, PathRefused):
                 continue
             if looks_binary(data):
                 continue

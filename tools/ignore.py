@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pathspec
 
-ALWAYS_SKIPPED = {".git", ".dflash-agent", ".hg", ".svn"}
+ALWAYS_SKIPPED = {".git", ".dflash-agent", ".hg", ".svn", ".jj"}
 
 
 def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
@@ -27,7 +27,8 @@ def walk(root: Path, start: Path, include_dirs: bool = False,
     """Paths under ``start`` (inside ``root``) that git would not ignore, sorted per folder.
 
     ``.gitignore`` files between ``root`` and each folder apply, like git. Symlinked folders
-    are not followed. ``max_depth`` counts levels below ``start`` (1 = direct children).
+    are not followed, and symlinks whose target is outside ``root`` are left out.
+    ``max_depth`` counts levels below ``start`` (1 = direct children).
     """
     root, start = root.resolve(), start.resolve()
     specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
@@ -37,7 +38,7 @@ def walk(root: Path, start: Path, include_dirs: bool = False,
         spec = _spec_for(folder)
         if spec:
             specs.append((folder, spec))
-    yield from _walk(start, specs, include_dirs, max_depth, 1)
+    yield from _walk(root, start, specs, include_dirs, max_depth, 1)
 
 
 def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
@@ -51,8 +52,16 @@ def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnor
     return False
 
 
-def _walk(folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]], include_dirs: bool,
-          max_depth: int | None, depth: int) -> Iterator[Path]:
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+    return target == root or root in target.parents
+
+
+def _walk(root: Path, folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]],
+          include_dirs: bool, max_depth: int | None, depth: int) -> Iterator[Path]:
     local = _spec_for(folder)
     if local and all(base != folder for base, _ in specs):
         specs = [*specs, (folder, local)]
@@ -64,6 +73,9 @@ def _walk(folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]], includ
         if entry.name in ALWAYS_SKIPPED:
             continue
         path = Path(entry.path)
+        if entry.is_symlink() and not _inside(path, root):
+            # Neither listed nor read: its name and contents belong to another folder.
+            continue
         is_dir = entry.is_dir(follow_symlinks=False)
         if _ignored(path, is_dir, specs):
             continue
@@ -71,6 +83,6 @@ def _walk(folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]], includ
             if include_dirs:
                 yield path
             if max_depth is None or depth < max_depth:
-                yield from _walk(path, specs, include_dirs, max_depth, depth + 1)
+                yield from _walk(root, path, specs, include_dirs, max_depth, depth + 1)
         else:
             yield path

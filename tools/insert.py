@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import resolve, snippet, write_recorded
-from tools.textfile import encode, read_text
+from tools.edits import read_text, resolve, snippet, write_recorded
+from tools.textfile import encode
 
 
 class InsertArgs(ToolArgs):
@@ -23,7 +23,7 @@ class Insert(Tool):
 
     def run(self, args: InsertArgs) -> Observation:
         path = resolve(self.ctx, args.path)
-        tf = read_text(path)
+        tf = read_text(self.ctx, path)
         lines = tf.text.split("\n")
         trailing = tf.text.endswith("\n")
         if trailing:

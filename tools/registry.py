@@ -17,7 +17,7 @@ from tools.insert import Insert
 from tools.str_replace import StrReplace
 from tools.undo_edit import UndoEdit
 from tools.view import View
-from tools.workspace import OutsideWorkspace, Workspace
+from tools.workspace import PathRefused, Workspace
 
 
 def format_validation_error(tool: str, exc: ValidationError) -> str:
@@ -76,7 +76,7 @@ class Registry:
             return Observation(is_error=True, text=f"invalid arguments for {name}: {exc}")
         try:
             return tool.run(args)
-        except (ToolError, OutsideWorkspace) as exc:
+        except (ToolError, PathRefused) as exc:
             return Observation(is_error=True, text=str(exc))
         except OSError as exc:
             return Observation(is_error=True, text=f"{name} failed: {exc}")

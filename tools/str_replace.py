@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import resolve, snippet, write_recorded
+from tools.edits import read_text, resolve, snippet, write_recorded
 from tools.matching import Ambiguous, closest_region, find_and_replace
-from tools.textfile import encode, read_text
+from tools.textfile import encode
 
 
 class StrReplaceArgs(ToolArgs):
@@ -25,7 +25,7 @@ class StrReplace(Tool):
 
     def run(self, args: StrReplaceArgs) -> Observation:
         path = resolve(self.ctx, args.path)
-        tf = read_text(path)
+        tf = read_text(self.ctx, path)
         rel = self.ctx.workspace.relative(path)
         old = args.old_str.replace("\r\n", "\n")
         new = args.new_str.replace("\r\n", "\n")

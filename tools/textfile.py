@@ -1,11 +1,9 @@
-"""Reading and atomically writing text files while keeping their encoding, line endings,
-trailing newline and mode."""
+"""Decoding and encoding text files while keeping their encoding, line endings and trailing
+newline (writes go through :meth:`tools.workspace.Workspace.atomic_write`, which keeps the mode)."""
 
 from __future__ import annotations
 
-import os
-import stat
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +42,9 @@ def decode(data: bytes) -> TextFile:
     return TextFile(text=text.replace("\r\n", "\n"), encoding=encoding, newline=newline, bom=bom)
 
 
-def read_text(path: Path) -> TextFile:
-    """Read ``path`` for editing; raises :class:`ToolError` for missing, binary or huge files."""
+def read_text(path: Path, read: Callable[[Path], bytes] = Path.read_bytes) -> TextFile:
+    """Read ``path`` for editing with ``read`` (the workspace's symlink-safe reader); raises
+    :class:`ToolError` for missing, binary or huge files."""
     if not path.exists():
         raise ToolError(f"{path} does not exist")
     if path.is_dir():
@@ -54,7 +53,7 @@ def read_text(path: Path) -> TextFile:
     if size > MAX_EDIT_BYTES:
         raise ToolError(f"{path} is {size / 2**20:.1f} MiB; files over "
                         f"{MAX_EDIT_BYTES // 2**20} MiB cannot be edited with this tool")
-    data = path.read_bytes()
+    data = read(path)
     if looks_binary(data):
         raise ToolError(f"{path} is a binary file ({size} bytes); it cannot be edited as text")
     return decode(data)
@@ -72,29 +71,3 @@ def encode(tf: TextFile, text: str) -> bytes:
         raise ToolError(f"the file is {tf.encoding}-encoded and cannot hold {bad!r}; use "
                         f"characters that {tf.encoding} supports") from exc
     return (_BOM if tf.bom else b"") + data
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename; keeps the file's mode."""
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current

@@ -6,7 +6,6 @@ from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
-from tools.textfile import atomic_write
 
 
 class UndoEditArgs(ToolArgs):
@@ -29,5 +28,5 @@ class UndoEdit(Tool):
         if previous is None:
             path.unlink(missing_ok=True)
             return Observation(text=f"removed {rel} (it did not exist before)")
-        atomic_write(path, previous)
+        self.ctx.workspace.atomic_write(path, previous)
         return Observation(text=f"restored {rel} to its contents before the last edit")

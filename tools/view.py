@@ -32,7 +32,7 @@ class View(Tool):
             raise ToolError(f"{args.path} does not exist")
         if path.is_dir():
             return Observation(text=self._listing(path))
-        data = path.read_bytes()
+        data = self.ctx.workspace.read_bytes(path)
         if looks_binary(data):
             raise ToolError(f"{args.path} is a binary file ({len(data)} bytes); not shown")
         lines = decode(data).text.split("\n")

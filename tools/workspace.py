@@ -1,14 +1,52 @@
-"""The workspace root that confines every tool, and its hidden scratch directory."""
+"""The workspace root that confines every tool, and its hidden scratch directory.
+
+What the file tools may touch (the security model in the README):
+
+* only paths that resolve, symlinks included, inside the workspace (or, for reading, an
+  activated skill's folder);
+* never a version-control folder for writing (``.git/``, ``.hg/``, ``.svn/``, ``.jj/`` at any
+  depth): git runs commands named in ``.git/config`` (``core.fsmonitor``, filters) and in
+  ``.git/hooks/``, so an edit there is command execution, which only ``bash`` may do (and bash
+  asks under ``auto-edit``);
+* files git interprets as configuration from the working tree (``.gitattributes``,
+  ``.gitmodules``, ``.lfsconfig``, files named by ``include.path``) are writable, but an edit
+  to one needs approval like a command (:meth:`Workspace.git_interpreted`);
+* reads and writes open each path component with ``O_NOFOLLOW`` from the root's directory
+  descriptor, so a symlink swapped in after the path was checked cannot redirect them.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
+import stat
 from pathlib import Path
 
 SCRATCH_NAME = ".dflash-agent"
+VCS_FOLDERS = frozenset({".git", ".hg", ".svn", ".jj"})
+GIT_CONFIG_FILES = frozenset({".gitattributes", ".gitmodules", ".lfsconfig", ".gitconfig"})
+_INCLUDE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.IGNORECASE)
+_SECTION = re.compile(r"^\s*\[\s*([^\]\s\"]+)")
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-class OutsideWorkspace(ValueError):
+class PathRefused(ValueError):
+    """A tool may not use this path."""
+
+
+class OutsideWorkspace(PathRefused):
     """A path resolves (symlinks included) outside the workspace root."""
+
+
+class VcsFolder(PathRefused):
+    """A write into a version-control folder (``.git/`` …)."""
+
+
+def _vcs_part(parts: tuple[str, ...]) -> str | None:
+    # Case-insensitive: on macOS and Windows ".GIT/config" is git's own config file.
+    return next((part for part in parts if part.lower() in VCS_FOLDERS), None)
 
 
 class Workspace:
@@ -44,6 +82,12 @@ class Workspace:
         raw = Path(str(path)).expanduser()
         full = (raw if raw.is_absolute() else self.root / raw).resolve()
         if full == self.root or self.root in full.parents:
+            folder = _vcs_part(full.relative_to(self.root).parts) if writable else None
+            if folder:
+                raise VcsFolder(f"{path} is inside the version-control folder {folder}/, "
+                                "which the file tools never write (git runs commands named "
+                                "there); if this change is really needed, use the bash tool, "
+                                "which asks for approval")
             return full
         for root in self.read_only_roots:
             if full == root or root in full.parents:
@@ -54,6 +98,96 @@ class Workspace:
                 return full
         raise OutsideWorkspace(f"{path} is outside the workspace {self.root}; "
                                "only paths inside it can be used")
+
+    def git_interpreted(self, path: str | Path) -> str | None:
+        """Why git would read ``path`` (resolved inside the workspace) as configuration, or
+        None: ``.gitattributes``, ``.gitmodules``, ``.lfsconfig``, ``.gitconfig`` anywhere, and
+        files named by ``include.path`` in ``.git/config`` (filters and drivers declared there
+        run commands)."""
+        try:
+            full = self.resolve(path, writable=False)
+        except PathRefused:
+            return None
+        if full.name.lower() in GIT_CONFIG_FILES:
+            return f"git reads {full.name} as configuration (it can name filters that run)"
+        if full in self._config_includes():
+            return "git includes this file into its configuration (include.path)"
+        return None
+
+    def _config_includes(self) -> set[Path]:
+        config = self.root / ".git" / "config"
+        try:
+            lines = config.read_text("utf-8", errors="replace").splitlines()
+        except OSError:
+            return set()
+        found, section = set(), ""
+        for line in lines:
+            if m := _SECTION.match(line):
+                section = m.group(1).lower()
+            elif section in {"include", "includeif"} and (m := _INCLUDE_PATH.match(line)):
+                target = Path(m.group(1).strip('"')).expanduser()
+                found.add((target if target.is_absolute() else config.parent / target)
+                          .resolve())
+        return found
+
+    def read_bytes(self, full: Path) -> bytes:
+        """The bytes of the resolved path ``full`` (inside the workspace or a read-only root),
+        opened without following any symlink (see the module docstring).
+
+        Raises ``OSError`` (``ELOOP``/``ENOTDIR`` when a component became a symlink)."""
+        fd = self._open_beneath(full, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read()
+
+    def atomic_write(self, full: Path, data: bytes) -> None:
+        """Write ``data`` to the resolved path ``full`` in the workspace through a temporary
+        file in the same folder and a rename, keeping an existing file's mode; parent folders
+        are created. Every step goes through the parent's descriptor without following
+        symlinks. Raises ``OSError``."""
+        rel = full.relative_to(self.root)
+        if not rel.parts:
+            raise IsADirectoryError(str(full))
+        full.parent.mkdir(parents=True, exist_ok=True)
+        parent = self._open_beneath(full.parent, _DIR_FLAGS) if rel.parts[:-1] else \
+            os.open(self.root, _DIR_FLAGS)
+        try:
+            try:
+                mode = stat.S_IMODE(os.stat(full.name, dir_fd=parent, follow_symlinks=False)
+                                    .st_mode)
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()
+            tmp = f".{full.name}.{secrets.token_hex(4)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600,
+                         dir_fd=parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    os.fchmod(fh.fileno(), mode)
+                os.replace(tmp, full.name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                os.unlink(tmp, dir_fd=parent)
+                raise
+        finally:
+            os.close(parent)
+
+    def _open_beneath(self, full: Path, flags: int) -> int:
+        """``os.open(full, flags)`` walking from the root containing ``full`` one component at
+        a time with ``O_NOFOLLOW`` (``openat``), so no symlink is followed on the way."""
+        root = self.root_of(full)
+        parts = full.relative_to(root).parts
+        fd = os.open(root, _DIR_FLAGS)
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            if not parts:
+                return os.dup(fd)
+            return os.open(parts[-1], flags | _NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
 
     def relative(self, path: Path) -> str:
         """``path`` relative to the root, for display."""
@@ -70,6 +204,12 @@ class Workspace:
             folder.mkdir(parents=True, exist_ok=True)
             hide_from_git(self.root, f"/{SCRATCH_NAME}/")
         return folder
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def hide_from_git(root: Path, pattern: str) -> None:
