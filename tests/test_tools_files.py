@@ -149,7 +149,9 @@ def test_view_clips_a_very_long_line(reg: Registry, ws: Path):
 
 def test_view_decodes_a_cp1252_file(reg: Registry, ws: Path):
     (ws / "legacy.txt").write_bytes(b"caf\xe9 \x93quoted\x94\r\n")
-    assert reg.call("view", {"path": "legacy.txt"}).text == "     1\tcaf\u00e9 \u201cquoted\u201d"
+    text = reg.call("view", {"path": "legacy.txt"}).text
+    note, body = text.split("\n", 1)
+    assert "decoded as cp1252" in note and body == "     1\tcaf\u00e9 \u201cquoted\u201d"
 
 
 @pytest.mark.parametrize("path", ["../secret.txt", "../outside/secret.txt", "/etc/passwd",
@@ -310,13 +312,17 @@ def test_str_replace_keeps_cp1252_bytes_outside_the_edit(reg: Registry, ws: Path
     assert (ws / "legacy.txt").read_bytes() == b"caf\xe9 = 1\nx = 3\nna\xefve = \x93q\x94\n"
 
 
-def test_str_replace_writes_non_ascii_new_text_in_the_files_cp1252_encoding(
+def test_str_replace_writes_the_files_own_non_ascii_characters_in_its_cp1252_encoding(
         reg: Registry, ws: Path):
     (ws / "legacy.txt").write_bytes(b"caf\xe9 = 1\n")
     obs = reg.call("str_replace", {"path": "legacy.txt", "old_str": "caf\u00e9 = 1",
-                                   "new_str": "caf\u00e9 = 2  # d\u00e9j\u00e0"})
+                                   "new_str": "caf\u00e9 = 2  # caf\u00e9"})
     assert not obs.is_error
-    assert (ws / "legacy.txt").read_bytes() == b"caf\xe9 = 2  # d\xe9j\xe0\n"
+    assert (ws / "legacy.txt").read_bytes() == b"caf\xe9 = 2  # caf\xe9\n"
+    # A character the file does not have yet would be a guess at its bytes (field case 14).
+    guess = reg.call("str_replace", {"path": "legacy.txt", "old_str": "= 2",
+                                     "new_str": "= 2  # d\u00e9j\u00e0"})
+    assert guess.is_error and "cp1252 (a guess)" in guess.text
 
 
 def test_str_replace_keeps_latin1_bytes_that_cp1252_cannot_decode(reg: Registry, ws: Path):

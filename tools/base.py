@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from tools.workspace import Workspace
 
@@ -32,12 +32,22 @@ class ToolArgs(BaseModel):
 
 
 class Observation(BaseModel):
-    """A tool's result as the model will read it."""
+    """A tool's result as the model will read it (lone surrogates, from file names or output
+    that are not UTF-8, become ``\\udcNN`` escapes: the text must serialise as JSON)."""
 
     text: str
     is_error: bool = False
     protected: bool = False
     """Keep verbatim through compaction (a skill's instructions)."""
+
+    @field_validator("text")
+    @classmethod
+    def _serialisable(cls, text: str) -> str:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return text
 
 
 @dataclass

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 from pydantic import Field
 
@@ -14,6 +16,7 @@ from tools.workspace import PathRefused
 
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
+"""Files up to this size are decoded whole (like view); bigger ones are searched line by line."""
 
 
 class GrepArgs(ToolArgs):
@@ -45,20 +48,13 @@ class Grep(Tool):
             try:
                 # A symlink is read at its target, which must be inside the workspace too.
                 real = self.ctx.workspace.resolve(path, writable=False)
-                if real.stat().st_size > MAX_FILE_BYTES:
-                    continue
-                data = self.ctx.workspace.read_bytes(real)
+                lines = self._lines(real)
             except (OSError, PathRefused):
                 continue
-            if looks_binary(data):
+            if lines is None:
                 continue
             rel = self.ctx.workspace.relative(path)
-            # Decode and split like view does (BOM, cp1252, CRLF; only \n ends a line), so
-            # "^..." matches line 1 of a BOM file and line numbers agree with view's.
-            lines = decode(data).text.split("\n")
-            if lines[-1] == "":
-                lines.pop()
-            for n, line in enumerate(lines, 1):
+            for n, line in lines:
                 if regex.search(line):
                     if len(out) >= MAX_MATCHES:  # only claim a cap when a match is dropped
                         out.append(f"[stopped at {MAX_MATCHES} matches; narrow the pattern "
@@ -66,3 +62,27 @@ class Grep(Tool):
                         return Observation(text="\n".join(out))
                     out.append(f"{rel}:{n}: {line[:300]}")
         return Observation(text="\n".join(out) or "no matches")
+
+    def _lines(self, real: Path) -> Iterator[tuple[int, str]] | None:
+        """Numbered lines of a text file, decoded and split like view does (BOM, cp1252, CRLF;
+        only \\n ends a line, so line numbers agree with view's); None for a binary file.
+        Big files stream, so a 100 MiB log is searched too, not skipped."""
+        if real.stat().st_size <= MAX_FILE_BYTES:
+            data = self.ctx.workspace.read_bytes(real)
+            if looks_binary(data):
+                return None
+            lines = decode(data).text.split("\n")
+            if lines[-1] == "":
+                lines.pop()
+            return enumerate(lines, 1)
+        fh = self.ctx.workspace.open_bytes(real)
+        if looks_binary(fh.read(8192)):
+            fh.close()
+            return None
+        fh.seek(0)
+
+        def stream() -> Iterator[tuple[int, str]]:
+            with fh:
+                for n, raw in enumerate(fh, 1):
+                    yield n, decode(raw.removesuffix(b"\n")).text.removesuffix("\r")
+        return stream()

@@ -69,14 +69,45 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def _reindent(new_lines: list[str], old_first: str, file_first: str) -> list[str]:
-    old_ind, file_ind = _indent(old_first), _indent(file_first)
+def _unit(indents: list[str]) -> str:
+    """The indentation step among ``indents``: the shortest non-empty difference between a
+    deeper indent and a shallower one it starts with; else the shallowest non-empty one."""
+    ordered = sorted({i for i in indents if i}, key=len)
+    steps = [deep[len(flat):] for n, deep in enumerate(ordered) for flat in ["", *ordered[:n]]
+             if deep.startswith(flat) and deep != flat]
+    return min(steps, key=len) if steps else ""
+
+
+def _reindent(new_lines: list[str], old_lines: list[str], file_lines: list[str]) -> list[str]:
+    """``new_lines`` written with ``old_lines``' indentation, in the file's indentation.
+
+    Every matched pair of lines maps an old indent to the file's; a new line whose indent was
+    not among them keeps its nesting: the deepest mapped indent it starts with, plus the rest
+    counted in the old step (4 spaces, say) and written in the file's step (a tab, say).
+    """
+    pairs = {_indent(o): _indent(f) for o, f in zip(old_lines, file_lines, strict=True)
+             if o.strip()}
+    old_unit, file_unit = _unit(list(pairs)), _unit(list(pairs.values()))
+    if not file_unit and any("\t" in f for f in pairs.values()):
+        file_unit = "\t"
+    if not old_unit:
+        old_unit = "\t" if any("\t" in o for o in pairs) else "    "
+    file_unit = file_unit or old_unit
     out = []
     for line in new_lines:
-        if line.startswith(old_ind):
-            out.append(file_ind + line[len(old_ind):] if line.strip() else line)
-        else:
+        if not line.strip():
             out.append(line)
+            continue
+        ind = _indent(line)
+        if ind in pairs:
+            out.append(pairs[ind] + line[len(ind):])
+            continue
+        base = max((o for o in pairs if ind.startswith(o)), key=len, default="")
+        rest = ind[len(base):]
+        levels, extra = divmod(len(rest), len(old_unit))
+        mapped = (file_unit * levels + rest[len(rest) - extra:]
+                  if rest == old_unit * levels + rest[len(rest) - extra:] else rest)
+        out.append(pairs.get(base, base) + mapped + line[len(ind):])
     return out
 
 
@@ -97,7 +128,7 @@ def _by_lines(text: str, old: str, new: str, stage: str,
     i = hits[0]
     new_lines = new.strip("\n").split("\n") if new.strip("\n") else []
     if reindent and new_lines:
-        new_lines = _reindent(new_lines, old_lines[0], lines[i])
+        new_lines = _reindent(new_lines, old_lines, lines[i:i + n])
     out = lines[:i] + new_lines + lines[i + n:]
     return Match(stage, "\n".join(out), i + 1, i + max(len(new_lines), 1))
 

@@ -60,7 +60,12 @@ def read_text(path: Path, read: Callable[[Path], bytes] = Path.read_bytes) -> Te
 
 
 def encode(tf: TextFile, text: str) -> bytes:
-    """Bytes for ``text`` in ``tf``'s encoding, line endings and BOM."""
+    """Bytes for ``text`` in ``tf``'s encoding, line endings and BOM.
+
+    A file that is not UTF-8 had its encoding guessed (cp1252, else latin-1): a non-ASCII
+    character the file does not already hold would be written as a guess (``€`` as byte 0x80
+    in cp1252), so it is refused with the encoding named. Raises :class:`ToolError`.
+    """
     # CRLF already in ``text`` (sent by the model) must not become CR CR LF.
     body = text.replace("\r\n", "\n").replace("\n", tf.newline) if tf.newline != "\n" else text
     try:
@@ -70,4 +75,12 @@ def encode(tf: TextFile, text: str) -> bytes:
         bad = exc.object[exc.start:exc.end]
         raise ToolError(f"the file is {tf.encoding}-encoded and cannot hold {bad!r}; use "
                         f"characters that {tf.encoding} supports") from exc
+    if tf.encoding != "utf-8":
+        new = sorted({c for c in text if ord(c) > 127} - set(tf.text))
+        if new:
+            shown = "".join(new[:10])
+            raise ToolError(f"the file is not UTF-8; it was read as {tf.encoding} (a guess), "
+                            f"so writing {shown!r} would guess its bytes; use ASCII (or the "
+                            "characters the file already has), or convert the file to UTF-8 "
+                            "with the bash tool first")
     return (_BOM if tf.bom else b"") + data

@@ -35,7 +35,8 @@ class View(Tool):
         data = self.ctx.workspace.read_bytes(path)
         if looks_binary(data):
             raise ToolError(f"{args.path} is a binary file ({len(data)} bytes); not shown")
-        lines = decode(data).text.split("\n")
+        decoded = decode(data)
+        lines = decoded.text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         total = len(lines)
@@ -54,6 +55,9 @@ class View(Tool):
         if args.view_range is None and total > PAGE_LINES:
             body += (f"\n[showing lines 1-{PAGE_LINES} of {total}; use view_range to see "
                      "more]")
+        if decoded.encoding != "utf-8":
+            body = (f"[not valid UTF-8: decoded as {decoded.encoding}, a guess; edits may only "
+                    "add ASCII or characters already in the file]\n" + body)
         return Observation(text=body or "(empty file)")
 
     def _listing(self, path) -> str:

@@ -22,6 +22,7 @@ import re
 import secrets
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 SCRATCH_NAME = ".dflash-agent"
 VCS_FOLDERS = frozenset({".git", ".hg", ".svn", ".jj"})
@@ -79,6 +80,8 @@ class Workspace:
         """Absolute, symlink-resolved path inside the workspace, or (``writable=False``, for
         tools that only read) inside a read-only root too; raises :class:`OutsideWorkspace`
         otherwise."""
+        if "\x00" in str(path):
+            raise PathRefused(f"{str(path)!r} contains a NUL byte, which no file name can hold")
         raw = Path(str(path)).expanduser()
         full = (raw if raw.is_absolute() else self.root / raw).resolve()
         if full == self.root or self.root in full.parents:
@@ -129,6 +132,10 @@ class Workspace:
                 found.add((target if target.is_absolute() else config.parent / target)
                           .resolve())
         return found
+
+    def open_bytes(self, full: Path) -> BinaryIO:
+        """``full`` opened for binary reading like :meth:`read_bytes` (no symlink followed)."""
+        return os.fdopen(self._open_beneath(full, os.O_RDONLY), "rb")
 
     def read_bytes(self, full: Path) -> bytes:
         """The bytes of the resolved path ``full`` (inside the workspace or a read-only root),
@@ -190,11 +197,13 @@ class Workspace:
             os.close(fd)
 
     def relative(self, path: Path) -> str:
-        """``path`` relative to the root, for display."""
+        """``path`` relative to the root, for display; bytes of a file name that are not UTF-8
+        are shown as ``\\xNN`` escapes (they cannot travel in JSON as they are)."""
         try:
-            return str(path.relative_to(self.root)) or "."
+            text = str(path.relative_to(self.root)) or "."
         except ValueError:
-            return str(path)
+            text = str(path)
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
     @property
     def scratch(self) -> Path:
