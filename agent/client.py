@@ -194,6 +194,17 @@ class ServerClient:
         except (openai.APIError, httpx2.HTTPError) as exc:
             stream.close()
             raise self._unavailable(f"the stream from {self.base_url} broke: {exc}") from exc
+        except ValueError as exc:  # a data: line that is not JSON (the SDK's json.loads)
+            stream.close()
+            raise ServerUnavailable(f"the server at {self.base_url} sent a malformed stream "
+                                    f"line ({exc}); this is a server fault, not the model's: "
+                                    "check the server's log") from exc
+        if turn.finish_reason is None:
+            # Without a finish reason the reply may be cut anywhere: giving it to the model as
+            # its own answer would blame the model for the server's fault.
+            raise self._unavailable(f"the stream from {self.base_url} ended without a finish "
+                                    "reason (the server stopped mid-reply); check the "
+                                    "server's log")
         turn.tool_calls = [calls[i] for i in sorted(calls)]
         return turn
 

@@ -63,10 +63,15 @@ PROJECT_SAFE_KEYS = frozenset({"preset", "profile", "tool_protocol", "max_steps"
 
 
 def _toml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a config file; remove or rename it")
     try:
         return tomllib.loads(path.read_text("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") \
+            from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc})") from exc
 
@@ -93,11 +98,12 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
                              .read_text("utf-8"))
     layers: list[tuple[str, dict[str, Any]]] = [("packaged defaults", packaged)]
     user_file = home().config / "config.toml"
-    if user_file.is_file():
+    # exists(), not is_file(): a folder named config.toml is an error, not "no config".
+    if user_file.exists():
         layers.append((str(user_file), _toml(user_file)))
     if project is not None:
         project_file = project / ".agents" / "config.toml"
-        if project_file.is_file():
+        if project_file.exists():
             data = _toml(project_file)
             unsafe = sorted(set(data) - PROJECT_SAFE_KEYS)
             if unsafe:

@@ -84,7 +84,7 @@ class FinalAnswer(_Event):
     type: Literal["final_answer"] = "final_answer"
     text: str
     reason: str = Field(description="done, max_steps, max_time, repeated_call, format_errors, "
-                        "interrupted or error.")
+                        "length (a reply cut by max_tokens), interrupted or error.")
     steps: int
 
 

@@ -203,8 +203,12 @@ class Agent:
             calls = self._calls(turn)
         except FormatError as exc:
             self._log_turn(turn, protocol, [])
+            if turn.finish_reason == "length":
+                return self._cut(turn)
             return self._format_error(turn, str(exc))
         self._log_turn(turn, protocol, calls)
+        if not calls and turn.finish_reason == "length":
+            return self._cut(turn)
         if not calls:
             self._add({"role": "assistant", "content": turn.content})
             if self.auto_switch and self.protocol == "native" and not self._native_calls_seen:
@@ -272,6 +276,13 @@ class Agent:
             raise FormatError("the reply had no answer and no tool call; call a tool, or reply "
                               "with a short summary when the task is done")
         return [{"id": _new_id(), "name": n, "arguments": a} for n, a in written]
+
+    def _cut(self, turn: Turn) -> tuple[str, str]:
+        """Stop on a reply cut by max_tokens: unfinished (often a runaway repetition), so
+        neither an answer nor a format error to retry at the same limit."""
+        self._add({"role": "assistant", "content": turn.content})
+        return (f"the model's reply was cut at the token limit ({len(turn.content)} "
+                "characters) before it called a tool or finished"), "length"
 
     def _switch_to_json(self, note: bool = True) -> None:
         self.protocol = "json"

@@ -6,6 +6,7 @@ Undo and diff need no model server: they read the session log and the private re
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,18 @@ class SessionRecord:
     events: list[Event] = field(default_factory=list)
 
 
-def load_record(session_id: str) -> SessionRecord:
-    """Read a session's log; raises :class:`UserError` when it is missing or unreadable."""
+def load_record(session_id: str, lenient: bool = False) -> SessionRecord:
+    """Read a session's log; raises :class:`UserError` when it is missing or unreadable.
+
+    A torn last line is skipped with a warning on stderr; ``lenient`` (undo, diff, commit:
+    they need only the checkpoints) skips corrupt lines elsewhere too, with a warning each.
+    """
+    def warn(message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr)
+
     try:
-        events = read_events(session_path(session_id))
-    except (FileNotFoundError, ValueError) as exc:
+        events = read_events(session_path(session_id), lenient=lenient, warn=warn)
+    except (OSError, ValueError) as exc:
         raise UserError(str(exc)) from exc
     starts = [e for e in events if isinstance(e, SessionStart)]
     if not starts:
@@ -102,7 +110,7 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
     :class:`UserError` (including ``RestoreConflict`` when the user changed those files after the
     agent, unless ``force``).
     """
-    record = load_record(session_id)
+    record = load_record(session_id, lenient=True)
     repo = _repo_of(record)
     number, before, after = _task_checkpoints(record, task)
     marks = [e for e in record.events if isinstance(e, Checkpoint) and e.task == number
@@ -121,7 +129,7 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
 
 def diff_session(session_id: str, task: int | None = None) -> str:
     """Unified diff from the task's starting checkpoint (first task by default) to now."""
-    record = load_record(session_id)
+    record = load_record(session_id, lenient=True)
     repo = _repo_of(record)
     first = min(t for t, c in record.checkpoints.items() if "before" in c) \
         if task is None and record.checkpoints else task
@@ -239,7 +247,7 @@ class RepoSession:
         """Commit the last task's changes with a message from its text."""
         if self.repo is None:
             raise UserError("this session runs without git (--no-git): nothing to commit")
-        record = load_record(self.id)
+        record = load_record(self.id, lenient=True)
         number, before, after = _task_checkpoints(record, None)
         if after is None:
             raise UserError(f"task {number} has not finished; nothing to commit yet")

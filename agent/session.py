@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,16 +45,34 @@ class SessionLog:
             os.fsync(fh.fileno())
 
 
-def read_events(path: Path) -> list[Event]:
-    """All events of a session log; raises ``ValueError`` naming the bad line."""
+def read_events(path: Path, lenient: bool = False,
+                warn: Callable[[str], None] | None = None) -> list[Event]:
+    """All events of a session log.
+
+    A torn last line (no newline at its end: the process died mid-write, the normal result of a
+    crash) is skipped, said through ``warn``. A bad line elsewhere raises ``ValueError`` naming
+    it, or with ``lenient`` is skipped and said too (undo and diff need only the checkpoints).
+    Raises ``OSError`` when the file cannot be read.
+    """
+    data = path.read_bytes()
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    torn = not data.endswith(b"\n") and lines[-1].strip() != ""
     events = []
-    for n, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             events.append(parse_event(line))
         except ValueError as exc:
-            raise ValueError(f"{path}:{n}: not a valid event: {exc}") from exc
+            if n == len(lines) and torn:
+                if warn:
+                    warn(f"{path}:{n}: skipped the last line, cut off mid-write (the session "
+                         "stopped while writing it)")
+                continue
+            if not lenient:
+                raise ValueError(f"{path}:{n}: not a valid event: {exc}") from exc
+            if warn:
+                warn(f"{path}:{n}: skipped a line that is not a valid event ({exc})")
     return events
 
 
@@ -84,7 +103,7 @@ def list_sessions() -> list[SessionSummary]:
     if not index.is_file():
         return []
     found: dict[str, SessionSummary] = {}
-    for line in index.read_text("utf-8").splitlines():
+    for line in index.read_text("utf-8", errors="replace").splitlines():
         try:
             entry = json.loads(line)
             path = home().sessions / f"{entry['id']}.jsonl"

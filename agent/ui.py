@@ -161,6 +161,8 @@ STOP_LINES = {
     "format_errors": "{text}; the model cannot write valid tool calls: try --tool-protocol "
                      "json, or a larger model (--preset)",
     "approval_needed": "stopped: {text}",
+    "length": "stopped: {text}; the model ran on without finishing: rephrase the task, or use "
+              "a larger model (--preset)",
     "interrupted": "interrupted (Ctrl-C) after {steps} model calls: the task stopped; the "
                    "files it changed so far stay as they are",
 }

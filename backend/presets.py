@@ -114,8 +114,17 @@ def load_presets(user_file: Path | None = None) -> dict[str, Preset]:
     packaged = resources.files("backend").joinpath("presets.toml").read_text("utf-8")
     presets = _read(packaged, "packaged presets.toml")
     path = user_file or home().config / "presets.toml"
-    if path.is_file():
-        presets.update(_read(path.read_text("utf-8"), str(path)))
+    if path.is_dir():
+        raise PresetError(f"{path} is a directory, not a presets file; remove or rename it")
+    if path.exists():
+        try:
+            text = path.read_text("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PresetError(f"{path}: not UTF-8 text (byte {exc.start}); save it as "
+                              "UTF-8") from exc
+        except OSError as exc:
+            raise PresetError(f"{path}: cannot be read ({exc})") from exc
+        presets.update(_read(text, str(path)))
     return presets
 
 

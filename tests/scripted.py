@@ -22,6 +22,12 @@ def reply(content: str = "", tool_calls: list[tuple[str, Any]] | None = None,
             "delay": delay, "reasoning": reasoning}
 
 
+def raw_reply(*lines: str) -> dict[str, Any]:
+    """A scripted SSE stream sent verbatim: each of ``lines`` as one event line (e.g. a
+    ``data: {not json`` line, or a stream that stops without a finish reason)."""
+    return {"raw": list(lines)}
+
+
 def error_reply(status: int, error: dict[str, Any]) -> dict[str, Any]:
     """A scripted HTTP error answer, e.g. llama-server's ``exceed_context_size_error``."""
     return {"status": status, "error": error}
@@ -81,6 +87,13 @@ class ScriptedModel:
                 scripted = model.replies.pop(0)
                 if "status" in scripted:
                     self._json(scripted["status"], {"error": scripted["error"]})
+                elif "raw" in scripted:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for line in scripted["raw"]:
+                        self.wfile.write(f"{line}\n\n".encode())
+                    self.wfile.flush()
                 else:
                     self._stream(scripted)
 

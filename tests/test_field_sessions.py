@@ -1,0 +1,94 @@
+"""Field cases 4, 5 and 7: config and session files that are broken on disk give a clear
+error (never an internal one), and a session log cut mid-line still undoes and diffs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.gitrepo import committed_repo
+from tests.scripted import ScriptedModel, reply
+
+
+def agent(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
+
+
+def call(tool: str, **arguments: object) -> dict:
+    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
+    return tmp_path / "repo"
+
+
+@pytest.mark.parametrize(("name", "make", "expected"), [
+    ("config.toml", lambda p: p.write_bytes(b'preset = "caf\xe9"\n'), "not UTF-8"),
+    ("config.toml", lambda p: p.mkdir(), "is a directory"),
+    ("presets.toml", lambda p: p.write_bytes(b"[x]\nmodel = '\xff'\n"), "not UTF-8"),
+    ("presets.toml", lambda p: p.mkdir(), "is a directory"),
+], ids=["config-latin1", "config-dir", "presets-latin1", "presets-dir"])
+def test_a_broken_config_file_is_a_clear_error(name: str, make, expected: str, repo: Path,
+                                               agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    make(agent_home / "config" / name)
+    proc = agent("run", "look", "--base-url", "http://127.0.0.1:9", home=agent_home, cwd=repo)
+    assert proc.returncode == 3, proc.stderr
+    assert expected in proc.stderr and name in proc.stderr
+    assert "internal error" not in proc.stderr
+
+
+def test_a_session_index_with_bytes_that_are_not_utf8_still_lists(repo: Path,
+                                                                   agent_home: Path):
+    with ScriptedModel([call("final_answer", text="ok")]) as model:
+        assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo).returncode == 0
+    index = agent_home / "data" / "sessions" / "index.jsonl"
+    index.write_bytes(index.read_bytes() + b'{"id": "caf\xe9", "task": "\xff"}\n')
+    for args in (["sessions"], ["sessions", "--json"]):
+        proc = agent(*args, home=agent_home, cwd=repo)
+        assert proc.returncode == 0, proc.stderr
+        assert "look" in proc.stdout
+
+
+def _edited_session(repo: Path, home: Path) -> Path:
+    script = [call("create", path="app.py", file_text="x = 2\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "bump x", "--tool-protocol", "json", "--base-url", model.url,
+                     home=home, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [log] = [p for p in (home / "data" / "sessions").glob("*.jsonl") if p.name != "index.jsonl"]
+    return log
+
+
+def test_a_log_cut_mid_line_still_undoes_and_diffs(repo: Path, agent_home: Path):
+    log = _edited_session(repo, agent_home)
+    log.write_bytes(log.read_bytes() + b'{"type": "model_turn", "session_id": "x", "st')
+    diff = agent("diff", home=agent_home, cwd=repo)
+    assert diff.returncode == 0, diff.stderr
+    assert "+x = 2" in diff.stdout and "cut off mid-write" in diff.stderr
+    undo = agent("undo", home=agent_home, cwd=repo)
+    assert undo.returncode == 0, undo.stderr
+    assert (repo / "app.py").read_text() == "x = 1\n"
+
+
+def test_corruption_inside_a_log_is_reported_but_undo_still_works(repo: Path,
+                                                                  agent_home: Path):
+    log = _edited_session(repo, agent_home)
+    lines = log.read_bytes().split(b"\n")
+    lines.insert(2, b"\xff garbage that is not an event")
+    log.write_bytes(b"\n".join(lines))
+    undo = agent("undo", home=agent_home, cwd=repo)
+    assert undo.returncode == 0, undo.stderr
+    assert ":3: skipped a line that is not a valid event" in undo.stderr
+    assert (repo / "app.py").read_text() == "x = 1\n"
