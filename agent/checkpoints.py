@@ -13,12 +13,14 @@ import re
 import secrets
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
+import psutil
 
 from agent.errors import UserError
 
@@ -93,6 +95,7 @@ def open_repo(path: Path) -> git.Repo:
         raise RepoStateError(f"{repo.git_dir} is a bare repository with no files to work on; "
                              "clone it or pass --no-git")
     git_dir = Path(repo.git_dir)
+    sweep_temp_indexes(git_dir)
     for name, what, finish in _IN_PROGRESS:
         if (git_dir / name).exists():
             raise RepoStateError(f"{what} is in progress in {repo.working_tree_dir}; finish it "
@@ -262,12 +265,38 @@ def _parent_or_empty(repo: git.Repo, commit: str) -> str:
     return parents[0].hexsha if parents else _empty_tree(repo)
 
 
+_TEMP_INDEX = "dflash-agent-index-"
+_STALE_S = 3600.0
+
+
+def sweep_temp_indexes(git_dir: Path) -> list[Path]:
+    """Remove temporary index folders that a killed run left in ``git_dir``; returns them.
+
+    A folder is left alone while the process named in it (``dflash-agent-index-<pid>-…``) is
+    alive and the folder is younger than an hour (another session may be snapshotting right
+    now); folders without a pid (older versions) go once they are an hour old.
+    """
+    removed = []
+    now = time.time()
+    for folder in git_dir.glob(f"{_TEMP_INDEX}*"):
+        pid = folder.name[len(_TEMP_INDEX):].split("-", 1)[0]
+        try:
+            young = now - folder.stat().st_mtime < _STALE_S
+        except OSError:
+            continue
+        if young and (not pid.isdigit() or psutil.pid_exists(int(pid))):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
 @contextmanager
 def _temp_index(repo: git.Repo, seed: bool) -> Iterator[dict[str, str]]:
     """Environment pointing git at a private index file inside the git dir (outside the work
     tree, so `git add -A` cannot pick it up), seeded from the real index when ``seed``;
     removed afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix="dflash-agent-index-", dir=repo.git_dir))
+    folder = Path(tempfile.mkdtemp(prefix=f"{_TEMP_INDEX}{os.getpid()}-", dir=repo.git_dir))
     try:
         index = folder / "index"
         real = Path(repo.index.path)

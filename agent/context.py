@@ -379,4 +379,10 @@ class ContextKeeper:
         estimate = self.counter.count(messages) + self.counter.count_tools(tools)
         short = max((n_prompt_tokens or 0) - estimate, 0) + 64
         tighter = replace(self.budget, n_ctx=max(self.budget.n_ctx - short, 1))
-        return compact(messages, self.counter, tighter, tools, self._summarise)
+        try:
+            return compact(messages, self.counter, tighter, tools, self._summarise)
+        except ContextTooSmall as exc:
+            # Said in the server's numbers: its context, and the smallest request as it would
+            # count it (the tightened budget is our bookkeeping, e.g. "a context of 1 token").
+            raise ContextTooSmall(self.budget.n_ctx, exc.smallest + short - 64,
+                                  self.budget) from exc

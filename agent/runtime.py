@@ -45,8 +45,9 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                              "size (no llama.cpp /props); pass --ctx-size N (tokens)")
         return Backend(client, None, None, sampling)
     sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
-    first_use = " (first use: building the engine)" if default_engine() is None else ""
-    reporter.note(f"starting the {preset.name} server{first_use}")
+    if default_engine() is None:
+        reporter.note(f"first use: building the engine for the {preset.name} server")
+    # Nothing is said before ensure_server knows whether it starts a server or reuses one.
     state, reused = ensure_server(preset.name, profile=settings.profile,
                                   ctx_size=settings.ctx_size, port=settings.port, sdist=sdist,
                                   timeout=settings.server_start_timeout,

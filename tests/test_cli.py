@@ -102,6 +102,13 @@ def test_backend_up_status_down_through_the_cli(engine, smollm2, shared_home: Pa
     assert up.stdout.startswith("started llama-server")
     again = run("backend", "up", "--preset", "tiny", home=home)
     assert again.stdout.startswith("reusing llama-server")
+    # A session on the running server says one true thing (field case 21: it said "starting
+    # the server", then "reusing" it).
+    (tmp_path / "work").mkdir()
+    task = run("run", "say hi", "--preset", "tiny", "--max-steps", "1", "--no-git", "--repo",
+               str(tmp_path / "work"), home=home)
+    said = task.stdout + task.stderr
+    assert "reusing llama-server" in said and "starting the" not in said, said
     status = json.loads(run("backend", "status", "--json", home=home).stdout)
     assert len(status) == 1 and status[0]["n_ctx"] == 1024 and status[0]["profile"] == "ngram"
     down = run("backend", "down", "--all", home=home)

@@ -442,3 +442,20 @@ def test_runaway_replies_in_the_recent_window_are_cut_instead_of_failing(
         budget.compact_at()  # the reply alone could never fit
     assert last["content"].startswith('{"tool": "create"')
     assert last["content"].endswith("dropped to save context]")
+
+
+def test_an_overflow_that_cannot_be_compacted_away_is_said_in_the_servers_numbers(
+        model: ScriptedModel):
+    """Field case 12: twice over the limit printed "context of 1 tokens … only -2624 are
+    available"; the error must name the server's context and a real, positive budget."""
+    from agent.context import ContextKeeper
+
+    client = ServerClient(model.url)
+    keeper = ContextKeeper(client, n_ctx=2048, max_output=256)
+    messages = history(steps=3, output_chars=400)
+    with pytest.raises(ContextTooSmall) as caught:
+        keeper.after_overflow(messages, None, n_prompt_tokens=9000)
+    text = str(caught.value)
+    assert "context of 2048 tokens" in text, text
+    assert "-" not in text.split("only ")[1].split(" ")[0], text
+    assert caught.value.smallest > 2048

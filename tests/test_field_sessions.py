@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,19 @@ def test_corruption_inside_a_log_is_reported_but_undo_still_works(repo: Path,
     assert undo.returncode == 0, undo.stderr
     assert ":3: skipped a line that is not a valid event" in undo.stderr
     assert (repo / "app.py").read_text() == "x = 1\n"
+
+
+def test_temporary_indexes_left_by_a_killed_run_are_swept(repo: Path):
+    from agent.checkpoints import open_repo
+
+    git_dir = repo / ".git"
+    dead = git_dir / "dflash-agent-index-999999999-abc"  # no such pid
+    live = git_dir / f"dflash-agent-index-{os.getpid()}-def"  # a session snapshotting now
+    old = git_dir / "dflash-agent-index-ghi"  # an older version's name, two hours old
+    for folder in (dead, live, old):
+        folder.mkdir()
+        (folder / "index").write_bytes(b"DIRC")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    open_repo(repo).close()
+    assert not dead.exists() and not old.exists()
+    assert live.exists()
