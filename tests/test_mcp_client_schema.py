@@ -161,3 +161,23 @@ def test_a_tool_whose_schema_cannot_be_made_safe_is_left_out_with_a_warning(tmp_
     assert "MCP tool 'broken' of server 'srv' left out: $ref '#/nope' cannot be resolved" \
         in warnings
     assert any("'invalid'" in w and "not valid JSON Schema" in w for w in warnings)
+
+
+def test_null_keywords_are_dropped_before_validating_so_the_tool_is_kept(tmp_path):
+    """Field case 16: "description": null, "title": null, "pattern": null left the tool out
+    as "not valid JSON Schema" although sanitising drops them."""
+    schema = obj({"path": {"type": "string", "description": None, "title": None,
+                           "pattern": None, "default": None},
+                  "mode": {"enum": ["a", None], "const": None, "title": None}},
+                 required=["path"])
+    schema["description"] = None
+    manager = McpManager([])
+    manager.servers["srv"] = ServerState(
+        ServerConfig("srv", tmp_path / "mcp.json", "user", command="unused"), status="ready",
+        tools=[mcp_types.Tool(name="read", input_schema=schema)])
+    warnings: list[str] = []
+    [tool] = mcp_tools(ToolContext(Workspace(tmp_path)), manager, {"view"}, warnings.append)
+    assert warnings == [] and tool.name == "srv__read"
+    assert tool.parse({"path": "a.txt"}) == {"path": "a.txt"}
+    with pytest.raises(ToolError, match="'path' is a required property"):
+        tool.parse({})

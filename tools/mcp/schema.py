@@ -47,6 +47,32 @@ class UnsafeSchema(ValueError):
     """The schema cannot be made safe (the tool is left out); the message says why."""
 
 
+_NULL_ALLOWED = frozenset({"const", "default", "examples", "enum"})
+"""Keywords whose value may be JSON null; any other keyword set to null means "not set"."""
+
+
+def drop_null_keywords(schema: Any) -> Any:
+    """A copy of ``schema`` without keywords whose value is null (``"pattern": null``, as a
+    server dumping a model without ``exclude_none`` writes them), at every depth; property
+    *names* and null ``const``/``default`` values are kept."""
+    if isinstance(schema, list):
+        return [drop_null_keywords(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if value is None and key not in _NULL_ALLOWED:
+            continue
+        if key in ("properties", "$defs", "definitions", "patternProperties") and \
+                isinstance(value, dict):
+            out[key] = {name: drop_null_keywords(sub) for name, sub in value.items()}
+        elif key in _NULL_ALLOWED:
+            out[key] = value
+        else:
+            out[key] = drop_null_keywords(value)
+    return out
+
+
 def sanitize(schema: Any) -> dict[str, Any]:
     """A grammar-safe copy of a tool's input schema (an object schema).
 

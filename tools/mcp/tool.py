@@ -17,7 +17,7 @@ import mcp_types
 
 from tools.base import Observation, Tool, ToolContext, ToolError
 from tools.mcp.manager import McpCallError, McpManager
-from tools.mcp.schema import UnsafeSchema, sanitize
+from tools.mcp.schema import UnsafeSchema, drop_null_keywords, sanitize
 
 SEPARATOR = "__"
 MAX_NAME = 64
@@ -101,7 +101,9 @@ class McpTool(Tool):
         self.manager, self.server, self.remote = manager, server, tool
         self.name = name  # type: ignore[misc]
         self.description = _frame_description(server, tool)  # type: ignore[misc]
-        schema = tool.input_schema
+        # Null keywords are dropped before validating, as the README promises: a schema with
+        # "pattern": null is not invalid in intent, only in form.
+        schema = drop_null_keywords(tool.input_schema)
         try:
             self._validator = jsonschema.validators.validator_for(schema)(schema)
             self._validator.check_schema(schema)
