@@ -34,7 +34,10 @@ class Reporter:
         self._streaming = False
         self._protocol = "json"
         self._started = 0.0
-        self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0}
+        self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
+                       "reply_misses": 0, "turns": 0}
+        self._previous: tuple[int, int] | None = None
+        """(prompt tokens, decoded tokens) of the last request, to spot cache misses."""
 
     def event(self, event: Event) -> None:
         if self.json_mode:
@@ -55,6 +58,8 @@ class Reporter:
                 "  ", ("✗" if event.is_error else "✓", style), " ",
                 result_line(event.text)[:160]))
         elif isinstance(event, FinalAnswer):
+            if self.totals["turns"]:
+                self.console.print(Text(self.summary_line(), style="dim"))
             if event.reason != "done":
                 self.console.print(Text(stop_line(event.reason, event.text, event.steps),
                                         style="bold yellow"))
@@ -63,16 +68,35 @@ class Reporter:
 
     def _status_line(self, step: int, t) -> None:
         tot = self.totals
-        tot["prefilled"] += t.prompt_n or 0
-        tot["reused"] += t.cache_n or 0
-        tot["decoded"] += t.predicted_n or 0
+        prompt, reused, decoded = t.prompt_n or 0, t.cache_n or 0, t.predicted_n or 0
+        tot["turns"] += 1
+        tot["prefilled"] += prompt
+        tot["reused"] += reused
+        tot["decoded"] += decoded
         tot["drafted"] += t.draft_n or 0
         tot["accepted"] += t.draft_n_accepted or 0
+        missed = reply_misses(self._previous, reused)
+        tot["reply_misses"] += missed
+        self._previous = (prompt + reused, decoded)
         accept = (f" · accepted {t.draft_n_accepted}/{t.draft_n} drafts"
                   if t.draft_n else "")
-        self.console.print(f"[dim]step {step} · prefill {t.prompt_n} (reused {t.cache_n}) · "
-                           f"decode {t.predicted_n} at {t.predicted_per_second or 0:.0f} tok/s"
-                           f"{accept}[/dim]")
+        miss = f" · re-prefilled {missed} of the last reply" if missed else ""
+        self.console.print(Text(f"step {step} · prefill {prompt} (reused {reused}){miss} · "
+                                f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
+                                f"{accept}", style="dim"))
+
+    def summary_line(self) -> str:
+        """The session's totals: prompt tokens served from cache, tokens decoded, the share of
+        them that came from accepted drafts, and reply tokens the cache lost."""
+        t = self.totals
+        prompt = t["prefilled"] + t["reused"]
+        cached = f"{t['reused'] / prompt:.0%}" if prompt else "-"
+        share = f"{t['accepted'] / t['decoded']:.0%}" if t["decoded"] else "-"
+        drafts = (f"{t['accepted']} of {t['decoded']} decoded tokens ({share}) from accepted "
+                  f"drafts" if t["drafted"] else f"{t['decoded']} tokens decoded, no drafts")
+        misses = f" · {t['reply_misses']} reply tokens re-prefilled" if t["reply_misses"] else ""
+        return (f"session: {t['turns']} model calls · {t['reused']} of {prompt} prompt tokens "
+                f"from cache ({cached}) · {drafts}{misses}")
 
     def _show_call(self, name: str, args: Any) -> None:
         if not isinstance(args, dict):
@@ -175,6 +199,27 @@ def stop_line(reason: str, text: str, steps: int) -> str:
     detail = " ".join(text.split())[:300]
     template = STOP_LINES.get(reason, "stopped ({reason}): {text}")
     return template.format(reason=reason, text=detail or "no details", steps=steps)
+
+
+TEMPLATE_SLACK = 3
+"""Tokens at the seam of a reply that the chat template re-renders (end-of-turn markers)."""
+
+
+def reply_misses(previous: tuple[int, int] | None, reused: int) -> int:
+    """Tokens of the previous reply the next request had to prefill again: a cache miss the
+    agent caused (its request did not continue the cached prompt + reply byte for byte).
+
+    ``previous`` is (prompt tokens, decoded tokens) of the last request; ``reused`` is this
+    request's ``cache_n``. A fully kept reply is reused with the prompt before it, so what is
+    missing from prompt + reply, at most the reply itself, was thrown away (0 when unknown).
+    """
+    if previous is None:
+        return 0
+    prompt, decoded = previous
+    missed = min(decoded, prompt + decoded - reused)
+    # The end-of-turn tokens around a reply are rendered by the template, not decoded as they
+    # were: a gap of a couple of tokens is the template, not a lost reply.
+    return missed if missed > TEMPLATE_SLACK else 0
 
 
 def result_line(text: str) -> str:

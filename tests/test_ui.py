@@ -46,3 +46,35 @@ def test_prose_streams_but_json_calls_do_not():
     reporter.stream('{"tool": "view"}')
     reporter.request_done()
     assert "Hello world" in out.getvalue() and '"tool"' not in out.getvalue()
+
+
+def _turn(step: int, prompt_n: int, cache_n: int, predicted_n: int, draft_n: int = 0,
+          accepted: int = 0) -> ModelTurn:
+    return ModelTurn(session_id="s", step=step, protocol="text", content="x",
+                     timings=Timings(prompt_n=prompt_n, cache_n=cache_n,
+                                     predicted_n=predicted_n, predicted_per_second=50.0,
+                                     draft_n=draft_n, draft_n_accepted=accepted))
+
+
+def test_a_step_that_prefills_the_last_reply_again_says_so():
+    """Issue 14 item 4: a reply should be served from cache on the next request; turn 2's
+    50-token reply was only 10 tokens in, so 40 were prefilled again."""
+    reporter, out = _reporter()
+    reporter.event(_turn(1, 1000, 0, 200))
+    reporter.event(_turn(2, 100, 1200, 50))  # prompt 1000 + reply 200 reused: fine
+    assert "re-prefilled" not in out.getvalue()
+    reporter.event(_turn(3, 200, 1310, 40))  # of turn 2's 1,300 + 50, only 1,310 reused
+    assert "re-prefilled 40 of the last reply" in out.getvalue()
+    assert reporter.totals["reply_misses"] == 40
+
+
+def test_the_session_summary_gives_the_cache_share_and_the_accepted_draft_share():
+    from agent.events import FinalAnswer
+
+    reporter, out = _reporter()
+    reporter.event(_turn(1, 1000, 0, 200, draft_n=300, accepted=150))
+    reporter.event(_turn(2, 100, 1200, 100, draft_n=80, accepted=30))
+    reporter.event(FinalAnswer(session_id="s", text="ok", reason="done", steps=2))
+    summary = out.getvalue()
+    assert "1200 of 2300 prompt tokens from cache (52%)" in summary
+    assert "180 of 300 decoded tokens (60%) from accepted drafts" in summary
