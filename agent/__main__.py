@@ -1,5 +1,5 @@
 """``python -m agent`` runs the CLI."""
 
-from agent.cli import main
+from agent.entry import main
 
 main()

@@ -39,7 +39,7 @@ from agent.newproject import new_project, slugify
 from agent.repo_session import RepoSession, diff_session, load_record, undo_task
 from agent.session import list_sessions
 from agent.ui import Reporter
-from backend import engines, server
+from backend import engines, secret_store, server
 from backend.bench import (
     BenchError,
     BenchUsage,
@@ -62,6 +62,7 @@ from backend.models import ModelError, resolve_model
 from backend.presets import PresetError, UnknownPreset, get_preset
 from backend.preview import preview_command
 from backend.server import ServerError
+from tools import reaper
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
                   "speculative decoding.", no_args_is_help=True, epilog=EXIT_CODES_HELP,
@@ -339,6 +340,11 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
     tool-call protocol unless --tool-protocol says otherwise."""
     chosen = _pick_session(None if last else session_id, here_only=False)
     record = load_record(chosen)
+    # A run killed with SIGKILL while its watchdog was gone too may have left commands running.
+    stopped = reaper.stop_leftovers(chosen)
+    if stopped:
+        err.print(f"stopped {stopped} process{'es' if stopped != 1 else ''} left running by "
+                  f"the previous run of session {chosen}", markup=False)
     repo = Path(record.start.repo or record.start.workspace)
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
                                  base_url=base_url, ctx_size=ctx_size)
@@ -645,7 +651,9 @@ def cache_rm_cmd(name: Annotated[str, typer.Argument(help="Engine key or model f
 
 
 def main() -> None:
-    """Console-script entry point: runs the app and turns failures into one-line errors."""
+    """Runs the app and turns failures into one-line errors. :mod:`agent.entry` is the entry
+    point; starting here instead still re-execs without secrets first (a no-op once clean)."""
+    secret_store.start()
     command = typer.main.get_command(app)
     debug = "--debug" in sys.argv[1:]
     try:

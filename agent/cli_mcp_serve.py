@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import socket
 import sys
@@ -18,6 +17,7 @@ from agent.errors import EXIT_CODES_HELP, UsageError
 from agent.mcp_install import DEFAULT_NAME, HOSTS, plan, write
 from agent.mcp_jobs import JobManager
 from agent.mcp_server import Roots, build_server, serve_http
+from backend import secret_store
 
 TOKEN_ENV = "DFLASH_AGENT_MCP_TOKEN"
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -61,7 +61,8 @@ def serve_cmd(
     err.print(f"workspace roots: {', '.join(map(str, roots.paths))}", markup=False)
     try:
         if http:
-            token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+            # From the store: a *_TOKEN variable is moved out of the environment at start.
+            token = secret_store.get(TOKEN_ENV) or secrets.token_urlsafe(32)
             chosen = port or _free_port()
             err.print(f"MCP endpoint: http://127.0.0.1:{chosen}/mcp", markup=False)
             err.print(f"Authorization: Bearer {token}", markup=False)

@@ -27,6 +27,7 @@ from agent.mcp_worker import WorkerSpec
 from agent.runtime import connect
 from agent.session import new_session_id
 from agent.ui import Reporter
+from backend import secret_store
 from backend.home import home, private_open
 
 log = logging.getLogger("dflash_agent.mcp")
@@ -235,10 +236,14 @@ class JobManager:
             stderr = private_open(logs / f"{job.session_id}.log", "ab")
             cwd = Path(job.spec.path) if job.kind == "run_task" else Path(job.spec.path).parent
             try:
-                job.proc = subprocess.Popen(
-                    [sys.executable, "-m", "agent.mcp_worker"], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
-                    cwd=cwd if cwd.is_dir() else None, start_new_session=True)
+                # The worker is the agent itself: it gets the secret store (HF_TOKEN for a
+                # download) through a descriptor, never through its environment.
+                with secret_store.handoff() as (extra, fds):
+                    job.proc = subprocess.Popen(
+                        [sys.executable, "-m", "agent.mcp_worker"], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
+                        cwd=cwd if cwd.is_dir() else None, start_new_session=True,
+                        env={**os.environ, **extra}, pass_fds=fds)
             except OSError as exc:
                 self._finish(job, "failed", error=f"the worker could not start: {exc}")
                 return

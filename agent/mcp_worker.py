@@ -28,6 +28,7 @@ from agent.events import Event
 from agent.newproject import new_project
 from agent.repo_session import RepoSession
 from agent.ui import Reporter
+from backend import secret_store
 
 
 class WorkerSpec(BaseModel):
@@ -112,6 +113,7 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
 
 def main() -> int:
     """Read the spec, run it, report; the exit code is 0 when a ``done`` line was sent."""
+    secret_store.start()  # takes the store handed down by `agent mcp serve`
     try:
         spec = WorkerSpec.model_validate_json(sys.stdin.readline())
         send(run(spec))

@@ -26,6 +26,7 @@ from agent.slots import hold_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills
+from tools import reaper
 from tools.base import ToolContext
 from tools.bash import tool_env
 from tools.ignore import walk
@@ -114,11 +115,15 @@ def run_project_tests(directory: Path, timeout: float = 600.0) -> TestReport:
     ini = next((directory / n for n in _PROJECT_INIS if (directory / n).is_file()), None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
            str(directory), "-c", str(ini) if ini else os.devnull]
+    env = tool_env(kind="tests")
     try:
         proc = subprocess.run(cmd, cwd=directory, capture_output=True, text=True,
-                              timeout=timeout, env=tool_env(), stdin=subprocess.DEVNULL)
+                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return TestReport("timeout", f"pytest did not finish within {timeout:.0f} s")
+    finally:
+        # What the project's tests left running (a server fixture without teardown) goes too.
+        reaper.kill_tagged(env[reaper.OWNER_ENV])
     tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
     status = _PYTEST_STATUS.get(proc.returncode, f"error (pytest exit {proc.returncode})")
     return TestReport(status, tail)
@@ -181,6 +186,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     tools = registry.openai_tools()
     listed = tools_with_final(tools) if protocol == "json" else tools
     session_id = session_id or new_session_id()
+    reaper.set_session(session_id)
     task = TASK.format(description=description.strip(),
                        module=slugify(description, 24).replace("-", "_"))
     # `agent sessions` lists the user's words, not the prompt built around them.

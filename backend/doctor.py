@@ -37,6 +37,7 @@ from backend.server import (
     meaningful_lines,
     pick_port,
     running,
+    server_env,
 )
 
 Status = Literal["ok", "warn", "fail"]
@@ -227,7 +228,8 @@ def check_engine_runs(engine: Engine | None, timeout: float = 180.0) -> Check:
     log = home().ensure().state / "doctor-engine.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env=server_env())
     try:
         error = _one_token(proc, f"http://{DEFAULT_HOST}:{port}", timeout)
     finally:

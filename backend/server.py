@@ -26,6 +26,7 @@ import psutil
 from filelock import FileLock
 from pydantic import BaseModel
 
+from backend import secret_store
 from backend.cache import record_use
 from backend.flavour import binary_facts, detect_flavour
 from backend.helpfacts import check_argv
@@ -406,6 +407,18 @@ os.replace(exit_path + ".tmp", exit_path)
 """
 
 
+_OWNER_ENV = "DFLASH_AGENT_OWNER"
+"""``tools.reaper.OWNER_ENV`` (backend does not import tools): the marker of an agent's tool
+processes, which its watchdog kills when the agent ends."""
+
+
+def server_env() -> dict[str, str]:
+    """The environment ``llama-server`` (and its watcher) start with, explicit: ours without
+    secrets (:func:`backend.secret_store.clean_environ`), and without an agent's process marker,
+    since the server outlives the agent that started it until ``agent backend down``."""
+    return {k: v for k, v in secret_store.clean_environ().items() if k != _OWNER_ENV}
+
+
 def _spawn_detached(argv: list[str], log: Path) -> int:
     """Start ``argv`` detached from us, in its own process group; returns its pid.
 
@@ -419,7 +432,7 @@ def _spawn_detached(argv: list[str], log: Path) -> int:
     proc = subprocess.run([sys.executable, "-c", _LAUNCHER, _WATCHER, str(log),
                            str(log.with_suffix(".exit")), *argv],
                           capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=server_env())
     if proc.returncode != 0 or not proc.stdout.strip().isdigit():
         reason = ((proc.stdout + proc.stderr).strip().splitlines() or ["no output"])[-1]
         raise ServerError(f"could not start {argv[0]}: {reason}")

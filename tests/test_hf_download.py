@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from backend import secret_store
 from backend.models import ModelError, fetch_hf, parse_hf, resolve_model
 from tests.hf_standin import HfStandin
 
@@ -99,6 +101,15 @@ def test_a_gated_repo_without_a_token_says_to_accept_the_license(hub: HfStandin)
 def test_a_gated_repo_downloads_with_hf_token_set(hub: HfStandin,
                                                  monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert fetch_hf(f"hf://{GATED}/{FILE}").read_bytes() == DATA
+    assert all(r.headers.get("authorization") == f"Bearer {TOKEN}" for r in hub.requests)
+
+
+def test_a_gated_repo_downloads_with_hf_token_kept_in_the_secret_store(
+        hub: HfStandin, monkeypatch: pytest.MonkeyPatch):
+    # `agent` moves HF_TOKEN out of its environment at start; the download asks the store.
+    monkeypatch.setitem(secret_store._values, "HF_TOKEN", TOKEN)
+    assert "HF_TOKEN" not in os.environ
     assert fetch_hf(f"hf://{GATED}/{FILE}").read_bytes() == DATA
     assert all(r.headers.get("authorization") == f"Bearer {TOKEN}" for r in hub.requests)
 

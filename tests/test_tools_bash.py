@@ -203,6 +203,33 @@ def test_a_child_left_running_in_the_background_is_killed_when_the_command_ends(
     assert wait_until(lambda: not live_processes_with(marker), timeout=10)
 
 
+def test_a_setsid_child_of_a_command_that_timed_out_is_killed_with_it(reg: Registry):
+    marker = unique_sleep()
+    obs = reg.call("bash", {"command": f"setsid sleep {marker} & sleep 60", "timeout": 1})
+    assert obs.is_error and "[killed after 1 s timeout" in obs.text
+    # Killed before the tool returned, not eventually: nothing of it runs on unsupervised.
+    assert wait_until(lambda: not live_processes_with(marker), timeout=2), \
+        live_processes_with(marker)
+
+
+def test_a_setsid_child_left_by_a_finished_command_is_killed_when_it_ends(reg: Registry):
+    marker = unique_sleep()
+    obs = reg.call("bash", {"command": f"setsid sleep {marker} & sleep 0.5; echo spawned"})
+    assert obs.text == "spawned\n\n[exit code 0]"
+    assert wait_until(lambda: not live_processes_with(marker), timeout=2), \
+        live_processes_with(marker)
+
+
+def test_bash_kill_also_stops_what_the_job_detached_with_setsid(reg: Registry):
+    marker = unique_sleep()
+    reg.call("bash", {"command": f"setsid sleep {marker} & sleep {marker}",
+                      "background": True})
+    assert wait_until(lambda: len(live_processes_with(marker)) >= 3)  # bash and two sleeps
+    assert reg.call("bash_kill", {"job_id": 1}).text.startswith("job 1 stopped")
+    assert wait_until(lambda: not live_processes_with(marker), timeout=2), \
+        live_processes_with(marker)
+
+
 def test_a_timeout_below_one_second_is_refused_by_validation(reg: Registry):
     obs = reg.call("bash", {"command": "true", "timeout": 0})
     assert obs.is_error
@@ -345,6 +372,19 @@ def test_secrets_in_the_environment_are_not_passed_to_commands(
     assert "s3cr3t" not in obs.text
     names = {line.split("=", 1)[0] for line in obs.text.splitlines()}
     assert names.isdisjoint(secret_vars)
+
+
+def test_credentials_in_allowed_urls_are_stripped_from_commands_environment(
+        reg: Registry, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PIP_INDEX_URL", "https://user:s3cr3t-pip@pypi.example.invalid/simple")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:s3cr3t-proxy@proxy.example.invalid:3128")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://s3cr3t-tok@git.example.invalid/simple")
+    obs = reg.call("bash", {"command": "env"})
+    assert "s3cr3t" not in obs.text
+    lines = set(obs.text.splitlines())
+    assert {"PIP_INDEX_URL=https://pypi.example.invalid/simple",
+            "HTTPS_PROXY=http://proxy.example.invalid:3128",
+            "PIP_EXTRA_INDEX_URL=https://git.example.invalid/simple"} <= lines
 
 
 def test_unknown_environment_variables_are_not_passed_but_allowed_ones_are(

@@ -1,10 +1,13 @@
 """``bash``, ``bash_jobs``, ``bash_kill``: run shell commands safely for an unattended model.
 
 Every command runs in a new process group with stdin closed and a non-interactive environment
-(FIELD-CASES.md class 7); the environment is filtered so secrets are not passed; a timeout kills
-the whole group; output is capped to head + tail with the full text saved in the workspace's
-scratch directory (class 8). ``background: true`` starts a long-running process (a dev server)
-that ``bash_jobs`` lists and ``bash_kill`` stops; all are stopped when the session ends.
+(FIELD-CASES.md class 7); the environment is filtered so secrets are not passed (names and URL
+credentials; the agent's own environment holds none either, see :mod:`backend.secret_store`);
+when a command ends or times out its whole group is killed, and so is every process carrying
+its marker (:mod:`tools.reaper`: ``setsid`` children too); output is capped to head + tail with
+the full text saved in the workspace's scratch directory (class 8). ``background: true`` starts
+a long-running process (a dev server) that ``bash_jobs`` lists and ``bash_kill`` stops; all are
+stopped when the session ends, and the watchdog kills them if the agent dies.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 
 from pydantic import Field
 
+from backend.secret_store import SECRET_NAME, strip_url_credentials
+from tools import reaper
 from tools.base import Observation, Tool, ToolArgs, ToolContext, ToolError
 from tools.edits import resolve
 
@@ -36,16 +41,19 @@ _ALLOWED = re.compile(
     r"VIRTUAL_ENV|CONDA_\w+|PYTHON\w*|PIP_\w+|UV_\w+|JAVA_HOME|GOPATH|GOROOT|CARGO_HOME|"
     r"RUSTUP_HOME|NVM_DIR|NODE_PATH|CUDA_\w+|LD_LIBRARY_PATH|PKG_CONFIG_PATH|XDG_\w+|"
     r"(HTTP|HTTPS|NO)_PROXY|(http|https|no)_proxy|SSL_CERT_\w+|REQUESTS_CA_BUNDLE|CC|CXX)$")
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE",
-                     re.IGNORECASE)
+_SECRET = SECRET_NAME
 
 
-def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for tool processes: allow-listed names, never secret-looking ones,
-    plus the non-interactive settings."""
+def tool_env(base: dict[str, str] | None = None, kind: str = "cmd") -> dict[str, str]:
+    """The environment for one tool process: allow-listed names, never secret-looking ones,
+    URL credentials (``https://user:pass@host``) stripped from the values, the non-interactive
+    settings, and a fresh :data:`tools.reaper.OWNER_ENV` marker tagged ``kind`` (read it back
+    from the result to kill that command's processes)."""
     source = os.environ if base is None else base
-    env = {k: v for k, v in source.items() if _ALLOWED.match(k) and not _SECRET.search(k)}
+    env = {k: strip_url_credentials(v) for k, v in source.items()
+           if _ALLOWED.match(k) and not _SECRET.search(k)}
     env.update(NON_INTERACTIVE)
+    env[reaper.OWNER_ENV] = reaper.new_marker(kind)
     return env
 
 
@@ -79,6 +87,16 @@ class Job:
     command: str
     proc: subprocess.Popen
     log: Path
+    marker: str = ""
+    """Its :data:`tools.reaper.OWNER_ENV` value."""
+
+    def stop(self) -> None:
+        """Kill its process group and whatever else carries its marker; reap it."""
+        if self.proc.poll() is None:
+            _kill_group(self.proc.pid)
+            self.proc.wait()
+        if self.marker:
+            reaper.kill_tagged(self.marker)
 
 
 @dataclass
@@ -89,11 +107,9 @@ class JobTable:
     next_id: int = 1
 
     def stop_all(self) -> None:
-        """Kill every job's process group (called when the session ends)."""
+        """Stop every job (called when the session ends)."""
         for job in self.jobs.values():
-            if job.proc.poll() is None:
-                _kill_group(job.proc.pid)
-                job.proc.wait()
+            job.stop()
 
 
 class BashArgs(ToolArgs):
@@ -121,12 +137,14 @@ class Bash(Tool):
             raise ToolError(f"cwd {args.cwd} is not a directory")
         self.counter[0] += 1
         out_path = self.ctx.workspace.scratch / f"bash-{os.getpid()}-{self.counter[0]}.out"
+        env = tool_env(kind="job" if args.background else "bash")
+        marker = env[reaper.OWNER_ENV]
         with out_path.open("wb") as out:
-            proc = subprocess.Popen(["bash", "-c", args.command], cwd=cwd, env=tool_env(),
+            proc = subprocess.Popen(["bash", "-c", args.command], cwd=cwd, env=env,
                                     stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         if args.background:
-            job = Job(self.jobs.next_id, args.command, proc, out_path)
+            job = Job(self.jobs.next_id, args.command, proc, out_path, marker)
             self.jobs.jobs[job.id] = job
             self.jobs.next_id += 1
             return Observation(text=f"started background job {job.id} (pid {proc.pid}); "
@@ -139,11 +157,14 @@ class Bash(Tool):
         except BaseException:
             _kill_group(proc.pid)
             proc.wait()
+            reaper.kill_tagged(marker)
             raise
-        # Kill stragglers too (e.g. `cmd &` without background=true): no orphans survive.
+        # Kill stragglers too (e.g. `cmd &` without background=true, or `setsid cmd &`, which
+        # left the group but carries the marker): no orphans survive.
         _kill_group(proc.pid)
         if timed_out:
             code = proc.wait()
+        reaper.kill_tagged(marker)
         text = out_path.read_bytes().decode("utf-8", errors="replace")
         out_path.unlink(missing_ok=True)
         shown = cap_output(text, out_path.with_suffix(".full.txt"))
@@ -198,7 +219,5 @@ class BashKill(Tool):
         if job is None:
             known = ", ".join(str(i) for i in self.jobs.jobs) or "none"
             raise ToolError(f"no background job {args.job_id} (jobs: {known})")
-        if job.proc.poll() is None:
-            _kill_group(job.proc.pid)
-            job.proc.wait()
+        job.stop()
         return Observation(text=f"job {job.id} stopped (exit {job.proc.returncode})")

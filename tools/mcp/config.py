@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from backend import secret_store
 from backend.home import home
 
 Scope = Literal["user", "project"]
@@ -84,11 +85,13 @@ def project_files(repo: Path) -> list[Path]:
 
 
 def expand(text: str, where: str) -> str:
-    """Replace ``${VAR}`` and ``${VAR:-default}`` from the environment.
+    """Replace ``${VAR}`` and ``${VAR:-default}`` from the environment the agent was started
+    with: a secret moved out of ours at start (``${GITHUB_TOKEN}``) comes from the secret store
+    (:func:`backend.secret_store.get`), so a server gets exactly the secrets its entry names.
 
     Raises :class:`McpConfigError` for an unset variable without a default."""
     def sub(match: re.Match[str]) -> str:
-        value = os.environ.get(match.group(1))
+        value = secret_store.get(match.group(1))
         if value is not None:
             return value
         if match.group(2) is not None:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -26,17 +27,37 @@ import anyio
 import httpx2
 import mcp_types
 from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from backend.home import home
+from backend.secret_store import SECRET_NAME, strip_url_credentials
+from tools import reaper
 from tools.mcp.config import ServerConfig
 
 Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
 CLIENT_INFO = mcp_types.Implementation(name="dflash-agent", version="1")
 STOP_GRACE_S = 10.0
 """Seconds a runner gets to close its connection (the SDK bounds its own shutdown at ~5 s)."""
+BASE_ENV = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL",
+            "LC_CTYPE", "TZ", "TMPDIR")
+"""What a stdio server gets besides its config's ``env``: enough to start, nothing secret."""
+
+
+def server_env(cfg: ServerConfig) -> dict[str, str]:
+    """The whole environment of a stdio server: :data:`BASE_ENV` from ours (URL credentials
+    stripped), the config's ``env`` (``${VAR}`` already expanded, from the secret store too),
+    and the :mod:`tools.reaper` marker so it dies with the agent.
+
+    Explicit because the SDK merges ``get_default_environment()`` under whatever it is given:
+    every name it would add is in :data:`BASE_ENV`, so the result is exactly this dict."""
+    base = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+    base.update(get_default_environment())
+    env = {k: strip_url_credentials(v) for k, v in base.items() if not SECRET_NAME.search(k)}
+    env.update(cfg.env)
+    env[reaper.OWNER_ENV] = reaper.new_marker(f"mcp-{cfg.name}")
+    return env
 
 
 class McpCallError(RuntimeError):
@@ -196,7 +217,7 @@ class McpManager:
         if cwd is not None and not cwd.is_absolute() and self.cwd is not None:
             cwd = self.cwd / cwd
         params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args),
-                                       env=cfg.env or None, cwd=cwd)
+                                       env=server_env(cfg), cwd=cwd)
         return stdio_client(params, errlog=errlog)
 
     async def _stop(self, state: ServerState) -> None:
