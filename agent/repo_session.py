@@ -40,7 +40,6 @@ from agent.slots import hold_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills
-from tools import reaper
 from tools.base import ToolContext
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
@@ -175,8 +174,6 @@ class RepoSession:
             self.id = session_id or new_session_id()
             protocol, auto_switch = choose_protocol(protocol or settings.tool_protocol, client)
             self.tasks = 0
-        # Before any tool process starts: their markers name the session (`agent resume`).
-        reaper.set_session(self.id)
         self.log = SessionLog(self.id, "", root, resume=record is not None)
         self.mcp = start_servers(root, self.warn, self.id, ask, interactive)
         if self.mcp is not None:
@@ -292,8 +289,33 @@ def _activated_skills(record: SessionRecord) -> list[str]:
 
 def _unanswered(record: SessionRecord,
                 agent: Agent) -> list[tuple[ToolCall, dict[str, Any]]]:
-    """Result messages for calls that never got one (the process died mid-tool)."""
+    """Result messages for calls that never got one (the process died mid-tool).
+
+    What counts is what was sent: a result message in the log answers its call even when the
+    process died before the ``tool_result`` event that follows it (answering it again would
+    put two results for one call id into the next request).
+    """
     answered = {e.call_id for e in record.events if isinstance(e, ToolResult)}
+    pending: list[ToolCall] = []
+    for e in record.events:
+        if isinstance(e, ToolCall):
+            pending.append(e)
+        elif isinstance(e, Message) and pending:
+            message = e.message
+            content = str(message.get("content") or "")
+            if message.get("role") == "tool":
+                hit = next((c for c in pending if c.call_id == message.get("tool_call_id")),
+                           None)
+            elif message.get("role") == "user":
+                # Results sent as user messages carry the tool's name, not the call id: they
+                # answer the oldest pending call of that name.
+                hit = next((c for c in pending
+                            if content.startswith(RESULT_PREFIX.format(name=c.name))), None)
+            else:
+                hit = None
+            if hit is not None:
+                answered.add(hit.call_id)
+                pending.remove(hit)
     out = []
     for e in record.events:
         if isinstance(e, ToolCall) and e.call_id not in answered:

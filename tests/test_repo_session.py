@@ -245,3 +245,39 @@ def test_a_failed_command_in_chat_does_not_end_the_session(repo: git.Repo, agent
     assert "has no checkpoint to go back to" in proc.stdout
     assert "the session goes on" in proc.stdout
     assert (root / "made.txt").read_text() == "made\n"
+
+
+@pytest.mark.parametrize("protocol", ["json", "native"])
+def test_resume_never_answers_a_call_twice_when_the_kill_fell_between_message_and_event(
+        protocol: str, repo: git.Repo, agent_home: Path):
+    """Field case 6: the result message was logged, the process died before its tool_result
+    event; resume must not add an "interrupted" answer next to the real one."""
+    root = Path(repo.working_tree_dir)
+    if protocol == "json":
+        script = [call("view", path="app.py"), call("final_answer", text="done")]
+    else:
+        script = [reply(tool_calls=[("view", {"path": "app.py"})]), reply("done")]
+    with ScriptedModel(script, supports_tools=protocol == "native") as model:
+        proc = agent("run", "look", "--tool-protocol", protocol, "--base-url", model.url,
+                     home=agent_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    [log] = [p for p in (agent_home / "data" / "sessions").glob("*.jsonl")
+             if p.name != "index.jsonl"]
+    lines = log.read_text().splitlines()
+    kept = [line for line in lines if '"type":"tool_result"' not in line]
+    assert len(kept) == len(lines) - 1
+    log.write_text("\n".join(kept) + "\n")
+    again = call("final_answer", text="again") if protocol == "json" else reply("again")
+    with ScriptedModel([again], supports_tools=protocol == "native") as model:
+        settings = load_settings(cli={"base_url": model.url, "approval": "full-auto",
+                                      "tool_protocol": protocol})
+        session = RepoSession(settings, root, Reporter(), resume=log.stem)
+        try:
+            session.run_task("and now?")
+        finally:
+            session.close()
+    sent = model.requests[0]["messages"]
+    results = [m for m in sent if m["role"] == "tool" or
+               (m["role"] == "user" and str(m["content"]).startswith("[result of tool view]"))]
+    assert len(results) == 1, sent
+    assert not any("interrupted" in str(m.get("content")) for m in sent)
