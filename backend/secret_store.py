@@ -227,8 +227,8 @@ def start() -> None:
     if not removed:
         return
     reason = "the re-exec already happened (a bug)" if came_from_reexec else None
-    if reason is None and not sys.executable:
-        reason = "the Python executable is unknown"
+    if reason is None and not (sys.executable and sys.orig_argv):
+        reason = "the Python executable or its command line is unknown"
     if reason is None:
         try:
             fd = _handoff_fd({**_values, **removed})

@@ -41,9 +41,6 @@ _ALLOWED = re.compile(
     r"VIRTUAL_ENV|CONDA_\w+|PYTHON\w*|PIP_\w+|UV_\w+|JAVA_HOME|GOPATH|GOROOT|CARGO_HOME|"
     r"RUSTUP_HOME|NVM_DIR|NODE_PATH|CUDA_\w+|LD_LIBRARY_PATH|PKG_CONFIG_PATH|XDG_\w+|"
     r"(HTTP|HTTPS|NO)_PROXY|(http|https|no)_proxy|SSL_CERT_\w+|REQUESTS_CA_BUNDLE|CC|CXX)$")
-_SECRET = SECRET_NAME
-
-
 def tool_env(base: dict[str, str] | None = None, kind: str = "cmd") -> dict[str, str]:
     """The environment for one tool process: allow-listed names, never secret-looking ones,
     URL credentials (``https://user:pass@host``) stripped from the values, the non-interactive
@@ -51,7 +48,7 @@ def tool_env(base: dict[str, str] | None = None, kind: str = "cmd") -> dict[str,
     from the result to kill that command's processes)."""
     source = os.environ if base is None else base
     env = {k: strip_url_credentials(v) for k, v in source.items()
-           if _ALLOWED.match(k) and not _SECRET.search(k)}
+           if _ALLOWED.match(k) and not SECRET_NAME.search(k)}
     env.update(NON_INTERACTIVE)
     env[reaper.OWNER_ENV] = reaper.new_marker(kind)
     return env

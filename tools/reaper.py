@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,4 +219,8 @@ def _watch(owner: str) -> None:
             continue
         except OSError:
             break
+    kill_marked(lambda m: m.owner == owner)
+    # Once more after a pause: a child the agent had forked but not yet exec'd when it died
+    # showed the agent's environment, without the marker, to the first scan.
+    time.sleep(1.0)
     kill_marked(lambda m: m.owner == owner)
