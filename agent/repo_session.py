@@ -40,6 +40,7 @@ from agent.slots import hold_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills
+from tools import reaper
 from tools.base import ToolContext
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
@@ -174,6 +175,8 @@ class RepoSession:
             self.id = session_id or new_session_id()
             protocol, auto_switch = choose_protocol(protocol or settings.tool_protocol, client)
             self.tasks = 0
+        # Before any tool process starts: their markers name the session (`agent resume`).
+        reaper.set_session(self.id)
         self.log = SessionLog(self.id, "", root, resume=record is not None)
         self.mcp = start_servers(root, self.warn, self.id, ask, interactive)
         if self.mcp is not None:
