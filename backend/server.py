@@ -38,10 +38,15 @@ DEFAULT_PORT = 8642
 
 
 class ServerError(RuntimeError):
-    """The server could not be started or reached; ``diagnosis`` is a plain one-line cause."""
+    """The server could not be started or reached; ``diagnosis`` is a plain one-line cause.
 
-    def __init__(self, message: str, log: Path | None = None, tail: str = ""):
-        self.log, self.tail = log, tail
+    ``plain``: refused before anything ran (a flag this build lacks), fully said by the
+    message; no crash log is written for it.
+    """
+
+    def __init__(self, message: str, log: Path | None = None, tail: str = "",
+                 plain: bool = False):
+        self.log, self.tail, self.plain = log, tail, plain
         super().__init__(message + (f" (server log: {log})" if log else ""))
 
 
@@ -320,11 +325,11 @@ def launch_argv(plan: LaunchPlan, host: str, port: int) -> list[str]:
     try:
         argv = server_argv(plan, host, port, flavour)
     except ValueError as exc:
-        raise ServerError(str(exc)) from exc
+        raise ServerError(str(exc), plain=True) from exc
     problems = check_argv(argv, facts)
     if problems:
         raise ServerError(f"this {flavour} llama-server ({plan.binary}) would reject the "
-                          "launch command:\n  " + "\n  ".join(problems))
+                          "launch command:\n  " + "\n  ".join(problems), plain=True)
     return argv
 
 

@@ -172,3 +172,26 @@ def test_a_bench_stopped_by_a_signal_stops_its_servers(sig: signal.Signals, engi
         with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).wait(20)
         assert not psutil.pid_exists(pid), f"bench server {pid} still running after {sig.name}"
+
+
+@pytest.mark.parametrize(("preset", "expected"), [
+    ('model = "/nowhere/model.gguf"', "model file not found"),
+    ('model = "{model}"\nextra_flags = ["--no-such-flag"]', "would reject the launch command"),
+    ('model = "ftp://host/model.gguf"', "unsupported model source scheme"),
+], ids=["missing-model", "flag-the-build-lacks", "bad-source"])
+def test_an_ordinary_mistake_is_one_error_line_without_a_crash_log(
+        preset: str, expected: str, tmp_path: Path, agent_home: Path):
+    """Field case 22: crash logs (and the `details:` line) are for internal errors."""
+    fake = fake_llama_server(tmp_path / "llama-server", signal.SIGSEGV)
+    assert _agent("backend", "build", "--server-bin", str(fake), home=agent_home).returncode == 0
+    from backend.probe_model import write_probe_model
+
+    model = write_probe_model(tmp_path / "model.gguf")
+    (agent_home / "config").mkdir(parents=True, exist_ok=True)
+    (agent_home / "config" / "presets.toml").write_text(
+        "[mine]\n" + preset.format(model=model) + '\nprofile = "baseline"\nctx_size = 512\n')
+    proc = _agent("backend", "up", "--preset", "mine", home=agent_home)
+    assert proc.returncode == 3, proc.stderr
+    assert expected in proc.stderr
+    assert "details:" not in proc.stderr
+    assert not list((agent_home / "state" / "crashes").glob("*.log"))
