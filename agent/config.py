@@ -37,8 +37,9 @@ class Settings(BaseModel):
     preset: str = Field(description="Model preset to serve (see `agent backend status`).")
     profile: Literal["baseline", "ngram", "dflash"] | None = Field(
         None, description="Speculation profile; None uses the preset's.")
-    tool_protocol: Literal["auto", "native", "json"] = Field(
-        description="How tool calls are requested from the model.")
+    tool_protocol: Literal["auto", "text", "json", "native"] = Field(
+        description="How tool calls are requested from the model (auto: see "
+        "agent/protocol_choice.py).")
     max_steps: int = Field(ge=1, description="Model calls per task.")
     max_time: float = Field(gt=0, description="Seconds per task.")
     base_url: str | None = Field(None, description="Use this OpenAI-compatible server instead "

@@ -45,6 +45,21 @@ class SessionStart(_Event):
     repo: str | None = Field(None, description="Git work tree root, when there is one.")
 
 
+class ProtocolChoice(_Event):
+    """The tool-call protocol from here on, and why: the session's decision before its first
+    request (``step`` 0, with the ``setting`` and the ``facts`` it saw), or a fallback later
+    (``previous`` set; only a note was appended, earlier messages are unchanged)."""
+
+    type: Literal["protocol"] = "protocol"
+    protocol: str
+    reason: str
+    setting: str | None = None
+    fallback: str | None = Field(None, description="The protocol the session may fall back to.")
+    previous: str | None = None
+    step: int = 0
+    facts: dict[str, Any] = {}
+
+
 class ToolCallInfo(BaseModel):
     id: str
     name: str
@@ -136,7 +151,8 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[SessionStart | Message | Compaction | TaskStart | Checkpoint | ModelTurn
-                  | ToolCall | ToolResult | FinalAnswer | ProjectChecked | ErrorEvent,
+                  | ToolCall | ToolResult | FinalAnswer | ProjectChecked | ErrorEvent
+                  | ProtocolChoice,
                   Field(discriminator="type")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 

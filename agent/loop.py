@@ -1,8 +1,12 @@
 """The agent loop: one step = one model call + the tool calls it asked for.
 
 Stops on a final answer, a step or time limit, repeated identical calls, too many malformed
-replies, or Ctrl-C. Every tool call id gets exactly one tool message, also on error or
-interrupt (FIELD-CASES.md class 11).
+replies, a reply cut by max_tokens, or Ctrl-C. Every tool call gets exactly one result, also on
+error or interrupt (FIELD-CASES.md class 11).
+
+Requests are append-only: replies are stored verbatim (a cut reply as a short marker), and a
+protocol fallback appends a note while the request keeps the shape it had (the ``tools`` field
+of a session that started ``native`` stays), so the prompt the server renders keeps its prefix.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from agent.events import (
     FinalAnswer,
     Message,
     ModelTurn,
+    ProtocolChoice,
     Timings,
     ToolCall,
     ToolCallInfo,
     ToolResult,
 )
-from agent.prompts import switch_note
+from agent.prompts import JSON_SWITCH, switch_note
 from agent.protocol import (
     FINAL_ANSWER,
     FormatError,
@@ -38,10 +43,23 @@ from agent.protocol import (
     parse_json_call,
     tools_with_final,
 )
+from agent.protocol_choice import ProtocolDecision
+from agent.text_protocol import (
+    cut_detail,
+    mismatched,
+    no_call_message,
+    parse_text_calls,
+    render_call,
+    usage,
+)
 from tools.registry import Registry
 
-Protocol = Literal["native", "json"]
+Protocol = Literal["native", "json", "text"]
 MAX_FORMAT_ERRORS = 3
+FALLBACK_AFTER = 2
+"""Malformed replies in a row after which a session with a fallback protocol takes it."""
+KEEP_CUT_CHARS = 200
+"""Characters of a reply cut by max_tokens kept in the history (the rest is a runaway)."""
 RESULT_PREFIX = "[result of tool {name}]\n"
 NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call "
         "final_answer if the task is done.]")
@@ -74,21 +92,26 @@ class LoopResult:
 class Agent:
     """Runs tasks against ``client`` with the tools of ``registry``.
 
-    ``protocol`` is ``native`` or ``json``; ``auto_switch`` moves a native session to ``json``
-    once the model writes tool calls as text. ``tool_role`` says whether the chat template
-    renders ``tool`` messages (else json-protocol results go back as ``user`` messages).
-    ``history`` resumes a session: the exact messages sent before (system message first).
+    ``protocol`` is ``text``, ``json`` or ``native``. ``auto_switch`` is the session's
+    :class:`ProtocolDecision` (``runtime.choose_protocol``): logged before the first request,
+    it names the fallback protocol (``json``) taken after repeated format errors, or when a
+    ``native`` model answers in prose or writes calls as text; ``True`` means fallback ``json``
+    without a logged decision. ``tool_role`` says whether the chat template renders ``tool``
+    messages (else json-protocol results go back as ``user`` messages; text-protocol results
+    always do, one message per reply). ``history`` resumes a session: the exact messages sent
+    before (system message first); a json fallback in it is kept.
     """
 
     def __init__(self, client: ServerClient, registry: Registry, *, session_id: str,
                  protocol: Protocol, system: str, emit: Callable[[Event], None],
                  sampling: dict[str, Any] | None = None, limits: Limits | None = None,
-                 auto_switch: bool = False, tool_role: bool = True, max_tokens: int = 2048,
+                 auto_switch: bool | ProtocolDecision = False, tool_role: bool = True,
+                 max_tokens: int = 2048,
                  approve: Approver | None = None,
                  history: list[dict[str, Any]] | None = None,
                  context: ContextKeeper | None = None, ui: Any = None):
         self.client, self.registry, self.session_id = client, registry, session_id
-        self.protocol, self.auto_switch, self.tool_role = protocol, auto_switch, tool_role
+        self.protocol, self.tool_role = protocol, tool_role
         self.emit, self.sampling = emit, sampling or {}
         self.limits, self.max_tokens = limits or Limits(), max_tokens
         self.approve, self.context = approve, context
@@ -97,15 +120,38 @@ class Agent:
         if context is not None and context.budget is not None:
             self.max_tokens = min(max_tokens, context.budget.max_output)
         self.messages: list[dict[str, Any]] = list(history or [])
+        self.tools = registry.openai_tools()
+        # The template renders `tools` into the prompt: a session that started native keeps
+        # sending them after a fallback, or the rendered system prompt would change.
+        self._offered = self.tools if protocol == "native" else None
+        self.fallback = self._take(auto_switch)
         if not self.messages:
             self._add({"role": "system", "content": system})
-        self.tools = registry.openai_tools()
+        self._schemas = {t["function"]["name"]: t["function"]["parameters"]
+                         for t in tools_with_final(self.tools)}
         self.steps = 0
         self.timings: list[Timings] = []
         self._loops = LoopDetector()
         self._format_errors = 0
         self._pending: list[tuple[str, str]] = []
+        self._results: list[tuple[str, bool]] = []
+        """Text-protocol results of the current reply: (content, protected), sent as one."""
         self._native_calls_seen = False
+
+    def _take(self, decision: bool | ProtocolDecision) -> str | None:
+        """The fallback protocol allowed; logs a new session's decision, and continues a
+        resumed history that already fell back in json."""
+        if any(m.get("role") == "user" and JSON_SWITCH in str(m.get("content"))
+               for m in self.messages):
+            self.protocol = "json"
+            return None
+        if not isinstance(decision, ProtocolDecision):
+            return "json" if decision and self.protocol != "json" else None
+        if not self.messages:
+            self.emit(ProtocolChoice(session_id=self.session_id, protocol=self.protocol,
+                                     reason=decision.reason, setting=decision.setting,
+                                     fallback=decision.fallback, facts=dict(decision.facts)))
+        return decision.fallback
 
     def run(self, task: str,
             first_calls: list[tuple[str, dict[str, Any]]] | None = None) -> LoopResult:
@@ -119,6 +165,7 @@ class Agent:
         try:
             for name, arguments in first_calls or []:
                 self._inject(name, arguments)
+                self._flush_results()
             while True:
                 if self.steps >= self.limits.max_steps:
                     return self._finish("", "max_steps")
@@ -144,6 +191,7 @@ class Agent:
         for call_id, name in list(self._pending):
             self._answer(call_id, name, reason, True, 0.0)
         self._pending.clear()
+        self._flush_results()
 
     def _finish(self, text: str, reason: str) -> LoopResult:
         self.emit(FinalAnswer(session_id=self.session_id, text=text, reason=reason,
@@ -151,7 +199,7 @@ class Agent:
         return LoopResult(text=text, reason=reason, steps=self.steps, timings=self.timings)
 
     def _request(self) -> Turn:
-        tools = None if self.protocol == "json" else self.tools
+        tools = self._offered
         if self.context is not None:
             compacted = self.context.before_request(self.messages, tools)
             if compacted is not None:
@@ -170,8 +218,7 @@ class Agent:
         """Compact the history now (``/compact``); False when the context size is unknown."""
         if self.context is None or self.context.budget is None:
             return False
-        tools = None if self.protocol == "json" else self.tools
-        self._replace_history(self.context.compact_now(self.messages, tools))
+        self._replace_history(self.context.compact_now(self.messages, self._offered))
         return True
 
     def _replace_history(self, messages: list[dict[str, Any]]) -> None:
@@ -184,11 +231,9 @@ class Agent:
             self.ui.request_started(self.protocol)
             on_text = self.ui.stream
         try:
-            if self.protocol == "json":
-                return self.client.complete(self.messages, sampling=self.sampling,
-                                            response_format=json_response_format(self.tools),
-                                            max_tokens=self.max_tokens, on_text=on_text)
-            return self.client.complete(self.messages, tools=self.tools, sampling=self.sampling,
+            grammar = json_response_format(self.tools) if self.protocol == "json" else None
+            return self.client.complete(self.messages, tools=self._offered,
+                                        response_format=grammar, sampling=self.sampling,
                                         max_tokens=self.max_tokens, on_text=on_text)
         finally:
             if self.ui is not None:
@@ -199,6 +244,10 @@ class Agent:
         turn = self._request()
         if turn.timings:
             self.timings.append(turn.timings)
+        if protocol == "text" and turn.finish_reason == "length":
+            # Whatever parsed before the cut is part of a runaway: nothing of it runs.
+            self._log_turn(turn, protocol, [])
+            return self._cut(turn, cut_detail(turn.content, set(self._schemas)))
         try:
             calls = self._calls(turn)
         except FormatError as exc:
@@ -211,19 +260,27 @@ class Agent:
             return self._cut(turn)
         if not calls:
             self._add({"role": "assistant", "content": turn.content})
-            if self.auto_switch and self.protocol == "native" and not self._native_calls_seen:
+            if self.fallback and protocol == "native" and not self._native_calls_seen:
                 # A model that answers in prose before ever calling a tool natively does not
-                # speak the template's tool format: continue under the json grammar.
-                self._switch_to_json()
+                # speak the template's tool format.
+                self._switch("the model answered in prose before any native tool call")
                 return None
             return turn.content.strip(), "done"
         self._format_errors = 0
-        if protocol == "json":
-            self._add({"role": "assistant", "content": turn.content})
-        else:
+        if protocol == "native":
             self._add({"role": "assistant", "content": turn.content or None,
                        "tool_calls": [_wire(c) for c in calls]})
+        else:
+            self._add({"role": "assistant", "content": turn.content})
         self._pending = [(c["id"], c["name"]) for c in calls]
+        outcome = self._run(calls)
+        self._flush_results()
+        if outcome is None and protocol == "native" and self.fallback and not turn.tool_calls:
+            self._switch("the model wrote its tool call as text instead of a native call")
+        return outcome
+
+    def _run(self, calls: list[dict[str, Any]]) -> tuple[str, str] | None:
+        """Run ``calls`` in order; the task's outcome when one ends it."""
         for call in calls:
             if call["name"] == FINAL_ANSWER:
                 text = call["arguments"].get("text")
@@ -246,6 +303,9 @@ class Agent:
         if self.protocol == "json":
             self._add({"role": "assistant",
                        "content": json.dumps({"tool": name, "arguments": arguments})})
+        elif self.protocol == "text":
+            self._add({"role": "assistant",
+                       "content": render_call(name, arguments, self._schemas.get(name, {}))})
         else:
             self._add({"role": "assistant", "content": None, "tool_calls": [_wire(call)]})
         self._execute(call)
@@ -254,6 +314,14 @@ class Agent:
         if self.protocol == "json":
             name, args = parse_json_call(turn.content)
             return [{"id": _new_id(), "name": name, "arguments": args}]
+        if self.protocol == "text":
+            found = [(c.name, c.arguments) for c in parse_text_calls(turn.content,
+                                                                     self._schemas)]
+            # A model that writes calls the json way anyway: repaired, not refused.
+            found = found or calls_in_text(turn.content, set(self._schemas))
+            if not found:
+                raise FormatError(no_call_message(self._schemas))
+            return [{"id": _new_id(), "name": n, "arguments": a} for n, a in found]
         calls = []
         for raw in turn.tool_calls:
             try:
@@ -266,8 +334,6 @@ class Agent:
             self._native_calls_seen = True
             return calls
         written = calls_in_text(turn.content, set(self.registry.tools))
-        if written and self.auto_switch:
-            self._switch_to_json(note=False)
         if not written and turn.finish_reason == "tool_calls":
             raise FormatError("finish_reason was tool_calls but no call arrived; call a tool "
                               "with valid arguments")
@@ -277,23 +343,35 @@ class Agent:
                               "with a short summary when the task is done")
         return [{"id": _new_id(), "name": n, "arguments": a} for n, a in written]
 
-    def _cut(self, turn: Turn) -> tuple[str, str]:
+    def _cut(self, turn: Turn, where: str = "before it called a tool or finished"
+             ) -> tuple[str, str]:
         """Stop on a reply cut by max_tokens: unfinished (often a runaway repetition), so
-        neither an answer nor a format error to retry at the same limit."""
-        self._add({"role": "assistant", "content": turn.content})
-        return (f"the model's reply was cut at the token limit ({len(turn.content)} "
-                "characters) before it called a tool or finished"), "length"
+        neither an answer nor a format error to retry at the same limit. The history keeps its
+        start and a marker, so a later request does not carry the runaway."""
+        n = len(turn.content)
+        self._add({"role": "assistant", "content": turn.content[:KEEP_CUT_CHARS]
+                   + f" [... reply cut at the token limit after {n} characters; not run]"})
+        return f"the model's reply was cut at the token limit ({n} characters) {where}", \
+            "length"
 
-    def _switch_to_json(self, note: bool = True) -> None:
-        self.protocol = "json"
-        self.auto_switch = False
-        if note:
-            self._add({"role": "user", "content": switch_note(tools_with_final(self.tools))})
+    def _switch(self, reason: str, before: str = "") -> None:
+        """Take the fallback protocol: one user message (``before`` + how to call tools now);
+        the system prompt and earlier messages stay as they were sent."""
+        previous, self.protocol, self.fallback = self.protocol, self.fallback or "json", None
+        self.emit(ProtocolChoice(session_id=self.session_id, protocol=self.protocol,
+                                 reason=reason, previous=previous, step=self.steps))
+        self._add({"role": "user", "content": before + switch_note(tools_with_final(self.tools))})
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         self._format_errors += 1
         self._add({"role": "assistant", "content": turn.content})
-        self._add({"role": "user", "content": f"Format error: {message}"})
+        feedback = f"Format error: {message}"
+        if self.fallback and self._format_errors >= FALLBACK_AFTER:
+            self._switch(f"{self._format_errors} malformed replies in a row under "
+                         f"{self.protocol}", before=feedback + "\n\n")
+            self._format_errors = 0
+            return None
+        self._add({"role": "user", "content": feedback})
         if self._format_errors >= MAX_FORMAT_ERRORS:
             return f"stopped after {MAX_FORMAT_ERRORS} malformed replies: {message}", \
                 "format_errors"
@@ -304,22 +382,41 @@ class Agent:
                            name=call["name"], arguments=call["arguments"]))
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
-        self._answer(call["id"], call["name"], obs.text + note, obs.is_error,
+        text = obs.text
+        schema = self._schemas.get(call["name"])
+        if self.protocol == "text" and obs.is_error and schema is not None \
+                and mismatched(call["arguments"], schema):
+            text += f"\nThe form of {call['name']} is:\n{usage(call['name'], schema)}"
+        self._answer(call["id"], call["name"], text + note, obs.is_error,
                      time.monotonic() - started, obs.protected)
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,
                 duration: float, protected: bool = False) -> None:
         self._pending = [p for p in self._pending if p[0] != call_id]
         content = ("ERROR: " if is_error else "") + text
-        if self.protocol == "json" and not self.tool_role:
-            message = {"role": "user", "content": RESULT_PREFIX.format(name=name) + content}
+        if self.protocol == "text":
+            # One user message per reply (_flush_results): templates that insist on
+            # alternating roles (Mistral, Gemma 2) refuse several user messages in a row.
+            self._results.append((RESULT_PREFIX.format(name=name) + content, protected))
         else:
-            message = {"role": "tool", "tool_call_id": call_id, "content": content}
-        # Compaction keeps flagged messages verbatim (agent.context.PROTECTED).
-        self._add({**message, PROTECTED: True} if protected else message)
+            if self.protocol == "json" and not self.tool_role:
+                message = {"role": "user", "content": RESULT_PREFIX.format(name=name) + content}
+            else:
+                message = {"role": "tool", "tool_call_id": call_id, "content": content}
+            # Compaction keeps flagged messages verbatim (agent.context.PROTECTED).
+            self._add({**message, PROTECTED: True} if protected else message)
         self.emit(ToolResult(session_id=self.session_id, step=self.steps, call_id=call_id,
                              name=name, text=text, is_error=is_error,
                              duration_s=round(duration, 3)))
+
+    def _flush_results(self) -> None:
+        """Send the buffered text-protocol results as one user message."""
+        if not self._results:
+            return
+        message = {"role": "user", "content": "\n\n".join(c for c, _ in self._results)}
+        protected = any(p for _, p in self._results)
+        self._results.clear()
+        self._add({**message, PROTECTED: True} if protected else message)
 
     def _log_turn(self, turn: Turn, protocol: str, calls: list[dict[str, Any]]) -> None:
         self.emit(ModelTurn(session_id=self.session_id, step=self.steps, protocol=protocol,

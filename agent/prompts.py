@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.protocol import FINAL_ANSWER
+from agent.protocol import FINAL_ANSWER, tools_with_final
+from agent.text_protocol import string_typed
 
 _BASE = """You are dflash-agent, a coding agent. You work in the directory {workspace} and act \
 only through tools.
@@ -23,6 +24,28 @@ Tools:
 {catalog}
 """
 
+_TEXT = """Call a tool by writing its tag, with one tag per parameter:
+<view>
+<path>src/app.py</path>
+</view>
+Values are raw text, exactly as meant: no quotes, no escapes. A long value starts on the line \
+after its opening tag and ends right before its closing tag:
+<create>
+<path>hello.py</path>
+<file_text>
+print("hello")
+</file_text>
+</create>
+Parameters marked JSON take JSON: <view_range>[1, 40]</view_range>, <background>true</background>.
+Several calls in one reply run in order; their results come back together.
+When the task is done, call {final}:
+<{final}>
+<text>a short summary</text>
+</{final}>
+Tools (? marks an optional parameter):
+{catalog}
+"""
+
 _NATIVE = """Call tools to do the work. When the task is done, reply with a short summary \
 and no tool call.
 """
@@ -36,19 +59,40 @@ def _signature(spec: dict[str, Any]) -> str:
     return f"- {fn['name']}({args}): {fn['description']}"
 
 
+def _text_signature(spec: dict[str, Any]) -> str:
+    fn = spec["function"]
+    schema = fn["parameters"]
+    required = set(schema.get("required", []))
+    args = []
+    for name, prop in schema.get("properties", {}).items():
+        mark = "" if name in required else "?"
+        kind = "" if string_typed(prop, schema) else ": JSON"
+        args.append(f"{name}{mark}{kind}")
+    return f"- {fn['name']}({', '.join(args)}): {fn['description']}"
+
+
 def system_prompt(workspace: str, protocol: str, tools: list[dict[str, Any]]) -> str:
-    """The system prompt for ``protocol`` (``json`` lists the tools; ``native`` sends them as
-    ``tools``). ``tools`` are OpenAI tool dicts including ``final_answer`` for ``json``."""
+    """The system prompt for ``protocol``: ``json`` and ``text`` list the tools (``text``
+    adds ``final_answer`` itself when ``tools`` lacks it); ``native`` sends them as ``tools``.
+    ``tools`` are OpenAI tool dicts, including ``final_answer`` for ``json``."""
     text = _BASE.format(workspace=workspace)
     if protocol == "json":
         catalog = "\n".join(_signature(t) for t in tools)
         return text + _JSON.format(final=FINAL_ANSWER, catalog=catalog)
+    if protocol == "text":
+        plain = [t for t in tools if t["function"]["name"] != FINAL_ANSWER]
+        catalog = "\n".join(_text_signature(t) for t in tools_with_final(plain))
+        return text + _TEXT.format(final=FINAL_ANSWER, catalog=catalog)
     return text + _NATIVE
 
 
+JSON_SWITCH = "From now on answer every turn with exactly one JSON object"
+"""The first words of :func:`switch_note`: a resumed history holding them continues in json."""
+
+
 def switch_note(tools: list[dict[str, Any]]) -> str:
-    """Sent once when a session moves from ``native`` to ``json`` tool calls."""
+    """Sent once when a session falls back to ``json`` tool calls (appended: the system
+    prompt, which may describe another protocol, is never rewritten)."""
     catalog = "\n".join(_signature(t) for t in tools)
-    return ("From now on answer every turn with exactly one JSON object "
-            '{"tool": NAME, "arguments": {...}}; call ' + FINAL_ANSWER + " when the task is "
-            "done.\nTools:\n" + catalog)
+    return (JSON_SWITCH + ' {"tool": NAME, "arguments": {...}}; call ' + FINAL_ANSWER
+            + " when the task is done.\nTools:\n" + catalog)

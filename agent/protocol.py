@@ -3,7 +3,8 @@
 ``json`` protocol wire contract: the assistant content is exactly one JSON object
 ``{"tool": NAME, "arguments": {...}}``, forced by a ``response_format`` json_schema that
 llama-server compiles into a grammar; ``final_answer`` (``{"text": ...}``) ends the task. The
-content is stored verbatim in history.
+content is stored verbatim in history. The ``text`` protocol (tags, raw-text values, no
+grammar) is in :mod:`agent.text_protocol`.
 """
 
 from __future__ import annotations

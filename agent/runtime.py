@@ -9,6 +9,7 @@ from typing import Any
 from agent.client import ServerClient, ServerUnavailable
 from agent.config import Settings
 from agent.errors import UsageError
+from agent.protocol_choice import ProtocolDecision, decide
 from agent.ui import Reporter
 from backend.engines import default_engine
 from backend.launch import ensure_server
@@ -59,14 +60,16 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     return Backend(client, preset.name, state.plan.profile, sampling, state)
 
 
-def choose_protocol(setting: str, client: ServerClient) -> tuple[str, bool]:
-    """(protocol, auto_switch): ``auto`` is ``native`` when the template supports tools (and
-    may switch to ``json`` later), else ``json``."""
-    if setting != "auto":
-        return setting, False
-    if client.supports_tools():
-        return "native", True
-    return "json", False
+def choose_protocol(setting: str, client: ServerClient) -> tuple[str, ProtocolDecision]:
+    """(protocol, decision) for the ``tool_protocol`` setting, decided once per session by
+    :func:`agent.protocol_choice.decide` (``auto``: ``text``, falling back to ``json``).
+
+    Pass the decision as the Agent's ``auto_switch``: it names the one fallback allowed and is
+    logged, with its reason and the facts it saw, before the first request."""
+    model = client.props().get("model_path")
+    decision = decide(setting, {"supports_tools": client.supports_tools(),
+                                "model": Path(model).name if model else None})
+    return decision.protocol, decision
 
 
 def renders_tool_role(client: ServerClient) -> bool:

@@ -138,8 +138,17 @@ def test_a_tool_call_written_as_text_is_repaired_and_auto_switches_to_json(tmp_p
         result = agent.run("go")
     assert (tmp_path / "ws" / "t.txt").read_text() == "x"
     assert result.reason == "done" and agent.protocol == "json"
-    assert "response_format" in model.requests[1] and "tools" not in model.requests[1]
+    first, second = model.requests
+    assert "response_format" in second
+    # The fallback keeps the prompt the template renders: same tools, earlier turns unchanged,
+    # one note appended after the call's result.
+    assert second["tools"] == first["tools"]
+    assert second["messages"][:len(first["messages"])] == first["messages"]
+    assert second["messages"][-1]["role"] == "user"
+    assert "exactly one JSON object" in second["messages"][-1]["content"]
     assert [e.protocol for e in events if e.type == "model_turn"] == ["native", "json"]
+    switch = [e for e in events if e.type == "protocol"]
+    assert [(e.previous, e.protocol) for e in switch] == [("native", "json")]
 
 
 def test_prose_before_any_native_call_switches_auto_to_json(tmp_path: Path):
@@ -230,7 +239,7 @@ def test_a_needed_approval_without_a_terminal_stops_the_task(tmp_path: Path):
 
 
 def test_reasoning_is_not_sent_back_and_reasoning_alone_is_not_a_silent_stop(tmp_path: Path):
-    script = [reply("", reasoning="thinking " * 50, finish_reason="length"),
+    script = [reply("", reasoning="thinking " * 50),
               reply("", tool_calls=[("view", {"path": "."})], reasoning="I should look"),
               reply("done")]
     with ScriptedModel(script, supports_tools=True) as model:

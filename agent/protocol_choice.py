@@ -1,0 +1,55 @@
+"""Which tool-call protocol a session uses, decided once before its first request.
+
+``tool_protocol = auto`` walks :data:`AUTO_RULES` (data, so that measurements such as the
+replay benchmark's can add rules ahead of the default) and takes the first whose ``when`` facts
+all match. The decision names the one fallback the session may take later; a fallback only
+appends a note, so the system prompt and every earlier turn stay byte-identical (prefix cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``protocol`` (and ``fallback``) when every fact in ``when`` equals its value."""
+
+    protocol: str
+    fallback: str | None
+    reason: str
+    when: Mapping[str, Any] = field(default_factory=dict)
+
+
+AUTO_RULES: tuple[Rule, ...] = (
+    Rule("text", "json",
+         "text keeps speculation and the prompt cache working inside the agent's turns: "
+         "arguments are raw text (a file's content as it is in the file, which n-gram lookup "
+         "and drafts predict) and no grammar splits words into non-canonical tokens; json "
+         "(grammar-forced) is the fallback after repeated format errors"),
+)
+"""First match wins; the last rule matches always."""
+
+
+@dataclass(frozen=True)
+class ProtocolDecision:
+    """What a session runs with and why (logged as a ``protocol`` event)."""
+
+    setting: str
+    protocol: str
+    fallback: str | None
+    reason: str
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
+def decide(setting: str, facts: Mapping[str, Any],
+           rules: tuple[Rule, ...] = AUTO_RULES) -> ProtocolDecision:
+    """The decision for the ``tool_protocol`` ``setting`` given ``facts`` about the server
+    (e.g. ``supports_tools``, ``model``). An explicit setting is kept, with no fallback."""
+    if setting != "auto":
+        return ProtocolDecision(setting, setting, None, f"tool_protocol is set to {setting}",
+                                dict(facts))
+    rule = next(r for r in rules if all(facts.get(k) == v for k, v in r.when.items()))
+    return ProtocolDecision(setting, rule.protocol, rule.fallback, rule.reason, dict(facts))
