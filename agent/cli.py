@@ -122,7 +122,8 @@ def new_project_cmd(
     base_url: Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server "
                                                  "instead of the managed one.")] = None,
     ctx_size: CtxSize = None,
-    tool_protocol: Annotated[str | None, typer.Option(help="auto, native or json.")] = None,
+    tool_protocol: Annotated[str | None, typer.Option(
+        help="auto (text, falling back to json), text, native or json.")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
     max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
     force: Annotated[bool, typer.Option(help="Use a non-empty directory.")] = False,
@@ -179,7 +180,8 @@ Repo = Annotated[Path, typer.Option("--repo", metavar="DIR", help="Repository to
 Approval = Annotated[str | None, typer.Option(help="ask, auto-edit (default) or full-auto.")]
 BaseUrl = Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server instead of "
                                              "the managed one.")]
-ToolProtocol = Annotated[str | None, typer.Option(help="auto, native or json.")]
+ToolProtocol = Annotated[str | None, typer.Option(
+    help="auto (text, falling back to json), text, native or json.")]
 NoGit = Annotated[bool, typer.Option("--no-git", help="Work outside git: no checkpoints, "
                                      "no undo.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]

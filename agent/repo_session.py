@@ -306,23 +306,23 @@ def _unanswered(record: SessionRecord,
         elif isinstance(e, Message) and pending:
             message = e.message
             content = str(message.get("content") or "")
+            hits: list[ToolCall] = []
             if message.get("role") == "tool":
-                hit = next((c for c in pending if c.call_id == message.get("tool_call_id")),
-                           None)
+                hits = [c for c in pending if c.call_id == message.get("tool_call_id")][:1]
             elif message.get("role") == "user":
-                # Results sent as user messages carry the tool's name, not the call id: they
-                # answer the oldest pending call of that name.
-                hit = next((c for c in pending
-                            if content.startswith(RESULT_PREFIX.format(name=c.name))), None)
-            else:
-                hit = None
-            if hit is not None:
+                # Results sent as user messages (json without a tool role; text, where one
+                # message holds every result of a reply) carry tool names, not call ids: each
+                # "[result of tool X]" answers the oldest pending call of X.
+                for name in {c.name for c in pending}:
+                    count = content.count(RESULT_PREFIX.format(name=name))
+                    hits += [c for c in pending if c.name == name][:count]
+            for hit in hits:
                 answered.add(hit.call_id)
                 pending.remove(hit)
     out = []
     for e in record.events:
         if isinstance(e, ToolCall) and e.call_id not in answered:
-            if agent.protocol == "json" and not agent.tool_role:
+            if agent.protocol == "text" or (agent.protocol == "json" and not agent.tool_role):
                 message = {"role": "user",
                            "content": RESULT_PREFIX.format(name=e.name) + INTERRUPTED}
             else:

@@ -40,8 +40,8 @@ The rules (the system prompt teaches 1-5; the others settle the edge cases):
    tool's or parameter's closing tag left outside a call; when no end does that (two calls on
    one line), at the first ``</NAME>`` at which its parameters and the rest parse. So a file
    may hold ``</file_text>``, even ``</file_text>`` and ``</create>`` on lines of their own
-   (the sources of this module and of its tests round-trip). Content that is itself a complete run of
-   calls is ambiguous, and content where ``</PARAM>`` is followed by ``<PARAM>`` may read as
+   (the sources of this module and of its tests round-trip). Content that is itself a complete
+   run of calls is ambiguous, and content where ``</PARAM>`` is followed by ``<PARAM>`` may read as
    that parameter given twice.
 7. **Format errors** (nothing in the reply runs; the message says what, on which line, and the
    correct form): a call that is never closed, a parameter that is never closed, text between

@@ -73,7 +73,7 @@ def test_native_protocol_with_a_tool_declaring_template(real_server, engine: Eng
     server = real_server("baseline", ("--chat-template-file", str(template)))
     agent, events, client = _agent(server.base_url, tmp_path / "ws", "native", auto=True)
     assert client.supports_tools()
-    assert choose_protocol("auto", client) == ("native", True)
+    assert choose_protocol("native", client)[0] == "native"
     tools = agent.registry.openai_tools()
     prompt = client.apply_template([{"role": "user", "content": "hi"}], tools=tools)
     assert '"name": "str_replace"' in prompt and "old_str" in prompt
