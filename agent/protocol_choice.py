@@ -23,7 +23,15 @@ class Rule:
     when: Mapping[str, Any] = field(default_factory=dict)
 
 
+EMBEDDED_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
 AUTO_RULES: tuple[Rule, ...] = (
+    Rule("json", None,
+         "measured on the embedded SmolLM2-135M (2026-12-01, the real new-project test): under "
+         "the text protocol it answers in prose with a code block and runs to max_tokens "
+         "without a call (3,755 characters, no file written); the json grammar forces a "
+         "valid call every turn",
+         when={"model": EMBEDDED_MODEL}),
     Rule("text", "json",
          "text keeps speculation and the prompt cache working inside the agent's turns: "
          "arguments are raw text (a file's content as it is in the file, which n-gram lookup "

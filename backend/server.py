@@ -235,9 +235,10 @@ class ExitRecord(BaseModel):
     oom_killed: bool = False
 
 
-def read_exit(state: ServerState, wait: float = 2.0) -> ExitRecord | None:
+def read_exit(state: ServerState, wait: float = 10.0) -> ExitRecord | None:
     """The server's exit record, waiting up to ``wait`` s for the launcher to write it (it
-    does so right after reaping the process); None when there is none."""
+    does so right after reaping the process, which on a loaded machine took over 2 s); None
+    when there is none. Only called once the server is known to be gone."""
     path = state.log.with_suffix(".exit")
     deadline = time.monotonic() + wait
     while True:
