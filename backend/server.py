@@ -251,11 +251,18 @@ def read_exit(state: ServerState, wait: float = 10.0) -> ExitRecord | None:
         time.sleep(0.05)
 
 
-def crash_report(state: ServerState) -> str | None:
+def crash_report(state: ServerState, wait: float = 5.0) -> str | None:
     """When the server of ``state`` is no longer running: why it ended, what to do and the log's
-    meaningful last lines; None while it runs. Used while starting and while serving."""
-    if is_ours(state):
-        return None
+    meaningful last lines; None while it runs. Used while starting and while serving.
+
+    A request that failed because the server is dying can fail before the process is gone
+    (its socket closes first): it gets up to ``wait`` s to finish dying.
+    """
+    deadline = time.monotonic() + wait
+    while is_ours(state):
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
     record = read_exit(state)
     text = _tail(state.log, 200)
     lines = "\n".join(f"  {line}" for line in meaningful_lines(text))
