@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import git
 import pytest
 
 from agent.checkpoints import RepoStateError, open_repo
+from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 
 VENV_BIN = Path(sys.executable).parent
@@ -110,14 +110,8 @@ def call(tool: str, **arguments: object) -> dict:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = git.Repo.init(tmp_path / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    root = Path(r.working_tree_dir)
-    (root / "app.py").write_text("x = 1\n")
-    r.index.add(["app.py"])
-    r.index.commit("init")
-    return root
+    committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
+    return tmp_path / "repo"
 
 
 @pytest.mark.parametrize(("flags", "script", "expected"), [

@@ -3,27 +3,15 @@ error (never an internal one), and a session log cut mid-line still undoes and d
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.gitrepo import committed_repo
-from tests.scripted import ScriptedModel, reply
-
-
-def agent(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
-
-
-def call(tool: str, **arguments: object) -> dict:
-    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+from tests.scripted import ScriptedModel
+from tests.test_cli_ux import agent, call
 
 
 @pytest.fixture

@@ -5,15 +5,13 @@ reported as done."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, raw_reply, reply
+from tests.test_cli_ux import agent
 
 CHUNK = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "scripted"}
 
@@ -21,12 +19,6 @@ CHUNK = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "s
 def _chunk(delta: dict, finish: str | None = None) -> str:
     return "data: " + json.dumps({**CHUNK, "choices": [{"index": 0, "delta": delta,
                                                          "finish_reason": finish}]})
-
-
-def agent(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture

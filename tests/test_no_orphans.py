@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-import git
 import psutil
 import pytest
 
+from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 from tools import reaper
 
@@ -63,14 +63,8 @@ def wait_until(condition, timeout: float) -> bool:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = git.Repo.init(tmp_path / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    root = Path(r.working_tree_dir)
-    (root / "app.py").write_text("x = 1\n")
-    r.index.add(["app.py"])
-    r.index.commit("init")
-    return root
+    committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
+    return tmp_path / "repo"
 
 
 def agent_env(home: Path) -> dict[str, str]:

@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-import git
 import pytest
 
 from backend import secret_store
 from backend.server import _spawn_detached
+from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 from tools.mcp.config import expand
 from tools.reaper import OWNER_ENV
@@ -51,14 +51,8 @@ def planted() -> tuple[dict[str, str], list[str]]:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = git.Repo.init(tmp_path / "repo")
-    with r.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test").set_value("user", "email", "t@example.com")
-    root = Path(r.working_tree_dir)
-    (root / "app.py").write_text("x = 1\n")
-    r.index.add(["app.py"])
-    r.index.commit("init")
-    return root
+    committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
+    return tmp_path / "repo"
 
 
 PROBE = ("tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; env; echo ---; "

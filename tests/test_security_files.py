@@ -4,10 +4,6 @@ test here, through the registry and through a real ``agent run`` with a scripted
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,19 +11,10 @@ import pytest
 from agent.approval import make_approver
 from agent.loop import ApprovalUnavailable
 from tests.gitrepo import committed_repo
-from tests.scripted import ScriptedModel, reply
+from tests.scripted import ScriptedModel
+from tests.test_cli_ux import agent, call
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
-
-
-def call(tool: str, **arguments: object) -> dict:
-    return reply(json.dumps({"tool": tool, "arguments": arguments}))
-
-
-def agent(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture
