@@ -21,8 +21,8 @@ from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
 from agent.runtime import choose_protocol, connect, renders_tool_role
-from agent.session import SessionLog, new_session_id
-from agent.slots import hold_slot
+from agent.sessions.log import SessionLog, new_session_id
+from agent.sessions.slots import hold_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills

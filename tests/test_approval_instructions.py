@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.approval import describe, make_approver, needs_approval
-from agent.instructions import MAX_FILE_CHARS, load_instructions
 from agent.loop import ApprovalUnavailable
+from agent.sessions.approval import describe, make_approver, needs_approval
+from agent.sessions.instructions import MAX_FILE_CHARS, load_instructions
 
 BASH = {"name": "bash", "arguments": {"command": "rm -rf build"}}
 EDIT = {"name": "str_replace", "arguments": {"path": "a.py", "old_str": "x = 1",

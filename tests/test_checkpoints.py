@@ -6,7 +6,7 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.checkpoints import (
+from agent.sessions.checkpoints import (
     RepoStateError,
     RestoreConflict,
     changed_paths,

@@ -9,7 +9,7 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.session import read_events
+from agent.sessions.log import read_events
 
 AGENT = [sys.executable, "-m", "agent"]
 

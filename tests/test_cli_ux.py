@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.checkpoints import RepoStateError, open_repo
+from agent.sessions.checkpoints import RepoStateError, open_repo
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 
@@ -185,7 +185,7 @@ def _help_texts() -> dict[str, str]:
     """Every command's --help text, rendered in-process from the real command tree."""
     import typer
 
-    from agent.cli import app
+    from agent.cli.main import app
 
     out: dict[str, str] = {}
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from agent.events import FinalAnswer, ModelTurn, SessionStart, Timings, parse_event
-from agent.session import SessionLog, read_events
+from agent.sessions.log import SessionLog, read_events
 
 
 def test_events_round_trip_through_jsonl_with_version_and_type():

@@ -215,7 +215,7 @@ def test_context_overflow_is_raised_with_the_sizes(tmp_path: Path):
 
 
 def test_a_denied_call_goes_back_to_the_model_as_a_tool_result(tmp_path: Path):
-    from agent.approval import make_approver
+    from agent.sessions.approval import make_approver
 
     script = [call("bash", command="touch x"), call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
@@ -227,7 +227,7 @@ def test_a_denied_call_goes_back_to_the_model_as_a_tool_result(tmp_path: Path):
 
 
 def test_a_needed_approval_without_a_terminal_stops_the_task(tmp_path: Path):
-    from agent.approval import make_approver
+    from agent.sessions.approval import make_approver
 
     with ScriptedModel([call("bash", command="touch x")]) as model:
         agent, _ = make_agent(model, tmp_path / "ws")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.approval import make_approver
 from agent.client import ServerClient
 from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
 from agent.protocol_choice import decide
 from agent.runtime import choose_protocol
+from agent.sessions.approval import make_approver
 from tests.scripted import ScriptedModel, reply
 from tools.registry import default_registry
 from tools.workspace import Workspace

@@ -18,15 +18,15 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.approval import make_approver
 from agent.client import ServerClient
 from agent.loop import Agent, Limits
-from agent.mcp_setup import add_mcp_tools, start_servers, trusted_configs
+from agent.sessions.approval import make_approver
 from tests.scripted import ScriptedModel, reply
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
 from tools.mcp.config import ServerConfig
 from tools.mcp.manager import McpCallError, McpManager, read_quarantines
+from tools.mcp.setup import add_mcp_tools, start_servers, trusted_configs
 from tools.mcp.tool import openai_name
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace

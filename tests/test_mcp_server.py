@@ -19,8 +19,8 @@ import psutil
 import pytest
 from mcp import Client
 
-from agent.mcp_jobs import FINISHED, NOBODY_TO_ASK, JobManager
-from agent.mcp_server import Roots, build_server
+from agent.mcp_server.jobs import FINISHED, NOBODY_TO_ASK, JobManager
+from agent.mcp_server.server import Roots, build_server
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import git
 
 from agent.events import ModelTurn
-from agent.session import read_events
+from agent.sessions.log import read_events
 
 SLACK = 24
 """Tokens per request the template may re-render differently (end-of-turn markers)."""
@@ -75,7 +75,7 @@ def test_the_system_prompt_and_tools_carry_no_clock(tmp_path: Path):
 
 def test_two_sessions_on_one_server_keep_their_caches(engine, smollm2, tmp_path: Path):
     from agent.config import load_settings
-    from agent.repo_session import RepoSession
+    from agent.sessions.repo import RepoSession
     from agent.ui import Reporter
     from backend.profiles import LaunchPlan
     from backend.server import pick_port, stop, up

@@ -15,7 +15,7 @@ import pytest
 
 from agent.config import load_settings
 from agent.events import parse_event
-from agent.repo_session import RepoSession
+from agent.sessions.repo import RepoSession
 from agent.ui import Reporter
 from tests.scripted import ScriptedModel, reply
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.approval import make_approver
 from agent.loop import ApprovalUnavailable
+from agent.sessions.approval import make_approver
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel
 from tests.test_cli_ux import agent, call

@@ -12,7 +12,7 @@ import pytest
 
 from agent.config import load_settings
 from agent.context import PROTECTED, SUMMARY_HEADER
-from agent.repo_session import RepoSession
+from agent.sessions.repo import RepoSession
 from agent.ui import Reporter
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply

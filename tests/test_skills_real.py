@@ -16,7 +16,7 @@ import httpx2
 import pytest
 
 from agent.config import load_settings
-from agent.repo_session import RepoSession
+from agent.sessions.repo import RepoSession
 from agent.ui import Reporter
 from tests.gitrepo import committed_repo
 

@@ -1,6 +1,6 @@
 import threading
 
-from agent.slots import hold_slot
+from agent.sessions.slots import hold_slot
 
 URL = "http://127.0.0.1:1"
 

@@ -15,11 +15,10 @@ import typer
 from rich.console import Console
 
 # Imported for its side effect: it adds `mcp serve` and `mcp install` to mcp_app.
-from agent import cli_mcp_serve  # noqa: F401
-from agent.checkpoints import RestorePlan
-from agent.cli_fit import doctor_cmd, presets_cmd
-from agent.cli_mcp import mcp_app
-from agent.cli_skills import skills_app
+from agent.cli import mcp_serve  # noqa: F401
+from agent.cli.backend import doctor_cmd, presets_cmd
+from agent.cli.mcp import mcp_app
+from agent.cli.skills import skills_app
 from agent.client import ContextOverflow, ServerUnavailable
 from agent.config import ConfigError, Settings, load_settings
 from agent.context import ContextTooSmall
@@ -36,8 +35,9 @@ from agent.errors import (
     write_crash_log,
 )
 from agent.newproject import new_project, slugify
-from agent.repo_session import RepoSession, diff_session, load_record, undo_task
-from agent.session import list_sessions
+from agent.sessions.checkpoints import RestorePlan
+from agent.sessions.log import list_sessions
+from agent.sessions.repo import RepoSession, diff_session, load_record, undo_task
 from agent.ui import Reporter
 from backend import engines, secret_store, server
 from backend.bench import (

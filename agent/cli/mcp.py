@@ -1,5 +1,5 @@
 """``agent mcp``: the MCP servers the agent uses (list, add) and the agent as an MCP server
-(serve, install; in :mod:`agent.cli_mcp_serve`)."""
+(serve, install; in :mod:`agent.cli.mcp_serve`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import typer
 from rich.console import Console
 
 from agent.errors import EXIT_ERROR, UsageError, UserError
-from agent.mcp_setup import trusted_configs
 from tools.mcp import config as mcp_config
 from tools.mcp.manager import McpManager, read_quarantines
+from tools.mcp.setup import trusted_configs
 
 mcp_app = typer.Typer(help="MCP: servers the agent uses (list, add) and the agent as an MCP "
                       "server (serve, install).", no_args_is_help=True, rich_markup_mode=None)

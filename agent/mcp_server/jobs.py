@@ -1,5 +1,6 @@
-"""Background tasks for the MCP server: one worker process per task (:mod:`agent.mcp_worker`),
-its progress, its approval questions, cancellation, and warming the backend at launch.
+"""Background tasks for the MCP server: one worker process per task
+(:mod:`agent.mcp_server.worker`), its progress, its approval questions, cancellation, and
+warming the backend at launch.
 
 A task gets its session id at once; its worker starts only when the backend warm-up (engine
 build, model download, server start) has finished, so the first call never waits on a build.
@@ -23,9 +24,9 @@ from typing import Any, Literal
 import psutil
 
 from agent.config import load_settings
-from agent.mcp_worker import WorkerSpec
+from agent.mcp_server.worker import WorkerSpec
 from agent.runtime import connect
-from agent.session import new_session_id
+from agent.sessions.log import new_session_id
 from agent.ui import Reporter
 from backend import secret_store
 from backend.home import home, private_open
@@ -240,7 +241,7 @@ class JobManager:
                 # download) through a descriptor, never through its environment.
                 with secret_store.handoff() as (extra, fds):
                     job.proc = subprocess.Popen(
-                        [sys.executable, "-m", "agent.mcp_worker"], stdin=subprocess.PIPE,
+                        [sys.executable, "-m", "agent.mcp_server.worker"], stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
                         cwd=cwd if cwd.is_dir() else None, start_new_session=True,
                         env={**os.environ, **extra}, pass_fds=fds)

@@ -1,8 +1,8 @@
 """The agent as an MCP server (``agent mcp serve``): MCP hosts delegate coding tasks to it.
 
 Tools: ``new_project``, ``run_task``, ``session_status``, ``session_result``, ``cancel``,
-``undo``. Tasks run in worker processes (:mod:`agent.mcp_jobs`); a call returns a session id at
-once, or with ``wait`` blocks and sends one progress notification per step/action. Every path
+``undo``. Tasks run in worker processes (:mod:`agent.mcp_server.jobs`); a call returns a session
+id at once, or with ``wait`` blocks and sends one progress notification per step/action. Every path
 must lie inside the workspace roots fixed at launch. Approval questions go to the host's user
 through MCP elicitation: a server-to-client request on handshake-era connections (2025-11-25),
 an ``InputRequiredResult`` round on 2026-07-28 ones (mcp 2.3 server docs, ``mcp.server.
@@ -39,12 +39,12 @@ from mcp_types import (
 from pydantic import BaseModel, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent import checkpoints as cp
 from agent.config import ConfigError, load_settings
 from agent.errors import UserError
 from agent.events import FinalAnswer
-from agent.mcp_jobs import FINISHED, Job, JobManager
-from agent.repo_session import SessionRecord, diff_session, load_record, undo_task
+from agent.mcp_server.jobs import FINISHED, Job, JobManager
+from agent.sessions import checkpoints as cp
+from agent.sessions.repo import SessionRecord, diff_session, load_record, undo_task
 
 SESSION_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 DIFF_CAP = 20_000

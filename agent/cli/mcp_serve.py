@@ -12,11 +12,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from agent.cli_mcp import mcp_app
+from agent.cli.mcp import mcp_app
 from agent.errors import EXIT_CODES_HELP, UsageError
-from agent.mcp_install import DEFAULT_NAME, HOSTS, plan, write
-from agent.mcp_jobs import JobManager
-from agent.mcp_server import Roots, build_server, serve_http
+from agent.mcp_server.install import DEFAULT_NAME, HOSTS, plan, write
+from agent.mcp_server.jobs import JobManager
+from agent.mcp_server.server import Roots, build_server, serve_http
 from backend import secret_store
 
 TOKEN_ENV = "DFLASH_AGENT_MCP_TOKEN"

@@ -14,8 +14,6 @@ from typing import Any, Literal
 
 import git
 
-from agent import checkpoints as cp
-from agent.approval import make_approver
 from agent.config import Settings
 from agent.context import DEFAULT_N_CTX, ContextKeeper
 from agent.errors import UsageError, UserError
@@ -29,19 +27,21 @@ from agent.events import (
     ToolCall,
     ToolResult,
 )
-from agent.instructions import load_instructions
 from agent.loop import RESULT_PREFIX, Agent, Limits, LoopResult
-from agent.mcp_setup import add_mcp_tools, start_servers
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
 from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
-from agent.session import SessionLog, new_session_id, read_events, session_path
-from agent.slots import hold_slot
+from agent.sessions import checkpoints as cp
+from agent.sessions.approval import make_approver
+from agent.sessions.instructions import load_instructions
+from agent.sessions.log import SessionLog, new_session_id, read_events, session_path
+from agent.sessions.slots import hold_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills
 from tools import reaper
 from tools.base import ToolContext
+from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
