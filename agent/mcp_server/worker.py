@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from agent.config import load_settings
 from agent.errors import UserError, write_crash_log
@@ -115,7 +115,13 @@ def main() -> int:
     """Read the spec, run it, report; the exit code is 0 when a ``done`` line was sent."""
     secret_store.start()  # takes the store handed down by `agent mcp serve`
     try:
-        spec = WorkerSpec.model_validate_json(sys.stdin.readline())
+        try:
+            spec = WorkerSpec.model_validate_json(sys.stdin.readline())
+        except ValidationError as exc:
+            # Only `agent mcp serve` writes this line; a broken one means a mismatched version.
+            raise UserError("the task spec on stdin is not one this version reads "
+                            f"({exc.error_count()} problem(s), first: "
+                            f"{exc.errors()[0]['msg']}); restart the MCP server") from None
         send(run(spec))
         return 0
     except KeyboardInterrupt:

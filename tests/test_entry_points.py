@@ -1,0 +1,58 @@
+"""Every way the agent is started keeps working after the package moves: the console script,
+``python -m agent``, the MCP task worker by its module path (new and old), and MCP host entries
+as earlier versions of ``agent mcp install`` wrote them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from backend.home import HOME_ENV
+
+AGENT_SCRIPT = Path(sys.executable).with_name("agent")
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("command", [[str(AGENT_SCRIPT)], [sys.executable, "-m", "agent"]],
+                         ids=["console-script", "python-m-agent"])
+def test_the_command_line_starts(command: list[str]) -> None:
+    proc = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("dflash-agent ")
+
+
+@pytest.mark.parametrize("module", ["agent.mcp_server.worker", "agent.mcp_worker"])
+def test_the_task_worker_starts_by_module_path_and_refuses_a_broken_spec(module: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", module], input="{not a spec\n",
+                          capture_output=True, text=True, timeout=120)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines and lines[-1]["type"] == "failed", proc.stdout + proc.stderr
+    assert "task spec on stdin" in lines[-1]["message"]
+    assert "crash log" not in lines[-1]["message"]
+    assert proc.returncode == 3
+
+
+def _tools(command: str, args: list[str], home: Path) -> set[str]:
+    async def go() -> set[str]:
+        params = StdioServerParameters(command=command, args=args,
+                                       env={HOME_ENV: str(home)})
+        async with Client(params) as client:
+            return {tool.name for tool in (await client.list_tools()).tools}
+    return anyio.run(go)
+
+
+@pytest.mark.parametrize("entry", ["script", "python-m"])
+def test_host_entries_written_by_earlier_versions_still_start(entry: str, tmp_path: Path,
+                                                             agent_home: Path) -> None:
+    # The two shapes `agent mcp install` has written since it existed (mcp_server/install.py's
+    # server_command): the absolute console script, or the interpreter with `-m agent`.
+    args = ["mcp", "serve", "--root", str(tmp_path), "--base-url", UNREACHABLE]
+    command, args = ((str(AGENT_SCRIPT), args) if entry == "script"
+                     else (sys.executable, ["-m", "agent", *args]))
+    assert "run_task" in _tools(command, args, agent_home)
