@@ -1,11 +1,12 @@
 """Which DFlash draft format a build can load, checked before launch.
 
-BeeLlama ≤0.3 (bee-old) loads both the old ``dflash-draft`` format and upstream ``dflash``
-(``src/llama-arch.cpp`` of that line; backend/facts/beellama-v0.3.2.json); upstream llama.cpp
-and BeeLlama ≥0.4 load only ``dflash`` (BeeLlama CHANGELOG v0.4.0). An old-format draft is
-converted once (:func:`backend.convert.convert_draft`) into the model cache for the builds that
-need it; a file that is no DFlash draft, or one that cannot be converted, is refused with the
-cause and the fix.
+Upstream llama.cpp and BeeLlama ≥0.4 load only upstream ``dflash`` drafts (BeeLlama CHANGELOG
+v0.4.0). BeeLlama ≤0.3 (bee-old) loads its own ``dflash-draft`` format, and a ``dflash`` file
+only with an *earlier* upstream key set (``dflash.target_layer_ids``, ``hidden_norm``), not
+b11434's (shared/engines/README.md, from v0.3.1's ``src/models/dflash_draft.cpp``). So a draft
+in the other format is converted once (:func:`backend.convert.convert_draft`, either way) into
+the model cache; a file that is no DFlash draft, or one that cannot be converted, is refused
+with the cause and the fix.
 """
 
 from __future__ import annotations
@@ -38,42 +39,43 @@ def gguf_architecture(path: Path) -> str:
     return arch if isinstance(arch, str) else ""
 
 
-def converted_path(draft: Path) -> Path:
-    """Where the upstream-format conversion of ``draft`` is (or will be) kept in the cache."""
+def converted_path(draft: Path, to: str = NEW_ARCH) -> Path:
+    """Where the ``to``-format conversion of ``draft`` is (or will be) kept in the cache."""
     stat = draft.stat()
     key = hashlib.sha256(f"{draft.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return home().cache / "models" / "converted" / f"{draft.stem}-{key.hexdigest()[:10]}.gguf"
+    suffix = "" if to == NEW_ARCH else f"-{to}"
+    return home().cache / "models" / "converted" / \
+        f"{draft.stem}-{key.hexdigest()[:10]}{suffix}.gguf"
 
 
 def draft_for(draft: Path, flavour: Flavour,
               note: Callable[[str], None] | None = None) -> Path:
-    """The draft file a ``flavour`` build can load: ``draft`` itself, or its upstream-format
-    conversion (written once under the model cache).
+    """The draft file a ``flavour`` build can load: ``draft`` itself, or its conversion to the
+    format that build loads (written once under the model cache).
 
-    Raises :class:`DraftError` when ``draft`` is not a DFlash draft, or is an old-format draft
-    the conversion cannot map.
+    Raises :class:`DraftError` when ``draft`` is not a DFlash draft, or cannot be converted.
     """
     arch = gguf_architecture(draft)
-    if arch == OLD_ARCH:
-        if flavour == "bee-old":
-            return draft
-        target = converted_path(draft)
-        if not target.is_file():
-            if note:
-                note(f"{draft.name} is in BeeLlama's old '{OLD_ARCH}' format, which {flavour} "
-                     f"builds do not load; converting it once to '{NEW_ARCH}' -> {target}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                convert_draft(draft, target, force=True)
-            except ConvertError as exc:
-                raise DraftError(
-                    f"{draft} is an old-format '{OLD_ARCH}' draft, which this {flavour} build "
-                    f"cannot load, and it cannot be converted ({exc}). Fix: use a BeeLlama "
-                    "v0.3.x engine (`agent backend build --engine beellama --ref v0.3.2`) or "
-                    f"an upstream-format '{NEW_ARCH}' draft") from exc
-        return target
-    if arch == NEW_ARCH:
+    if arch not in (OLD_ARCH, NEW_ARCH):
+        raise DraftError(f"{draft} has architecture '{arch or 'none'}', not a DFlash draft "
+                         f"('{NEW_ARCH}' or '{OLD_ARCH}'); set the preset's `draft` to a DFlash "
+                         "draft GGUF made for the target model")
+    wanted = OLD_ARCH if flavour == "bee-old" else NEW_ARCH
+    if arch == wanted:
         return draft
-    raise DraftError(f"{draft} has architecture '{arch or 'none'}', not a DFlash draft "
-                     f"('{NEW_ARCH}' or '{OLD_ARCH}'); set the preset's `draft` to a DFlash "
-                     "draft GGUF made for the target model")
+    target = converted_path(draft, wanted)
+    if not target.is_file():
+        if note:
+            note(f"{draft.name} is a '{arch}' draft, which {flavour} builds do not load; "
+                 f"converting it once to '{wanted}' -> {target}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            convert_draft(draft, target, force=True, to=wanted)  # type: ignore[arg-type]
+        except ConvertError as exc:
+            fix = ("use a BeeLlama v0.3.x engine (`agent backend build --engine beellama "
+                   "--ref v0.3.2`)" if wanted == NEW_ARCH else
+                   "use an upstream or BeeLlama >=0.4 engine")
+            raise DraftError(
+                f"{draft} is a '{arch}' draft, which this {flavour} build cannot load, and it "
+                f"cannot be converted ({exc}). Fix: {fix}, or a '{wanted}' draft") from exc
+    return target

@@ -17,12 +17,14 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +44,9 @@ LLAMA_CPP_GIT = "https://github.com/ggml-org/llama.cpp.git"
 BEELLAMA_GIT = "https://github.com/Anbeeld/beellama.cpp.git"
 BEELLAMA_DEFAULT_REF = "v0.4.7"
 """The latest BeeLlama release as of November 2026 (v0.3.x tags load old-format drafts)."""
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar", ".zip")
+"""Source archives ``--source`` accepts besides a folder."""
+_VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 Progress = Callable[[str, int | None, int | None], None]
 """Progress callback: (step, units done or None, units total or None)."""
 
@@ -75,6 +80,10 @@ class Engine(BaseModel):
     """CPU features the binary executes (``/proc/cpuinfo`` names); None for a build made before
     engines were keyed by CPU (built with ``-march=native``: unknown, and AMX-enabled)."""
     cpu_tag: str = ""
+    source: str = ""
+    """What was built: a folder, an archive (with its sha256) or a git URL and ref."""
+    flavour: str | None = None
+    """The flavour the built binary's ``--help`` showed (:mod:`backend.flavour`), or None."""
 
 
 def detect_cuda_arch() -> str | None:
@@ -118,12 +127,83 @@ def configure_flags(cuda_arch: str | None,
     return flags
 
 
-def engine_key(engine: str, version: str, flags: list[str], cpu_tag: str = "") -> str:
-    """Directory name for an engine: readable prefix (engine, version, cpu/cuda, the CPU target's
-    tag such as ``avx512``) plus a hash of the flags (which hold every CPU feature option)."""
-    digest = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:10]
+def engine_key(engine: str, version: str, flags: list[str], cpu_tag: str = "",
+               flavour: str = "", source_digest: str = "") -> str:
+    """Directory name for an engine: readable prefix (engine, version, the flavour such as
+    ``bee-old`` when known, cpu/cuda, the CPU target's tag such as ``avx512``) plus a hash of the
+    flags (which hold every CPU feature option) and of the source (``source_digest``)."""
+    digest = hashlib.sha256("\n".join([*flags, source_digest]).encode()).hexdigest()[:10]
     kind = "cuda" if "-DGGML_CUDA=ON" in flags else "cpu"
-    return "-".join(part for part in (engine, version, kind, cpu_tag, digest) if part)
+    return "-".join(part for part in (engine, version, flavour, kind, cpu_tag, digest) if part)
+
+
+def beellama_flavour(version: str) -> str:
+    """The flavour a BeeLlama release is (``bee-old`` up to v0.3, ``bee-new`` from v0.4: its
+    CHANGELOG), or "" when ``version`` is not a release number."""
+    match = _VERSION.fullmatch(version)
+    if not match:
+        return ""
+    major, minor = int(match.group(1)), int(match.group(2))
+    return "bee-old" if (major, minor) < (0, 4) else "bee-new"
+
+
+def _changelog_version(lines: Iterable[str]) -> str | None:
+    """``v0.3.1`` when the first ``## `` heading of a CHANGELOG is a version, else None."""
+    for line in lines:
+        if line.startswith("## "):
+            match = _VERSION.fullmatch(line[3:].strip())
+            return "v" + ".".join(match.groups()) if match else None
+    return None
+
+
+def source_version(root: Path, name_hint: str = "") -> str | None:
+    """A source tree's release (``v0.3.1``): the first heading of its ``CHANGELOG.md`` when that
+    is a version (BeeLlama writes ``## v0.3.1`` on top), else a version in ``name_hint`` (the
+    folder's name, e.g. ``beellama.cpp-v0.3.1``), else None."""
+    try:
+        with (root / "CHANGELOG.md").open(encoding="utf-8", errors="replace") as fh:
+            if found := _changelog_version(fh):
+                return found
+    except OSError:
+        pass
+    if match := _VERSION.search(name_hint):
+        return "v" + ".".join(match.groups())
+    return None
+
+
+def archive_version(archive: Path) -> str | None:
+    """The release a source archive holds, read like :func:`source_version` from its top-level
+    ``CHANGELOG.md`` (without extracting anything else), else from the archive's name; None
+    when neither says, or when the archive cannot be read (extraction reports that)."""
+    text = None
+    try:
+        if archive.name.lower().endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                name = next((n for n in zf.namelist() if n.count("/") <= 1
+                             and n.rsplit("/", 1)[-1] == "CHANGELOG.md"), None)
+                if name:
+                    text = zf.read(name)[:65536]
+        else:
+            with tarfile.open(archive) as tar:
+                for member in tar:
+                    if member.isfile() and member.name.count("/") <= 1 \
+                            and member.name.rsplit("/", 1)[-1] == "CHANGELOG.md":
+                        fh = tar.extractfile(member)
+                        text = fh.read(65536) if fh else None
+                        break
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return None
+    if text is not None and (found := _changelog_version(
+            text.decode("utf-8", errors="replace").splitlines())):
+        return found
+    name = archive.name
+    for suffix in ARCHIVE_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[:-len(suffix)]
+            break
+    if match := _VERSION.search(name):
+        return "v" + ".".join(match.groups())
+    return None
 
 
 def list_engines() -> list[Engine]:
@@ -291,10 +371,107 @@ def source_fingerprint(src: Path) -> str:
 def check_source(src: Path) -> Path:
     """``src`` resolved, when it is a llama.cpp-style source tree; raises :class:`BuildError`."""
     root = src.expanduser().resolve()
+    if not root.exists():
+        raise BuildError("source", f"{src} does not exist; give a source folder or a source "
+                         f"archive ({', '.join(ARCHIVE_SUFFIXES)})")
     if not (root / "CMakeLists.txt").is_file() or not (root / "ggml").is_dir():
         raise BuildError("source", f"{src} is not a llama.cpp source tree (it needs "
                          "CMakeLists.txt and ggml/)")
     return root
+
+
+def is_archive(path: Path) -> bool:
+    """Whether ``path`` names a source archive (by its suffix) rather than a folder."""
+    return path.name.lower().endswith(ARCHIVE_SUFFIXES) and not path.is_dir()
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes (hex)."""
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _unsafe_member(name: str) -> str | None:
+    """Why an archive member name could land outside the folder it is extracted into."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "is an absolute path"
+    if ".." in parts:
+        return "climbs out with '..'"
+    if "\0" in name:
+        return "holds a NUL byte"
+    return None
+
+
+def _check_space(archive: Path, dest: Path, size: int) -> None:
+    free = shutil.disk_usage(dest).free
+    if size > free:
+        raise BuildError("unpack", f"{archive} unpacks to {size / 2**20:.0f} MiB but only "
+                         f"{free / 2**20:.0f} MiB are free in {dest}")
+
+
+def extract_source_archive(archive: Path, dest: Path) -> Path:
+    """Extract a source archive (tar, compressed or not, or zip) into ``dest`` safely; returns
+    the source root in it (the folder with ``CMakeLists.txt`` and ``ggml/``).
+
+    Refused, with :class:`BuildError` (step ``unpack``): a file that is not a readable archive,
+    members with absolute paths or ``..``, links (symbolic or hard) that point outside the tree,
+    device files and FIFOs, and an archive larger than the free disk space. Tar archives use
+    Python's ``data`` extraction filter (which also drops set-uid bits); zip members are checked
+    by name and symbolic-link entries are refused (a source tree needs none).
+    """
+    src = archive.expanduser()
+    if not src.is_file():
+        raise BuildError("source", f"{archive} does not exist or is not a file")
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        if src.name.lower().endswith(".zip"):
+            _extract_zip(src, dest)
+        else:
+            with tarfile.open(src) as tar:
+                members = tar.getmembers()
+                for member in members:
+                    if why := _unsafe_member(member.name):
+                        raise BuildError("unpack", f"refused {archive}: member {member.name!r} "
+                                         f"{why}")
+                _check_space(src, dest, sum(m.size for m in members if m.isfile()))
+                tar.extractall(dest, filter="data")
+    except tarfile.FilterError as exc:
+        raise BuildError("unpack", f"refused {archive}: {exc} (a source archive must not "
+                         "hold links out of its tree or device files)") from exc
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise BuildError("unpack", f"{archive} is not a readable source archive: "
+                         f"{exc or type(exc).__name__}") from exc
+    roots = [dest] if (dest / "CMakeLists.txt").is_file() else []
+    roots += sorted(p.parent for p in dest.glob("*/CMakeLists.txt") if not p.parent.is_symlink())
+    roots = [r for r in roots if (r / "ggml").is_dir()]
+    if not roots:
+        raise BuildError("unpack", f"{archive} holds no llama.cpp source tree (no folder with "
+                         "CMakeLists.txt and ggml/ at its top)")
+    return roots[0]
+
+
+def _extract_zip(archive: Path, dest: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        infos = zf.infolist()
+        for info in infos:
+            if why := _unsafe_member(info.filename):
+                raise BuildError("unpack", f"refused {archive}: member {info.filename!r} {why}")
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise BuildError("unpack", f"refused {archive}: member {info.filename!r} is a "
+                                 "symbolic link (a source archive needs none)")
+        _check_space(archive, dest, sum(i.file_size for i in infos))
+        for info in infos:
+            target = dest / info.filename
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as fin, target.open("wb") as fout:
+                shutil.copyfileobj(fin, fout)
+            if (info.external_attr >> 16) & 0o111:
+                target.chmod(0o755)
 
 
 def clone(url: str, ref: str, dest: Path, log: Path) -> Path:
@@ -329,10 +506,18 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
     parallel compile jobs. Raises :class:`BuildError` naming the failed step (source, fetch,
     clone, unpack, configure, build, install) and the build log.
     """
+    if source is not None and is_archive(source):
+        archive = source.expanduser().resolve()
+        if not archive.is_file():
+            raise BuildError("source", f"{source} does not exist or is not a file")
+        sha = file_sha256(archive)
+        return _build("llama.cpp", f"src-{sha[:10]}", cuda, jobs, progress,
+                      lambda work, log: extract_source_archive(archive, work / "src"),
+                      build_number=None, source_label=f"{archive} (sha256 {sha})")
     if source is not None:
         root = check_source(source)
         return _build("llama.cpp", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
-                      lambda work, log: root, build_number=None)
+                      lambda work, log: root, build_number=None, source_label=str(root))
     if ref is not None:
         return _build("llama.cpp", ref, cuda, jobs, progress,
                       lambda work, log: clone(git_url, ref, work / "src", log),
@@ -355,30 +540,62 @@ def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
                    jobs: int | None = None, progress: Progress | None = None,
                    source: Path | None = None, git_url: str = BEELLAMA_GIT) -> Engine:
     """Build (or reuse) BeeLlama.cpp: cloned at release tag ``ref`` (v0.4.x: bee-new; an older
-    v0.3.x tag: bee-old, for old-format drafts), or from a local checkout ``source``.
+    v0.3.x tag: bee-old, for old-format drafts), or from ``source``: a local checkout or a source
+    archive (``.tar.gz``, ``.zip``…, extracted safely: :func:`extract_source_archive`).
 
-    Same recipe and errors as :func:`build_llama_cpp` (the seed builds BeeLlama with those
-    CMake flags: shared/seed, step 3).
+    The release is read from the tree's ``CHANGELOG.md`` (or the archive's name) and goes into
+    the engine key with its flavour (``beellama-v0.3.1-bee-old-cpu-…``); the source's digest
+    (the archive's sha256, or the folder's file list) is hashed into the key too. Same recipe
+    and errors as :func:`build_llama_cpp` (the seed builds BeeLlama with those CMake flags:
+    shared/seed, step 3).
     """
+    if source is not None and is_archive(source):
+        archive = source.expanduser().resolve()
+        if not archive.is_file():
+            raise BuildError("source", f"{source} does not exist or is not a file")
+        sha = file_sha256(archive)
+        version = archive_version(archive) or f"src-{sha[:10]}"
+
+        def unpack(work: Path, log: Path) -> Path:
+            if progress:
+                progress("unpack", None, None)
+            with log.open("a", encoding="utf-8") as out:
+                out.write(f"\n# extracting {archive} (sha256 {sha})\n")
+            return extract_source_archive(archive, work / "src")
+
+        return _build("beellama", version, cuda, jobs, progress, unpack, build_number=None,
+                      flavour=beellama_flavour(version), source_digest=sha,
+                      source_label=f"{archive} (sha256 {sha})")
     if source is not None:
         root = check_source(source)
-        return _build("beellama", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
-                      lambda work, log: root, build_number=None)
+        fingerprint = source_fingerprint(root)
+        version = source_version(root, root.name) or f"src-{fingerprint}"
+        return _build("beellama", version, cuda, jobs, progress, lambda work, log: root,
+                      build_number=None, flavour=beellama_flavour(version),
+                      source_digest=fingerprint, source_label=str(root))
     return _build("beellama", ref, cuda, jobs, progress,
-                  lambda work, log: clone(git_url, ref, work / "src", log), build_number=None)
+                  lambda work, log: clone(git_url, ref, work / "src", log), build_number=None,
+                  flavour=beellama_flavour(ref), source_label=f"{git_url} at {ref}")
 
 
 def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
            progress: Progress | None, obtain: Callable[[Path, Path], Path],
-           build_number: str | None = LLAMA_CPP_VERSION) -> Engine:
+           build_number: str | None = LLAMA_CPP_VERSION, flavour: str = "",
+           source_digest: str = "", source_label: str = "") -> Engine:
     """The shared recipe: key, lock, reuse, tool checks, obtain the source (into a temporary
-    work dir), configure, build ``llama-server`` out of tree, install."""
+    work dir), configure, build ``llama-server`` out of tree, install.
+
+    ``flavour`` (``bee-old``…, when the release says it) and ``source_digest`` go into the key;
+    ``source_label`` is recorded in the manifest."""
     arch = detect_cuda_arch()
     if cuda and not arch:
-        raise BuildError("configure", "CUDA was requested but nvcc or an NVIDIA GPU is missing")
+        missing = "nvcc" if not shutil.which("nvcc") else \
+            "nvidia-smi" if not shutil.which("nvidia-smi") else "an NVIDIA GPU nvidia-smi sees"
+        raise BuildError("configure", f"CUDA was requested but {missing} is missing (install "
+                         "the CUDA toolkit and driver, or build with --cpu)")
     cpu = build_target(cpu_features())
     flags = configure_flags(arch if cuda is not False else None, build_number, cpu)
-    key = engine_key(name, version, flags, cpu.tag)
+    key = engine_key(name, version, flags, cpu.tag, flavour, source_digest)
     root = home().ensure().engines
     target = root / key
     with FileLock(str(root / f"{key}.lock")):
@@ -387,13 +604,10 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
             engine = Engine.model_validate_json(manifest.read_text("utf-8"))
             if engine.binary.is_file() and cpu_mismatch(engine) is None:
                 return engine
-        for tool in ("cmake", "c++"):
-            if not shutil.which(tool):
-                raise BuildError("configure", f"'{tool}' is not installed; install it (e.g. "
-                                 "apt-get install cmake build-essential) and retry")
+        check_build_tools()
         target.mkdir(parents=True, exist_ok=True)
         log = target / "build.log"
-        log.write_text(f"# build of {key}\n", "utf-8")
+        log.write_text(f"# build of {key}\n# source: {source_label or version}\n", "utf-8")
         with tempfile.TemporaryDirectory(prefix="build-", dir=root) as work:
             work_dir = Path(work)
             src = obtain(work_dir, log)
@@ -406,18 +620,24 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
             if shutil.which("ccache"):
                 cmd += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache",
                         "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+                if arch and cuda is not False:
+                    cmd += ["-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
                 # Relative paths let cache hits survive a different temporary work directory.
                 common = os.path.commonpath([src, work_dir])
                 env["CCACHE_BASEDIR"] = common if common != os.sep else str(src)
             if progress:
                 progress("configure", None, None)
-            _run_logged("configure", cmd, log, cwd=src, env=env)
+            try:
+                _run_logged("configure", cmd, log, cwd=src, env=env)
+            except BuildError as exc:
+                raise _configure_error(exc, log) from exc
             build = ["cmake", "--build", str(build_dir), "--target", "llama-server",
                      "-j", str(jobs or os.cpu_count() or 2)]
             _run_logged("build", build, log, cwd=src, progress=progress, env=env)
             if progress:
                 progress("install", None, None)
-            engine = _install(build_dir / "bin", target, name, version, key, flags, log, cpu)
+            engine = _install(build_dir / "bin", target, name, version, key, flags, log, cpu,
+                              source_label)
             # Chat templates from the tree (e.g. tool-declaring ones for --chat-template-file).
             templates = src / "models" / "templates"
             if templates.is_dir():
@@ -425,8 +645,38 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
     return engine
 
 
+BUILD_TOOLS = (("cmake", "cmake"), ("c++", "build-essential (a C++ compiler)"),
+               ("cc", "build-essential (a C compiler)"))
+"""Programs every build needs, with what to install (Debian/Ubuntu package names)."""
+
+
+def check_build_tools() -> None:
+    """Raise :class:`BuildError` (step ``configure``) naming the first missing build tool: cmake,
+    the C and C++ compilers, and a build program (ninja or make)."""
+    for tool, package in BUILD_TOOLS:
+        if not shutil.which(tool):
+            raise BuildError("configure", f"'{tool}' is not installed; install {package} "
+                             "(e.g. apt-get install cmake build-essential ninja-build) and "
+                             "retry")
+    if not shutil.which("ninja") and not shutil.which("make"):
+        raise BuildError("configure", "neither 'ninja' nor 'make' is installed; install one "
+                         "(e.g. apt-get install ninja-build) and retry")
+
+
+def _configure_error(exc: BuildError, log: Path) -> BuildError:
+    """A configure failure with CMake's own first error line (a missing dependency names
+    itself there: ``Could NOT find CUDAToolkit``, a too old cmake…)."""
+    lines = log.read_text("utf-8", errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("CMake Error"):
+            detail = " ".join(part.strip() for part in lines[i + 1:i + 4] if part.strip())
+            cause = f"{line.strip()} {detail}".strip()[:300]
+            return BuildError("configure", f"cmake failed: {cause}", exc.log, exc.tail)
+    return exc
+
+
 def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: str,
-             flags: list[str], log: Path, cpu: CpuTarget) -> Engine:
+             flags: list[str], log: Path, cpu: CpuTarget, source_label: str = "") -> Engine:
     built = bin_dir / "llama-server"
     if not built.is_file():
         raise BuildError("install", f"the build produced no {built}", log, _tail(log))
@@ -439,6 +689,23 @@ def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: s
         shutil.copy2(lib, dest / lib.name, follow_symlinks=True)
     engine = Engine(engine=name, version=version, key=key,
                     binary=dest / "llama-server", configure_flags=flags,
-                    installed_at=time.time(), cpu_features=cpu.requires, cpu_tag=cpu.tag)
+                    installed_at=time.time(), cpu_features=cpu.requires, cpu_tag=cpu.tag,
+                    source=source_label, flavour=_built_flavour(dest / "llama-server", log))
     _write_manifest(engine)
     return engine
+
+
+def _built_flavour(binary: Path, log: Path) -> str | None:
+    """The flavour the new binary's ``--help`` shows (noted in the build log), or None when it
+    does not run here (e.g. a CUDA build on a machine whose driver is missing)."""
+    from backend.flavour import detect_flavour
+
+    try:
+        found: str | None = detect_flavour(binary)
+    except (OSError, subprocess.SubprocessError) as exc:
+        found, note = None, f"# flavour: unknown ({binary} --help did not run: {exc})\n"
+    else:
+        note = f"# flavour (from --help): {found}\n"
+    with log.open("a", encoding="utf-8") as out:
+        out.write(note)
+    return found

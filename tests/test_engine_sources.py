@@ -62,7 +62,7 @@ def test_the_cli_builds_beellama_at_another_tag(fork: Path, agent_home: Path):
     proc = _agent("backend", "build", "--engine", "beellama", "--ref", "v0.4.7", "--cpu",
                   "--git-url", str(fork), home=agent_home)
     assert proc.returncode == 0, proc.stderr
-    assert "engine beellama-v0.4.7-cpu-" in proc.stdout
+    assert "engine beellama-v0.4.7-bee-new-cpu-" in proc.stdout
 
 
 def test_a_clone_failure_names_the_tag_and_the_way_out(fork: Path, tmp_path: Path):

