@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agent.call_protocol import RESULT_PREFIX
 from agent.client import ServerClient
 
 Message = dict[str, Any]
@@ -26,9 +27,8 @@ DROPPED = "[output dropped to save context]"
 DROPPED_ARGS = json.dumps({"dropped": "[arguments dropped to save context]"})
 KEEP_ARGS_CHARS = 200
 CUT_REPLY = " [... rest of this reply dropped to save context]"
-# The json protocol without a tool role sends results as user messages with this first line
-# (loop.RESULT_PREFIX; not imported because the loop imports this module).
-RESULT_HEAD = "[result of tool "
+# Results sent as user messages (text; json without a tool role) start with this.
+RESULT_HEAD = RESULT_PREFIX.split("{", 1)[0]
 SAFETY_MARGIN = 0.05
 
 DEFAULT_N_CTX = 4096

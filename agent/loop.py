@@ -12,12 +12,12 @@ of a session that started ``native`` stays), so the prompt the server renders ke
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from agent.call_protocol import Call, CallProtocol, Protocol
 from agent.client import ContextOverflow, ServerClient, Turn
 from agent.context import PROTECTED, ContextKeeper
 from agent.doom import LoopDetector
@@ -34,33 +34,15 @@ from agent.events import (
     ToolResult,
 )
 from agent.prompts import JSON_SWITCH, switch_note
-from agent.protocol import (
-    FINAL_ANSWER,
-    FormatError,
-    calls_in_text,
-    json_response_format,
-    lenient_json,
-    parse_json_call,
-    tools_with_final,
-)
+from agent.protocol import FINAL_ANSWER, FormatError, tools_with_final
 from agent.protocol_choice import ProtocolDecision
-from agent.text_protocol import (
-    cut_detail,
-    mismatched,
-    no_call_message,
-    parse_text_calls,
-    render_call,
-    usage,
-)
 from tools.registry import Registry
 
-Protocol = Literal["native", "json", "text"]
 MAX_FORMAT_ERRORS = 3
 FALLBACK_AFTER = 2
 """Malformed replies in a row after which a session with a fallback protocol takes it."""
 KEEP_CUT_CHARS = 200
 """Characters of a reply cut by max_tokens kept in the history (the rest is a runaway)."""
-RESULT_PREFIX = "[result of tool {name}]\n"
 NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call "
         "final_answer if the task is done.]")
 
@@ -111,7 +93,6 @@ class Agent:
                  history: list[dict[str, Any]] | None = None,
                  context: ContextKeeper | None = None, ui: Any = None):
         self.client, self.registry, self.session_id = client, registry, session_id
-        self.protocol, self.tool_role = protocol, tool_role
         self.emit, self.sampling = emit, sampling or {}
         self.limits, self.max_tokens = limits or Limits(), max_tokens
         self.approve, self.context = approve, context
@@ -120,15 +101,10 @@ class Agent:
         if context is not None and context.budget is not None:
             self.max_tokens = min(max_tokens, context.budget.max_output)
         self.messages: list[dict[str, Any]] = list(history or [])
-        self.tools = registry.openai_tools()
-        # The template renders `tools` into the prompt: a session that started native keeps
-        # sending them after a fallback, or the rendered system prompt would change.
-        self._offered = self.tools if protocol == "native" else None
+        self.calls = CallProtocol(protocol, registry, tool_role=tool_role)
         self.fallback = self._take(auto_switch)
         if not self.messages:
             self._add({"role": "system", "content": system})
-        self._schemas = {t["function"]["name"]: t["function"]["parameters"]
-                         for t in tools_with_final(self.tools)}
         self.steps = 0
         self.timings: list[Timings] = []
         self._loops = LoopDetector()
@@ -136,14 +112,18 @@ class Agent:
         self._pending: list[tuple[str, str]] = []
         self._results: list[tuple[str, bool]] = []
         """Text-protocol results of the current reply: (content, protected), sent as one."""
-        self._native_calls_seen = False
+
+    @property
+    def protocol(self) -> Protocol:
+        """The tool-call protocol the next request uses."""
+        return self.calls.name
 
     def _take(self, decision: bool | ProtocolDecision) -> str | None:
         """The fallback protocol allowed; logs a new session's decision, and continues a
         resumed history that already fell back in json."""
         if any(m.get("role") == "user" and JSON_SWITCH in str(m.get("content"))
                for m in self.messages):
-            self.protocol = "json"
+            self.calls.switch("json")
             return None
         if not isinstance(decision, ProtocolDecision):
             return "json" if decision and self.protocol != "json" else None
@@ -199,7 +179,7 @@ class Agent:
         return LoopResult(text=text, reason=reason, steps=self.steps, timings=self.timings)
 
     def _request(self) -> Turn:
-        tools = self._offered
+        tools = self.calls.offered
         if self.context is not None:
             compacted = self.context.before_request(self.messages, tools)
             if compacted is not None:
@@ -218,7 +198,7 @@ class Agent:
         """Compact the history now (``/compact``); False when the context size is unknown."""
         if self.context is None or self.context.budget is None:
             return False
-        self._replace_history(self.context.compact_now(self.messages, self._offered))
+        self._replace_history(self.context.compact_now(self.messages, self.calls.offered))
         return True
 
     def _replace_history(self, messages: list[dict[str, Any]]) -> None:
@@ -231,10 +211,9 @@ class Agent:
             self.ui.request_started(self.protocol)
             on_text = self.ui.stream
         try:
-            grammar = json_response_format(self.tools) if self.protocol == "json" else None
-            return self.client.complete(self.messages, tools=self._offered,
-                                        response_format=grammar, sampling=self.sampling,
-                                        max_tokens=self.max_tokens, on_text=on_text)
+            return self.client.complete(self.messages, **self.calls.request_fields(),
+                                        sampling=self.sampling, max_tokens=self.max_tokens,
+                                        on_text=on_text)
         finally:
             if self.ui is not None:
                 self.ui.request_done()
@@ -247,9 +226,9 @@ class Agent:
         if protocol == "text" and turn.finish_reason == "length":
             # Whatever parsed before the cut is part of a runaway: nothing of it runs.
             self._log_turn(turn, protocol, [])
-            return self._cut(turn, cut_detail(turn.content, set(self._schemas)))
+            return self._cut(turn, self.calls.cut_detail(turn))
         try:
-            calls = self._calls(turn)
+            calls = self.calls.parse(turn)
         except FormatError as exc:
             self._log_turn(turn, protocol, [])
             if turn.finish_reason == "length":
@@ -258,20 +237,15 @@ class Agent:
         self._log_turn(turn, protocol, calls)
         if not calls and turn.finish_reason == "length":
             return self._cut(turn)
+        self._add(self.calls.assistant_message(turn, calls))
         if not calls:
-            self._add({"role": "assistant", "content": turn.content})
-            if self.fallback and protocol == "native" and not self._native_calls_seen:
+            if self.fallback and protocol == "native" and not self.calls.native_calls_seen:
                 # A model that answers in prose before ever calling a tool natively does not
                 # speak the template's tool format.
                 self._switch("the model answered in prose before any native tool call")
                 return None
             return turn.content.strip(), "done"
         self._format_errors = 0
-        if protocol == "native":
-            self._add({"role": "assistant", "content": turn.content or None,
-                       "tool_calls": [_wire(c) for c in calls]})
-        else:
-            self._add({"role": "assistant", "content": turn.content})
         self._pending = [(c["id"], c["name"]) for c in calls]
         outcome = self._run(calls)
         self._flush_results()
@@ -279,7 +253,7 @@ class Agent:
             self._switch("the model wrote its tool call as text instead of a native call")
         return outcome
 
-    def _run(self, calls: list[dict[str, Any]]) -> tuple[str, str] | None:
+    def _run(self, calls: list[Call]) -> tuple[str, str] | None:
         """Run ``calls`` in order; the task's outcome when one ends it."""
         for call in calls:
             if call["name"] == FINAL_ANSWER:
@@ -299,49 +273,9 @@ class Agent:
         return None
 
     def _inject(self, name: str, arguments: dict[str, Any]) -> None:
-        call = {"id": _new_id(), "name": name, "arguments": arguments}
-        if self.protocol == "json":
-            self._add({"role": "assistant",
-                       "content": json.dumps({"tool": name, "arguments": arguments})})
-        elif self.protocol == "text":
-            self._add({"role": "assistant",
-                       "content": render_call(name, arguments, self._schemas.get(name, {}))})
-        else:
-            self._add({"role": "assistant", "content": None, "tool_calls": [_wire(call)]})
+        call, message = self.calls.injected(name, arguments)
+        self._add(message)
         self._execute(call)
-
-    def _calls(self, turn: Turn) -> list[dict[str, Any]]:
-        if self.protocol == "json":
-            name, args = parse_json_call(turn.content)
-            return [{"id": _new_id(), "name": name, "arguments": args}]
-        if self.protocol == "text":
-            found = [(c.name, c.arguments) for c in parse_text_calls(turn.content,
-                                                                     self._schemas)]
-            # A model that writes calls the json way anyway: repaired, not refused.
-            found = found or calls_in_text(turn.content, set(self._schemas))
-            if not found:
-                raise FormatError(no_call_message(self._schemas))
-            return [{"id": _new_id(), "name": n, "arguments": a} for n, a in found]
-        calls = []
-        for raw in turn.tool_calls:
-            try:
-                args = lenient_json(raw["arguments"]) if raw["arguments"].strip() else {}
-            except ValueError as exc:
-                raise FormatError(f"arguments of {raw['name']} are not valid JSON: {exc}") from exc
-            calls.append({"id": raw["id"] or _new_id(), "name": raw["name"],
-                          "arguments": args})
-        if calls:
-            self._native_calls_seen = True
-            return calls
-        written = calls_in_text(turn.content, set(self.registry.tools))
-        if not written and turn.finish_reason == "tool_calls":
-            raise FormatError("finish_reason was tool_calls but no call arrived; call a tool "
-                              "with valid arguments")
-        if not written and not turn.content.strip():
-            # Reasoning that ran out of tokens, or nothing at all: never a silent stop.
-            raise FormatError("the reply had no answer and no tool call; call a tool, or reply "
-                              "with a short summary when the task is done")
-        return [{"id": _new_id(), "name": n, "arguments": a} for n, a in written]
 
     def _cut(self, turn: Turn, where: str = "before it called a tool or finished"
              ) -> tuple[str, str]:
@@ -357,10 +291,13 @@ class Agent:
     def _switch(self, reason: str, before: str = "") -> None:
         """Take the fallback protocol: one user message (``before`` + how to call tools now);
         the system prompt and earlier messages stay as they were sent."""
-        previous, self.protocol, self.fallback = self.protocol, self.fallback or "json", None
+        previous = self.protocol
+        self.calls.switch(self.fallback or "json")
+        self.fallback = None
         self.emit(ProtocolChoice(session_id=self.session_id, protocol=self.protocol,
                                  reason=reason, previous=previous, step=self.steps))
-        self._add({"role": "user", "content": before + switch_note(tools_with_final(self.tools))})
+        note = switch_note(tools_with_final(self.calls.tools))
+        self._add({"role": "user", "content": before + note})
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         self._format_errors += 1
@@ -377,32 +314,22 @@ class Agent:
                 "format_errors"
         return None
 
-    def _execute(self, call: dict[str, Any], note: str = "") -> None:
+    def _execute(self, call: Call, note: str = "") -> None:
         self.emit(ToolCall(session_id=self.session_id, step=self.steps, call_id=call["id"],
                            name=call["name"], arguments=call["arguments"]))
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
-        text = obs.text
-        schema = self._schemas.get(call["name"])
-        if self.protocol == "text" and obs.is_error and schema is not None \
-                and mismatched(call["arguments"], schema):
-            text += f"\nThe form of {call['name']} is:\n{usage(call['name'], schema)}"
+        text = obs.text + (self.calls.error_hint(call) if obs.is_error else "")
         self._answer(call["id"], call["name"], text + note, obs.is_error,
                      time.monotonic() - started, obs.protected)
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,
                 duration: float, protected: bool = False) -> None:
         self._pending = [p for p in self._pending if p[0] != call_id]
-        content = ("ERROR: " if is_error else "") + text
+        message = self.calls.result_message(call_id, name, ("ERROR: " if is_error else "") + text)
         if self.protocol == "text":
-            # One user message per reply (_flush_results): templates that insist on
-            # alternating roles (Mistral, Gemma 2) refuse several user messages in a row.
-            self._results.append((RESULT_PREFIX.format(name=name) + content, protected))
+            self._results.append((message["content"], protected))  # sent as one: _flush_results
         else:
-            if self.protocol == "json" and not self.tool_role:
-                message = {"role": "user", "content": RESULT_PREFIX.format(name=name) + content}
-            else:
-                message = {"role": "tool", "tool_call_id": call_id, "content": content}
             # Compaction keeps flagged messages verbatim (agent.context.PROTECTED).
             self._add({**message, PROTECTED: True} if protected else message)
         self.emit(ToolResult(session_id=self.session_id, step=self.steps, call_id=call_id,
@@ -418,20 +345,10 @@ class Agent:
         self._results.clear()
         self._add({**message, PROTECTED: True} if protected else message)
 
-    def _log_turn(self, turn: Turn, protocol: str, calls: list[dict[str, Any]]) -> None:
+    def _log_turn(self, turn: Turn, protocol: str, calls: list[Call]) -> None:
         self.emit(ModelTurn(session_id=self.session_id, step=self.steps, protocol=protocol,
                             content=turn.content, finish_reason=turn.finish_reason,
                             usage=turn.usage, timings=turn.timings,
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
                                                      arguments=c["arguments"]) for c in calls]))
 
-
-def _new_id() -> str:
-    # Unique across tasks and resumes: resume matches results to calls by id.
-    return f"call_{secrets.token_hex(6)}"
-
-
-def _wire(call: dict[str, Any]) -> dict[str, Any]:
-    return {"id": call["id"], "type": "function",
-            "function": {"name": call["name"],
-                         "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}

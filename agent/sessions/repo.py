@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import git
 
+from agent.call_protocol import RESULT_PREFIX
 from agent.config import Settings
 from agent.context import DEFAULT_N_CTX, ContextKeeper
 from agent.errors import UsageError, UserError
@@ -27,7 +28,7 @@ from agent.events import (
     ToolCall,
     ToolResult,
 )
-from agent.loop import RESULT_PREFIX, Agent, Limits, LoopResult
+from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
 from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
@@ -322,10 +323,5 @@ def _unanswered(record: SessionRecord,
     out = []
     for e in record.events:
         if isinstance(e, ToolCall) and e.call_id not in answered:
-            if agent.protocol == "text" or (agent.protocol == "json" and not agent.tool_role):
-                message = {"role": "user",
-                           "content": RESULT_PREFIX.format(name=e.name) + INTERRUPTED}
-            else:
-                message = {"role": "tool", "tool_call_id": e.call_id, "content": INTERRUPTED}
-            out.append((e, message))
+            out.append((e, agent.calls.result_message(e.call_id, e.name, INTERRUPTED)))
     return out

@@ -1,0 +1,151 @@
+"""What differs per tool-call protocol (``text``, ``json``, ``native``): the request's protocol
+fields, turning a reply into calls, and the messages that record a call and its result.
+
+:class:`agent.loop.Agent` owns the step loop and asks a :class:`CallProtocol` for everything that
+depends on the protocol, so the loop reads the same for all three.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, Literal
+
+from agent.client import Turn
+from agent.protocol import (
+    FormatError,
+    calls_in_text,
+    json_response_format,
+    lenient_json,
+    parse_json_call,
+    tools_with_final,
+)
+from agent.text_protocol import (
+    cut_detail,
+    mismatched,
+    no_call_message,
+    parse_text_calls,
+    render_call,
+    usage,
+)
+from tools.registry import Registry
+
+Protocol = Literal["native", "json", "text"]
+RESULT_PREFIX = "[result of tool {name}]\n"
+"""First line of a result sent as a user message (``text``; ``json`` without a tool role)."""
+
+Call = dict[str, Any]
+"""``{"id": str, "name": str, "arguments": dict}``."""
+
+
+class CallProtocol:
+    """How tool calls travel under protocol ``name`` for the tools of ``registry``.
+
+    ``tool_role`` says whether the chat template renders ``tool`` messages (else json-protocol
+    results go back as ``user`` messages). ``name`` changes on a fallback (:meth:`switch`); the
+    ``tools`` a session that started ``native`` offered keep being sent, because the template
+    renders them into the prompt and dropping them would change its prefix.
+    """
+
+    def __init__(self, name: Protocol, registry: Registry, *, tool_role: bool = True):
+        self.name, self.registry, self.tool_role = name, registry, tool_role
+        self.tools = registry.openai_tools()
+        self.offered = self.tools if name == "native" else None
+        self.schemas: dict[str, dict[str, Any]] = {
+            t["function"]["name"]: t["function"]["parameters"]
+            for t in tools_with_final(self.tools)}
+        self.native_calls_seen = False
+        """A native call arrived this session (a model that never made one may not speak the
+        template's tool format)."""
+
+    def switch(self, name: Protocol) -> None:
+        self.name = name
+
+    def request_fields(self) -> dict[str, Any]:
+        """``tools`` and ``response_format`` for the next request (None: not sent)."""
+        grammar = json_response_format(self.tools) if self.name == "json" else None
+        return {"tools": self.offered, "response_format": grammar}
+
+    def parse(self, turn: Turn) -> list[Call]:
+        """The calls in ``turn``, in order; raises :class:`FormatError` with feedback for the
+        model when it holds none in this protocol's form (prose under ``native`` is an answer:
+        ``[]``)."""
+        if self.name == "json":
+            name, args = parse_json_call(turn.content)
+            return [_call(name, args)]
+        if self.name == "text":
+            found = [(c.name, c.arguments) for c in parse_text_calls(turn.content, self.schemas)]
+            # A model that writes calls the json way anyway: repaired, not refused.
+            found = found or calls_in_text(turn.content, set(self.schemas))
+            if not found:
+                raise FormatError(no_call_message(self.schemas))
+            return [_call(n, a) for n, a in found]
+        calls = []
+        for raw in turn.tool_calls:
+            try:
+                args = lenient_json(raw["arguments"]) if raw["arguments"].strip() else {}
+            except ValueError as exc:
+                raise FormatError(f"arguments of {raw['name']} are not valid JSON: {exc}") from exc
+            calls.append(_call(raw["name"], args, raw["id"]))
+        if calls:
+            self.native_calls_seen = True
+            return calls
+        written = calls_in_text(turn.content, set(self.registry.tools))
+        if not written and turn.finish_reason == "tool_calls":
+            raise FormatError("finish_reason was tool_calls but no call arrived; call a tool "
+                              "with valid arguments")
+        if not written and not turn.content.strip():
+            # Reasoning that ran out of tokens, or nothing at all: never a silent stop.
+            raise FormatError("the reply had no answer and no tool call; call a tool, or reply "
+                              "with a short summary when the task is done")
+        return [_call(n, a) for n, a in written]
+
+    def cut_detail(self, turn: Turn) -> str:
+        """Where a ``text`` reply cut by max_tokens stopped (which call was left open)."""
+        return cut_detail(turn.content, set(self.schemas))
+
+    def assistant_message(self, turn: Turn, calls: list[Call]) -> dict[str, Any]:
+        """The reply as the history keeps it: verbatim, plus wire ``tool_calls`` under
+        ``native``."""
+        if calls and self.name == "native":
+            return {"role": "assistant", "content": turn.content or None,
+                    "tool_calls": [_wire(c) for c in calls]}
+        return {"role": "assistant", "content": turn.content}
+
+    def injected(self, name: str, arguments: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
+        """A call the product makes as if the model had (``agent run --skill``), and the
+        assistant message that reads as the model writing it."""
+        call = _call(name, arguments)
+        if self.name == "json":
+            return call, {"role": "assistant",
+                          "content": json.dumps({"tool": name, "arguments": arguments})}
+        if self.name == "text":
+            return call, {"role": "assistant",
+                          "content": render_call(name, arguments, self.schemas.get(name, {}))}
+        return call, {"role": "assistant", "content": None, "tool_calls": [_wire(call)]}
+
+    def error_hint(self, call: Call) -> str:
+        """Appended to a failed ``text`` call whose arguments do not fit its tool: the form."""
+        schema = self.schemas.get(call["name"])
+        if self.name == "text" and schema is not None and mismatched(call["arguments"], schema):
+            return f"\nThe form of {call['name']} is:\n{usage(call['name'], schema)}"
+        return ""
+
+    def result_message(self, call_id: str, name: str, content: str) -> dict[str, Any]:
+        """The message that answers a call. Under ``text`` the loop joins a reply's results
+        into one user message: templates that insist on alternating roles (Mistral, Gemma 2)
+        refuse several user messages in a row."""
+        if self.name == "text" or (self.name == "json" and not self.tool_role):
+            return {"role": "user", "content": RESULT_PREFIX.format(name=name) + content}
+        return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _call(name: str, arguments: dict[str, Any], call_id: str | None = None) -> Call:
+    # Unique across tasks and resumes: resume matches results to calls by id.
+    return {"id": call_id or f"call_{secrets.token_hex(6)}", "name": name, "arguments": arguments}
+
+
+def _wire(call: Call) -> dict[str, Any]:
+    return {"id": call["id"], "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
