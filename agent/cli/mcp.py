@@ -15,7 +15,7 @@ from rich.console import Console
 from agent.errors import EXIT_ERROR, UsageError, UserError
 from tools.mcp import config as mcp_config
 from tools.mcp.manager import McpManager, read_quarantines
-from tools.mcp.setup import trusted_configs
+from tools.mcp.setup import startup_problems, trusted_configs
 
 mcp_app = typer.Typer(help="MCP: servers the agent uses (list, add) and the agent as an MCP "
                       "server (serve, install).", no_args_is_help=True, rich_markup_mode=None)
@@ -105,6 +105,8 @@ def list_cmd(repo: RepoOpt = Path("."),
     manager = McpManager([s for s in cfg.servers.values() if s.name in allowed], cwd=root)
     try:
         manager.start()
+        # Failures are the rows' status; only a working server's stdout junk needs a warning.
+        warnings += startup_problems(manager, failed=False)
         quarantines = read_quarantines()
         rows = []
         for name, server in cfg.servers.items():

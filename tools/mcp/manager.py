@@ -26,6 +26,7 @@ from typing import IO, Any, Literal
 import anyio
 import httpx2
 import mcp_types
+import pydantic
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -40,6 +41,8 @@ Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
 CLIENT_INFO = mcp_types.Implementation(name="dflash-agent", version="1")
 STOP_GRACE_S = 10.0
 """Seconds a runner gets to close its connection (the SDK bounds its own shutdown at ~5 s)."""
+STRAY_KEPT = 3
+"""Non-protocol stdout lines kept per server for the warning (the rest are only counted)."""
 BASE_ENV = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL",
             "LC_CTYPE", "TZ", "TMPDIR")
 """What a stdio server gets besides its config's ``env``: enough to start, nothing secret."""
@@ -123,6 +126,30 @@ class ServerState:
     done: anyio.Event | None = None
     log: Path | None = None
     """Where a stdio server's stderr goes."""
+    stray: list[str] = field(default_factory=list)
+    """The first :data:`STRAY_KEPT` lines the server wrote to stdout that were not MCP."""
+    stray_count: int = 0
+    """How many such lines there were in all (they are skipped, the connection goes on)."""
+
+    def note_stray(self, exc: Exception) -> None:
+        """Record what the transport could not parse; stdio hands each such stdout line to
+        the client as the parse error, whose ``input`` is the line itself."""
+        self.stray_count += 1
+        if len(self.stray) >= STRAY_KEPT:
+            return
+        line = describe_error(exc)
+        if isinstance(exc, pydantic.ValidationError) and exc.errors():
+            raw = exc.errors()[0].get("input")
+            line = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+        self.stray.append(line if len(line) <= 200 else line[:200] + " …")
+
+    def stray_summary(self) -> str | None:
+        """One phrase about the non-MCP stdout lines (None when there were none)."""
+        if not self.stray_count:
+            return None
+        lines = "a line" if self.stray_count == 1 else f"{self.stray_count} lines"
+        shown = ", ".join(repr(line) for line in self.stray)
+        return f"printed {lines} on stdout that are not MCP ({shown})"
 
 
 class McpManager:
@@ -170,6 +197,7 @@ class McpManager:
 
     async def _start_one(self, state: ServerState) -> None:
         state.status, state.error, state.tools = "starting", None, []
+        state.stray, state.stray_count = [], 0
         state.stop, state.done = anyio.Event(), anyio.Event()
         ready = anyio.Event()
         asyncio.get_running_loop().create_task(self._run(state, ready))
@@ -185,7 +213,8 @@ class McpManager:
                     transport = await self._transport(state, stack)
                     client = await stack.enter_async_context(
                         Client(transport, client_info=CLIENT_INFO,
-                               read_timeout_seconds=cfg.startup_timeout))
+                               read_timeout_seconds=cfg.startup_timeout,
+                               message_handler=_stray_recorder(state)))
                     state.tools = await _list_tools(client)
                     scope.deadline = math.inf
                     state.client, state.status = client, "ready"
@@ -311,6 +340,15 @@ class McpManager:
         self._thread.join(timeout=STOP_GRACE_S)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+def _stray_recorder(state: ServerState) -> Any:
+    """A ``message_handler`` that records transport errors (a stdio server's non-MCP stdout
+    lines) on ``state``; server notifications need nothing from us."""
+    async def handle(message: Any) -> None:
+        if isinstance(message, Exception):
+            state.note_stray(message)
+    return handle
 
 
 async def _list_tools(client: Client) -> list[mcp_types.Tool]:

@@ -58,11 +58,27 @@ def start_servers(root: Path | None, warn: Callable[[str], None], session_id: st
         return None
     manager = McpManager(allowed, cwd=root, session_id=session_id)
     manager.start()
-    for name, state in manager.servers.items():
-        if state.status != "ready":
-            log = f" (stderr: {state.log})" if state.log else ""
-            warn(f"MCP server '{name}' failed to start: {state.error}{log}")
+    for line in startup_problems(manager):
+        warn(line)
     return manager
+
+
+def startup_problems(manager: McpManager, failed: bool = True) -> list[str]:
+    """One line per server that failed to start (when ``failed``) or that printed non-MCP
+    lines on stdout: the SDK skips those lines, so without this a banner or a stray ``print``
+    would only be in a log while the server looks healthy."""
+    lines: list[str] = []
+    for name, state in manager.servers.items():
+        stray = state.stray_summary()
+        if state.status == "ready":
+            if stray:
+                lines.append(f"MCP server '{name}' {stray}; they were skipped and the server "
+                             "works, but it should write its logs to stderr")
+        elif failed:
+            log = f" (stderr: {state.log})" if state.log else ""
+            also = f"; it {stray}" if stray else ""
+            lines.append(f"MCP server '{name}' failed to start: {state.error}{log}{also}")
+    return lines
 
 
 def add_mcp_tools(registry: Registry, ctx: ToolContext, manager: McpManager,
