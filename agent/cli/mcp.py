@@ -1,4 +1,4 @@
-"""``agent mcp``: the MCP servers the agent uses (list, add) and the agent as an MCP server
+"""``agent mcp``: the MCP servers the agent uses (list, add, remove) and the agent as an MCP server
 (serve, install; in :mod:`agent.cli.mcp_serve`)."""
 
 from __future__ import annotations
@@ -13,11 +13,16 @@ import typer
 from rich.console import Console
 
 from agent.errors import EXIT_ERROR, UsageError, UserError
+from tools.base import ToolContext
 from tools.mcp import config as mcp_config
 from tools.mcp.manager import McpManager, read_quarantines
 from tools.mcp.setup import startup_problems, trusted_configs
+from tools.mcp.tool import build_tools
+from tools.registry import default_registry
+from tools.workspace import Workspace
 
-mcp_app = typer.Typer(help="MCP: servers the agent uses (list, add) and the agent as an MCP "
+mcp_app = typer.Typer(help="MCP: servers the agent uses (list, add, remove) and the agent as "
+                      "an MCP "
                       "server (serve, install).", no_args_is_help=True, rich_markup_mode=None)
 
 
@@ -91,6 +96,25 @@ def add_cmd(
     typer.echo(f"added MCP server '{name}' to {path}")
 
 
+@mcp_app.command("remove")
+def remove_cmd(
+    name: Annotated[str, typer.Argument(help="The server to remove.")],
+    scope: Annotated[str | None, typer.Option(
+        "--scope", help="user or project: where to remove it from (needed when both define "
+        "it).")] = None,
+    repo: RepoOpt = Path("."),
+) -> None:
+    """Remove an MCP server's entry from the config file it is in; every other entry and
+    byte of that file stays as it was."""
+    if scope not in (None, "user", "project"):
+        raise UsageError(f"--scope must be user or project, not '{scope}'")
+    try:
+        paths = mcp_config.remove_server(name, _repo_root(repo), scope)  # type: ignore[arg-type]
+    except mcp_config.McpConfigError as exc:
+        raise UserError(str(exc)) from exc
+    typer.echo(f"removed MCP server '{name}' from {' and '.join(map(str, paths))}")
+
+
 @mcp_app.command("list")
 def list_cmd(repo: RepoOpt = Path("."),
              json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
@@ -107,17 +131,21 @@ def list_cmd(repo: RepoOpt = Path("."),
         manager.start()
         # Failures are the rows' status; only a working server's stdout junk needs a warning.
         warnings += startup_problems(manager, failed=False)
+        left_out = _left_out(manager, root)
         quarantines = read_quarantines()
         rows = []
         for name, server in cfg.servers.items():
             state = manager.servers.get(name)
             status = state.status if state else "untrusted (not started)"
             record = quarantines.get(name)
+            dropped = left_out.get(name, {})
             rows.append({
                 "name": name, "scope": server.scope, "source": str(server.source),
                 "transport": server.transport, "target": server.describe(), "status": status,
                 "error": state.error if state else None,
-                "tools": [t.name for t in state.tools] if state else [],
+                "tools": [t.name for t in state.tools if t.name not in dropped] if state
+                else [],
+                "left_out": [{"tool": t, "reason": r} for t, r in dropped.items()],
                 "last_quarantine": record})
     finally:
         manager.close()
@@ -138,12 +166,30 @@ def list_cmd(repo: RepoOpt = Path("."),
         raise typer.Exit(EXIT_ERROR)
 
 
+def _left_out(manager: McpManager, root: Path) -> dict[str, dict[str, str]]:
+    """Per server, the tools a session would leave out (tool → why), decided the way a session
+    decides it: next to the core tools, whose names MCP tools must not take."""
+    core = default_registry(Workspace(root))
+    try:
+        _, left_out = build_tools(ToolContext(Workspace(root)), manager, core.tools)
+    finally:
+        core.close()
+    out: dict[str, dict[str, str]] = {}
+    for item in left_out:
+        out.setdefault(item.server, {})[item.tool] = item.reason
+    return out
+
+
 def _print_rows(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         typer.echo(f"{row['name']} [{row['scope']}, {row['transport']}] {row['target']}")
         typer.echo(f"  status: {row['status']}" + (f" ({row['error']})" if row["error"] else ""))
-        if row["tools"]:
-            typer.echo(f"  tools ({len(row['tools'])}): " + ", ".join(row["tools"]))
+        if row["tools"] or row["left_out"]:
+            total = len(row["tools"]) + len(row["left_out"])
+            count = f"{len(row['tools'])} of {total} used" if row["left_out"] else str(total)
+            typer.echo(f"  tools ({count}): " + (", ".join(row["tools"]) or "none"))
+        for item in row["left_out"]:
+            typer.echo(f"  left out: {item['tool']} ({item['reason']})")
         if row["last_quarantine"]:
             q = row["last_quarantine"]
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(q.get("time", 0)))

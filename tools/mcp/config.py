@@ -300,3 +300,105 @@ def add_server(name: str, entry: dict[str, Any], scope: Scope, repo: Path | None
     if scope == "project" and trusted_before:
         trust(path)
     return path
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class _Member:
+    """Where one ``"key": value`` pair of a JSON object lies in the file's text."""
+
+    key: str
+    start: int
+    """Index of the key's opening quote."""
+    value: int
+    """Index of the value's first character."""
+    end: int
+    """Index just past the value."""
+
+
+def _members(text: str, open_at: int) -> tuple[list[_Member], int]:
+    """The members of the JSON object whose ``{`` is at ``open_at``, and the index of its
+    ``}``. ``text`` must already have parsed as JSON (so every step below finds what JSON
+    requires there)."""
+    decoder = json.JSONDecoder()
+    members: list[_Member] = []
+    i = _skip_space(text, open_at + 1)
+    while text[i] != "}":
+        key, after_key = json.decoder.scanstring(text, i + 1)
+        value = _skip_space(text, _skip_space(text, after_key) + 1)  # past the ':'
+        _, end = decoder.raw_decode(text, value)
+        members.append(_Member(key, i, value, end))
+        i = _skip_space(text, end)
+        if text[i] == ",":
+            i = _skip_space(text, i + 1)
+    return members, i
+
+
+def _without_server(text: str, name: str) -> str:
+    """``text`` (a parsed ``mcpServers`` file) with every ``name`` entry of ``mcpServers`` cut
+    out with the comma that separated it, so each other byte of the file stays as it was.
+    Duplicate keys are all cut: JSON readers keep the last, which would bring it back."""
+    while True:
+        top, _ = _members(text, _skip_space(text, 0))
+        block = [m for m in top if m.key == "mcpServers"][-1]
+        members, close = _members(text, block.value)
+        hits = [k for k, m in enumerate(members) if m.key == name]
+        if not hits:
+            return text
+        k = hits[-1]
+        if len(members) == 1:
+            text = text[:block.value + 1] + text[close:]
+        elif k + 1 < len(members):
+            text = text[:members[k].start] + text[members[k + 1].start:]
+        else:
+            text = text[:members[k - 1].end] + text[members[k].end:]
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a crash leaves the old or the new file), keeping
+    its permission bits."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, "utf-8")
+        os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_server(name: str, repo: Path | None, scope: Scope | None = None) -> list[Path]:
+    """Remove server ``name`` from the file that defines it (of ``scope`` when given: then
+    from each of that scope's files that does); returns the files changed.
+
+    Only the entry's text and its separating comma go: other entries, other keys, formatting
+    and key order stay byte for byte. A project file that was trusted stays trusted (the user
+    made the change). Raises :class:`McpConfigError`, writing nothing, when a file searched
+    cannot be read or parsed, when none defines ``name``, or (without ``scope``) when files of
+    both scopes do."""
+    files = [user_file()] if scope in (None, "user") else []
+    if repo is not None and scope in (None, "project"):
+        files += project_files(repo)
+    holding: list[Path] = []
+    for path in files:
+        try:
+            servers = read_file(path)
+        except McpConfigError as exc:
+            raise McpConfigError(f"{exc}; nothing was removed (fix the file first)") from exc
+        if name in servers:
+            holding.append(path)
+    if not holding:
+        raise McpConfigError(f"no MCP server '{name}' in {', '.join(map(str, files))}")
+    if scope is None and len(holding) > 1 and user_file() in holding:
+        raise McpConfigError(f"server '{name}' is defined in {' and '.join(map(str, holding))}; "
+                             "say which with --scope user or --scope project")
+    for path in holding:
+        trusted = path != user_file() and is_trusted(path)
+        _replace_file(path, _without_server(path.read_text("utf-8"), name))
+        if trusted:
+            trust(path)
+    return holding

@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -135,12 +136,22 @@ class McpTool(Tool):
                            text=result_text(self.server, self.remote.name, result))
 
 
-def mcp_tools(ctx: ToolContext, manager: McpManager, taken: Iterable[str],
-              warn: Callable[[str], None]) -> list[McpTool]:
-    """A tool per remote tool of every ready server, in config order; tools whose schema
-    cannot be made safe are left out with a ``warn`` line each. ``taken``: names in use."""
+@dataclass(frozen=True)
+class LeftOut:
+    """A remote tool a session does not offer the model, and why."""
+
+    server: str
+    tool: str
+    reason: str
+
+
+def build_tools(ctx: ToolContext, manager: McpManager,
+                taken: Iterable[str]) -> tuple[list[McpTool], list[LeftOut]]:
+    """A tool per remote tool of every ready server, in config order, and the remote tools
+    left out because their schema cannot be made safe. ``taken``: names in use."""
     used = set(taken)
     out: list[McpTool] = []
+    left_out: list[LeftOut] = []
     for server, state in manager.servers.items():
         if state.status != "ready":
             continue
@@ -149,8 +160,17 @@ def mcp_tools(ctx: ToolContext, manager: McpManager, taken: Iterable[str],
             try:
                 tool = McpTool(ctx, manager, server, remote, name)
             except UnsafeSchema as exc:
-                warn(f"MCP tool '{remote.name}' of server '{server}' left out: {exc}")
+                left_out.append(LeftOut(server, remote.name, str(exc)))
                 continue
             used.add(name)
             out.append(tool)
-    return out
+    return out, left_out
+
+
+def mcp_tools(ctx: ToolContext, manager: McpManager, taken: Iterable[str],
+              warn: Callable[[str], None]) -> list[McpTool]:
+    """:func:`build_tools`, with a ``warn`` line for each tool left out."""
+    tools, left_out = build_tools(ctx, manager, taken)
+    for item in left_out:
+        warn(f"MCP tool '{item.tool}' of server '{item.server}' left out: {item.reason}")
+    return tools
