@@ -52,11 +52,13 @@ class Reporter:
             self._show_call(event.name, event.arguments)
         elif isinstance(event, ToolResult):
             style = "red" if event.is_error else "green"
-            # A Text, not markup: results often start with "[...]" (MCP frames), which rich
+            first, *rest = result_summary(event.name, event.text, event.is_error)
+            # Text, not markup: results often hold "[...]" (MCP frames, exit codes), which rich
             # would take for a tag and swallow.
             self.console.print(Text.assemble(
-                "  ", ("✗" if event.is_error else "✓", style), " ",
-                result_line(event.text)[:160]))
+                "  ", ("✗" if event.is_error else "✓", style), " ", first))
+            for line in rest:
+                self.console.print(Text("    " + line))
         elif isinstance(event, FinalAnswer):
             if self.totals["turns"]:
                 self.console.print(Text(self.summary_line(), style="dim"))
@@ -222,13 +224,36 @@ def reply_misses(previous: tuple[int, int] | None, reused: int) -> int:
     return missed if missed > TEMPLATE_SLACK else 0
 
 
-def result_line(text: str) -> str:
-    """The line of a tool result worth showing: the first one, or when that is a bracketed
-    frame (an MCP result's ``[output of MCP tool …]``) the first line after it."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("[") and lines[0].endswith("]"):
-        return lines[1]
-    return lines[0] if lines else "(no output)"
+SUMMARY_LINES = 5
+"""Lines of a tool result shown at most; a longer one shows its head, a count and its end."""
+SUMMARY_WIDTH = 160
+EDIT_RESULTS = frozenset({"str_replace", "insert"})
+"""Tools whose result is a heading plus the edited lines, already shown as the call's diff."""
+
+
+def result_summary(name: str, text: str, is_error: bool = False) -> list[str]:
+    """The lines of a tool result worth showing in the terminal (at least one).
+
+    Blank lines and an MCP result's ``[…]`` frame are left out. An edit's result is its
+    heading only (``edited calc.py``): the call already showed the diff. Up to
+    :data:`SUMMARY_LINES` lines are shown whole; a longer result shows its first lines, how many
+    were left out and its last line, which is where commands put their verdict (``[exit code
+    0]``, a test summary)."""
+    lines = [line.rstrip().expandtabs(4) for line in text.strip().splitlines()
+             if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("[") and "MCP tool" in lines[0]:
+        lines = lines[1:-1] if lines[-1] == "[end of MCP output]" else lines[1:]
+    if not lines:
+        return ["(no output)"]
+    if name in EDIT_RESULTS and not is_error and lines[0].endswith(":"):
+        lines = [lines[0][:-1]]
+    if len(lines) > SUMMARY_LINES:
+        head = SUMMARY_LINES - 2
+        lines = [*lines[:head], f"… {len(lines) - head - 1} more lines", lines[-1]]
+    cut = [line if len(line) <= SUMMARY_WIDTH else line[:SUMMARY_WIDTH - 1] + "…"
+           for line in lines]
+    # The first line follows the ✓/✗ mark; indentation relative to it is kept for the rest.
+    return [cut[0].lstrip(), *cut[1:]]
 
 
 def _short(args: Any) -> str:
