@@ -1,0 +1,1071 @@
+"""Replay benchmark of the agent's own turns: speed, acceptance, cache reuse and tool-call
+validity per tool-call protocol and speculation profile (issue 14, item 3).
+
+Fixture sessions (``benchmarks/agent_sessions/*.json``, written by ``make_sessions.py`` with
+the agent's real tools over real files) are replayed turn by turn. For every assistant turn of
+every session, and for each protocol (``text``, ``json``, ``native``), the request is built and
+sent by the agent's own code: :class:`ReplayAgent` *is* an :class:`agent.loop.Agent` (system
+prompt from :func:`agent.prompts.system_prompt`, the protocol's ``response_format`` / ``tools``
+fields, the preset's sampling with the agent's ``tool_temperature``, the context keeper, the
+reply parsed by the protocol's own parser and stored the way the loop stores it). Only the
+tools do not run: the fixture's recorded results answer the turn instead, in the message shape
+the loop gives results. So:
+
+- **The model's reply is what goes into the next request** (what the agent does): verbatim
+  under ``text`` and ``json``, as content plus re-serialised ``tool_calls`` under ``native``,
+  a 200-character stub under every protocol when the reply hit ``max_tokens``. The cache
+  numbers are therefore the agent's own. A malformed reply is stored verbatim too, but the
+  fixture's result follows it instead of the loop's format-error message, so every protocol
+  sees the same files and test output whatever the model wrote. A ``native`` reply with no
+  call gets the results as ``user`` messages (there is no call id to answer).
+- **The plain-text reference** (``plain`` rows): the same session as an ordinary chat, with no
+  tool format anywhere (no tool list, no tags, no grammar): each turn's user message is the
+  same results text the ``text`` protocol sends, plus the fixture turn's ``ask`` — the same
+  step said in words ("Write the complete module inventory/report.py"). The ratio of a
+  protocol's speedup to the plain speedup over the same turns says what the tool format costs
+  speculation.
+
+One server per profile (``baseline``, ``ngram``, and ``dflash`` when the preset has a draft)
+is started side by side as ``agent backend bench`` does; within each (session, protocol) the
+turn's request goes to every profile in turn, the first profile rotating, so load drift hits
+all alike, and each server only ever sees one conversation at a time (its cache holds it).
+Numbers come from llama-server's ``timings`` (``prompt_n``, ``cache_n``, ``predicted_n``,
+``predicted_ms``, ``draft_n``, ``draft_n_accepted``) and, for the number of drafts, from
+``/metrics`` (``spec_decode_num_drafts_total``). Aggregates are ratios of sums.
+
+Usage (from the repository root)::
+
+    python benchmarks/agent_turns.py [--preset smollm2-135m] [--profiles baseline,ngram]
+        [--protocols text,json,native] [--sessions FILE_OR_NAME ...] [--turns N]
+        [--max-tokens 2048] [--ctx-size N] [--temperature T] [--json OUT] [--plot PNG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx2
+from pydantic import BaseModel, Field, ValidationError
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.call_protocol import RESULT_PREFIX  # noqa: E402
+from agent.client import ContextOverflow, ServerClient, ServerUnavailable, Turn  # noqa: E402
+from agent.config import ConfigError, load_settings  # noqa: E402
+from agent.context import ContextKeeper, ContextTooSmall  # noqa: E402
+from agent.events import Compaction, Event, ModelTurn, Timings  # noqa: E402
+from agent.loop import KEEP_CUT_CHARS, Agent, Limits  # noqa: E402
+from agent.prompts import system_prompt  # noqa: E402
+from agent.protocol import FINAL_ANSWER, tools_with_final  # noqa: E402
+from agent.runtime import renders_tool_role  # noqa: E402
+from agent.ui import reply_misses  # noqa: E402
+from backend.bench import (  # noqa: E402
+    REFERENCE_PROFILE,
+    BenchError,
+    BenchUsage,
+    MachineInfo,
+    ModelFile,
+    ServerInfo,
+    _keep_current_marker,
+    _model_file,
+    _server_info,
+    _start,
+    machine_info,
+    parse_profiles,
+)
+from backend.bench_report import require_matplotlib  # noqa: E402
+from backend.engines import BuildError, Engine, default_engine  # noqa: E402
+from backend.fit import FitError  # noqa: E402
+from backend.flavour import detect_flavour  # noqa: E402
+from backend.home import home  # noqa: E402
+from backend.launch import ensure_engine, plan_for  # noqa: E402
+from backend.models import ModelError  # noqa: E402
+from backend.presets import Preset, PresetError, get_preset  # noqa: E402
+from backend.profiles import LaunchPlan  # noqa: E402
+from backend.server import (  # noqa: E402
+    ServerError,
+    ServerState,
+    crash_report,
+    interrupt_on_termination,
+    stop,
+)
+from tools.registry import Registry, default_registry  # noqa: E402
+from tools.workspace import Workspace  # noqa: E402
+
+SCHEMA_VERSION = 1
+SESSIONS_DIR = Path(__file__).resolve().parent / "agent_sessions"
+PROTOCOLS = ("text", "json", "native")
+PLAIN = "plain"
+"""The plain-text reference chain (no tool format), reported like a protocol."""
+KINDS = ("view", "create", "edit", "test", "fix", "final")
+EDIT_KINDS = ("create", "edit", "fix")
+"""Turns that write file content: the issue's targets are about these."""
+NOT_REPLAYED = "not run: the replayed session has no result for this call"
+PLAIN_SYSTEM = ("You are a coding assistant working on the project in {workspace}. Answer in "
+                "plain text. When asked for code, write only the code.")
+CPU_TARGETS = {"edit_speedup": 1.5, "of_plain": 0.9, "reuse": 0.98}
+"""Issue 14's CPU targets (SmolLM2, ngram, text protocol)."""
+
+
+class FixtureError(ValueError):
+    """A fixture session file is missing, not JSON, or not a valid session; says which."""
+
+
+# --- fixture sessions ----------------------------------------------------------------------
+
+
+class FixtureCall(BaseModel):
+    """One call the assistant made in the recorded session."""
+
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any]
+
+
+class FixtureResult(BaseModel):
+    """What the tool returned for a call (recorded with the real tool)."""
+
+    text: str
+    is_error: bool = False
+
+
+class FixtureTurn(BaseModel):
+    """One assistant turn: its kind, its calls, their results, and the step in plain words."""
+
+    kind: Literal["view", "create", "edit", "test", "fix", "final"]
+    ask: str = Field(min_length=1, description="The same step asked in words (plain chain).")
+    calls: list[FixtureCall] = Field(min_length=1)
+    results: list[FixtureResult]
+
+
+class FixtureSession(BaseModel):
+    """A recorded coding session."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    workspace: str = Field(min_length=1, description="The workspace path the prompts name.")
+    task: str = Field(min_length=1)
+    turns: list[FixtureTurn] = Field(min_length=1)
+
+
+def load_session(path: Path) -> FixtureSession:
+    """Read one fixture session file; raises :class:`FixtureError` saying what is wrong."""
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FixtureError(f"cannot read the session file {path}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FixtureError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                           f"{exc.msg})") from exc
+    try:
+        return FixtureSession.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise FixtureError(f"{path} is not a replay session: {where}: {first['msg']} "
+                           f"({exc.error_count()} problem(s))") from exc
+
+
+def resolve_sessions(specs: Sequence[str] | None, folder: Path = SESSIONS_DIR) -> list[Path]:
+    """Session files for ``specs`` (paths, or names of files in ``folder``); all of
+    ``folder``'s ``*.json`` when None. Raises :class:`FixtureError` for one that is missing."""
+    if not specs:
+        found = sorted(folder.glob("*.json"))
+        if not found:
+            raise FixtureError(f"no session files (*.json) in {folder}")
+        return found
+    paths = []
+    for spec in specs:
+        path = Path(spec)
+        if not path.exists() and (folder / f"{spec}.json").exists():
+            path = folder / f"{spec}.json"
+        if not path.is_file():
+            known = ", ".join(p.stem for p in sorted(folder.glob("*.json"))) or "none"
+            raise FixtureError(f"no session file {spec} (sessions in {folder}: {known})")
+        paths.append(path)
+    return paths
+
+
+def valid_arguments(registry: Registry, name: str, arguments: Any) -> bool:
+    """True when ``arguments`` pass the tool's own argument model (``final_answer``: a string
+    ``text``)."""
+    if name == FINAL_ANSWER:
+        return isinstance(arguments, dict) and isinstance(arguments.get("text"), str)
+    tool = registry.tools.get(name)
+    if tool is None or not isinstance(arguments, dict):
+        return False
+    try:
+        tool.parse(arguments)
+    except Exception:  # pydantic's ValidationError or the tool's ToolError
+        return False
+    return True
+
+
+def check_session(session: FixtureSession, registry: Registry, source: str = "") -> None:
+    """Raise :class:`FixtureError` when a turn calls an unknown tool, has arguments its tool
+    refuses, or has results that do not match its calls (a ``final`` turn: one
+    ``final_answer`` call, no results)."""
+    where = source or session.name
+    for number, turn in enumerate(session.turns, 1):
+        names = [c.tool for c in turn.calls]
+        if turn.kind == "final":
+            if names != [FINAL_ANSWER] or turn.results:
+                raise FixtureError(f"{where}: turn {number} (final) must be one {FINAL_ANSWER} "
+                                   "call with no results")
+            continue
+        if FINAL_ANSWER in names:
+            raise FixtureError(f"{where}: turn {number} ({turn.kind}) calls {FINAL_ANSWER}; "
+                               "only the final turn may")
+        if len(turn.results) != len(turn.calls):
+            raise FixtureError(f"{where}: turn {number} has {len(turn.calls)} call(s) but "
+                               f"{len(turn.results)} result(s)")
+        for call in turn.calls:
+            if call.tool not in registry.tools:
+                raise FixtureError(f"{where}: turn {number} calls unknown tool {call.tool} "
+                                   f"(tools: {', '.join(registry.tools)})")
+            if not valid_arguments(registry, call.tool, call.arguments):
+                raise FixtureError(f"{where}: turn {number}: the arguments of {call.tool} do "
+                                   "not pass the tool's argument model")
+
+
+def load_sessions(paths: Iterable[Path], registry: Registry,
+                  turns: int | None = None) -> list[FixtureSession]:
+    """Load and check every session (the first ``turns`` turns of each when given)."""
+    sessions = []
+    for path in paths:
+        session = load_session(path)
+        check_session(session, registry, str(path))
+        if turns is not None:
+            session = session.model_copy(update={"turns": session.turns[:turns]})
+        sessions.append(session)
+    return sessions
+
+
+# --- replaying one conversation --------------------------------------------------------------
+
+
+@dataclass
+class Played:
+    """What one replayed request gave."""
+
+    turn: ModelTurn
+    error: str | None
+    """The agent's format error for the reply, if any."""
+    calls: list[tuple[str, Any]]
+    compacted: bool
+
+
+class ReplayAgent(Agent):
+    """The agent's loop for one replayed conversation (a session under one protocol on one
+    server): requests, reply parsing and history are :class:`agent.loop.Agent`'s own; the
+    model's calls are answered with the fixture turn's recorded results instead of running.
+
+    ``client`` may be None for a conversation that only renders (tests)."""
+
+    def __init__(self, client: ServerClient | None, registry: Registry,
+                 session: FixtureSession, protocol: str, *, sampling: dict[str, Any],
+                 max_tokens: int, tool_role: bool, context: ContextKeeper | None = None):
+        self.events: list[Event] = []
+        tools = registry.openai_tools()
+        # As the agent's sessions list them: json's prompt names final_answer itself.
+        listed = tools_with_final(tools) if protocol == "json" else tools
+        super().__init__(client, registry, session_id=f"replay-{session.name}",  # type: ignore[arg-type]
+                         protocol=protocol,  # type: ignore[arg-type]
+                         system=system_prompt(session.workspace, protocol, listed),
+                         emit=self.events.append, sampling=sampling, max_tokens=max_tokens,
+                         tool_role=tool_role, context=context,
+                         limits=Limits(max_steps=10**6, max_time=10.0**9))
+        self._add({"role": "user", "content": session.task})  # as Agent.run starts a task
+        self._queue: list[tuple[str, FixtureResult]] = []
+        self._error: str | None = None
+
+    def play(self, turn: FixtureTurn) -> Played:
+        """Send the next request, store the reply as the agent does, answer with ``turn``'s
+        results. Raises what :meth:`ServerClient.complete` raises."""
+        self.events.clear()
+        self._queue = [(c.tool, r) for c, r in zip(turn.calls, turn.results, strict=False)]
+        self._error = None
+        self.steps += 1
+        self._step()
+        self.answer_rest()
+        model_turn = next(e for e in reversed(self.events) if isinstance(e, ModelTurn))
+        return Played(turn=model_turn, error=self._error,
+                      calls=[(c.name, c.arguments) for c in model_turn.tool_calls],
+                      compacted=any(isinstance(e, Compaction) for e in self.events))
+
+    def answer_rest(self) -> None:
+        """Results of the fixture turn that no call of the model took, then the results
+        message (text protocol). A native reply without calls has no id to answer: its
+        results go as user messages."""
+        for index, (tool, result) in enumerate(self._queue):
+            if self.protocol == "native" and not self._answered_any:
+                content = ("ERROR: " if result.is_error else "") + result.text
+                self._add({"role": "user",
+                           "content": RESULT_PREFIX.format(name=tool) + content})
+            else:
+                self._answer(f"call_replay_{self.steps}_{index}", tool, result.text,
+                             result.is_error, 0.0)
+        self._queue = []
+        self._flush_results()
+
+    @property
+    def _answered_any(self) -> bool:
+        last = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), {})
+        return bool(last.get("tool_calls"))
+
+    # The loop's hooks, replaced: nothing runs, nothing ends the replayed task.
+
+    def _run(self, calls: list[dict[str, Any]]) -> tuple[str, str] | None:
+        for call in calls:
+            self._execute(call)
+        return None
+
+    def _execute(self, call: dict[str, Any], note: str = "") -> None:
+        if self._queue:
+            tool, result = self._queue.pop(0)
+            self._answer(call["id"], tool, result.text, result.is_error, 0.0)
+        else:
+            self._answer(call["id"], call["name"], NOT_REPLAYED, True, 0.0)
+
+    def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
+        # The loop stores the malformed reply verbatim, then its feedback: keep the reply,
+        # let the fixture's results take the feedback's place.
+        self._error = message
+        keep = len(self.messages) + 1
+        super()._format_error(turn, message)
+        del self.messages[keep:]
+        return None
+
+
+class PlainChain:
+    """The plain-text reference conversation: the same session as an ordinary chat (no tool
+    format), each turn asking for its step in words; replies kept as the agent keeps them."""
+
+    def __init__(self, client: ServerClient, session: FixtureSession, *,
+                 sampling: dict[str, Any], max_tokens: int,
+                 context: ContextKeeper | None = None):
+        self.client, self.sampling, self.max_tokens = client, sampling, max_tokens
+        self.context = context
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": PLAIN_SYSTEM.format(workspace=session.workspace)}]
+        self._user = session.task
+
+    def play(self, turn: FixtureTurn) -> Played:
+        """One plain request; its reply then the turn's results (as the ``text`` protocol
+        sends them) start the next user message."""
+        self.messages.append({"role": "user", "content": self._user + "\n\n" + turn.ask})
+        compacted = False
+        if self.context is not None:
+            smaller = self.context.before_request(self.messages, None)
+            if smaller is not None:
+                self.messages[:], compacted = smaller, True
+        try:
+            reply = self._send()
+        except ContextOverflow as exc:
+            if self.context is None or self.context.budget is None:
+                raise
+            self.messages[:] = self.context.after_overflow(self.messages, None,
+                                                           exc.n_prompt_tokens)
+            compacted = True
+            reply = self._send()
+        content = reply.content
+        if reply.finish_reason == "length":
+            content = content[:KEEP_CUT_CHARS] + " [... reply cut at the token limit]"
+        self.messages.append({"role": "assistant", "content": content})
+        self._user = "\n\n".join(RESULT_PREFIX.format(name=c.tool)
+                                 + ("ERROR: " if r.is_error else "") + r.text
+                                 for c, r in zip(turn.calls, turn.results, strict=False))
+        model_turn = ModelTurn(session_id="plain", step=len(self.messages) // 2,
+                               protocol=PLAIN, content=reply.content,
+                               finish_reason=reply.finish_reason, timings=reply.timings)
+        return Played(turn=model_turn, error=None, calls=[], compacted=compacted)
+
+    def _send(self) -> Turn:
+        return self.client.complete(self.messages, sampling=self.sampling,
+                                    max_tokens=self.max_tokens)
+
+
+# --- measurements ----------------------------------------------------------------------------
+
+
+class TurnSample(BaseModel):
+    """One replayed request, in the order requests were sent."""
+
+    index: int
+    session: str
+    turn: int = Field(description="0-based turn of the session.")
+    kind: str
+    protocol: str
+    profile: str
+    prompt_n: int = Field(description="Prompt tokens prefilled (timings.prompt_n).")
+    cache_n: int = Field(description="Prompt tokens served from the cache (timings.cache_n).")
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    draft_n: int
+    draft_accepted: int
+    drafts: int | None = Field(description="Drafts made (verification steps, from /metrics); "
+                               "None when the server does not say.")
+    finish_reason: str | None
+    outcome: Literal["ok", "format_error", "no_call", "cut", "plain"] = Field(
+        description="ok: calls the agent can run (or, native, a prose final answer); "
+        "format_error: the agent's parser refused the reply; no_call: a native reply "
+        "without a call where the session makes one; cut: stopped by max_tokens.")
+    error: str | None = None
+    calls: list[str] = Field(default_factory=list, description="Tools the model called.")
+    args_valid: bool | None = Field(None, description="Every call passes its tool's argument "
+                                    "model.")
+    same_tool: bool | None = Field(None, description="The first call names the fixture's tool.")
+    compacted: bool = False
+    reply_chars: int
+    reply_sha1: str
+    reply_head: str = Field(description="The reply's first 300 characters.")
+    reply_missed: int | None = Field(None, description="Tokens of this reply the next request "
+                                     "prefilled again (agent.ui.reply_misses); None for the "
+                                     "last turn.")
+
+
+class Group(BaseModel):
+    """Totals for one protocol and profile over a set of turns (``scope``: all, edit or a
+    turn kind)."""
+
+    protocol: str
+    profile: str
+    scope: str
+    turns: int
+    completion_tokens: int
+    decode_ms: float
+    decode_tok_s: float | None
+    draft_n: int
+    draft_accepted: int
+    drafts: int | None
+    acceptance: float | None
+    accepted_per_draft: float | None
+    speedup: float | None = Field(description="decode_tok_s over the reference profile's, "
+                                  "same protocol and scope.")
+    plain_speedup: float | None = Field(description="The plain chain's speedup, same profile "
+                                        "and scope.")
+    of_plain: float | None = Field(description="speedup / plain_speedup.")
+    reused: int = Field(description="cache_n over requests 2..N of each conversation.")
+    prefilled: int = Field(description="prompt_n over requests 2..N of each conversation.")
+    reuse: float | None = Field(description="reused / (reused + prefilled).")
+    reply_missed: int = Field(description="Reply tokens the next request prefilled again.")
+    cut_reply_missed: int = Field(description="Of those, tokens of replies cut at max_tokens "
+                                  "(the agent keeps only their first 200 characters).")
+    format_errors: int
+    no_calls: int
+    cuts: int
+    invalid_per_100: float | None = Field(description="(format_errors + no_calls + cuts) "
+                                          "per 100 turns: replies the agent could not run.")
+    args_invalid: int
+    same_tool: int
+    compactions: int
+
+
+class TargetCheck(BaseModel):
+    """One of the issue's targets, measured."""
+
+    name: str
+    target: str
+    value: float | None
+    met: bool | None
+
+
+class ReplayResult(BaseModel):
+    """Everything one run measured (the ``--json`` file)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    date: datetime
+    command: str
+    machine: MachineInfo
+    engine: str
+    engine_version: str
+    binary: Path
+    flavour: str
+    build_info: str | None
+    preset: str
+    model: ModelFile
+    draft: ModelFile | None
+    profiles: list[str]
+    reference_profile: str
+    protocols: list[str]
+    sessions: dict[str, int] = Field(description="Session name → turns replayed.")
+    max_tokens: int
+    ctx_size: int
+    sampling: dict[str, Any]
+    tool_role: bool = Field(description="The template renders tool messages (json results go "
+                            "as tool messages, else as user messages).")
+    servers: list[ServerInfo]
+    samples: list[TurnSample]
+    groups: list[Group]
+    targets: list[TargetCheck]
+    wall_s: float
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text (llama-server ``/metrics``) → ``{name: value}``, the ``llamacpp:``
+    prefix dropped; lines that are not ``name value`` are skipped."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        try:
+            values[parts[0].removeprefix("llamacpp:")] = float(parts[1])
+        except ValueError:
+            continue
+    return values
+
+
+def _metrics(base_url: str) -> dict[str, float]:
+    try:
+        resp = httpx2.get(base_url + "/metrics", timeout=10.0)
+    except httpx2.HTTPError:
+        return {}
+    return parse_metrics(resp.text) if resp.status_code == 200 else {}
+
+
+def _drafts_since(base_url: str, before: dict[str, float], predicted: int) -> int | None:
+    """Drafts made since ``before`` was read; waits (up to 5 s) until the server has
+    counted the request's ``predicted`` tokens. None when ``/metrics`` has no such counter."""
+    key = "spec_decode_num_drafts_total"
+    if key not in before:
+        return None
+    deadline = time.monotonic() + 5.0
+    while True:
+        now = _metrics(base_url)
+        done = now.get("tokens_predicted_total", 0.0) >= \
+            before.get("tokens_predicted_total", 0.0) + predicted
+        if (done and key in now) or time.monotonic() > deadline:
+            return int(now.get(key, before[key]) - before[key]) if key in now else None
+        time.sleep(0.05)
+
+
+def _outcome(protocol: str, played: Played, turn: FixtureTurn) -> str:
+    if protocol == PLAIN:
+        return "plain"
+    if played.turn.finish_reason == "length":
+        return "cut"
+    if played.error is not None:
+        return "format_error"
+    if not played.calls:
+        return "ok" if protocol == "native" and turn.kind == "final" else "no_call"
+    return "ok"
+
+
+def make_sample(index: int, session: FixtureSession, number: int, protocol: str,
+                profile: str, played: Played, registry: Registry,
+                drafts: int | None) -> TurnSample:
+    """A :class:`TurnSample` from one replayed request."""
+    turn = session.turns[number]
+    t = played.turn.timings or Timings()
+    outcome = _outcome(protocol, played, turn)
+    names = [n for n, _ in played.calls]
+    tool_turn = protocol != PLAIN and outcome != "cut"
+    if protocol == "native" and turn.kind == "final" and not names:
+        names_ok, same = True, outcome == "ok"
+    else:
+        names_ok = all(valid_arguments(registry, n, a) for n, a in played.calls) \
+            if names else False
+        same = bool(names) and names[0] == turn.calls[0].tool
+    content = played.turn.content
+    return TurnSample(
+        index=index, session=session.name, turn=number, kind=turn.kind, protocol=protocol,
+        profile=profile, prompt_n=t.prompt_n or 0, cache_n=t.cache_n or 0,
+        prompt_ms=t.prompt_ms or 0.0, predicted_n=t.predicted_n or 0,
+        predicted_ms=t.predicted_ms or 0.0, draft_n=t.draft_n or 0,
+        draft_accepted=t.draft_n_accepted or 0, drafts=drafts,
+        finish_reason=played.turn.finish_reason, outcome=outcome, error=played.error,
+        calls=names, args_valid=names_ok if tool_turn else None,
+        same_tool=same if tool_turn else None, compacted=played.compacted,
+        reply_chars=len(content), reply_sha1=hashlib.sha1(content.encode()).hexdigest(),
+        reply_head=content[:300])
+
+
+def link_replies(samples: list[TurnSample]) -> list[TurnSample]:
+    """Fill ``reply_missed`` of each sample from the next request of its conversation
+    (same session, protocol and profile)."""
+    last: dict[tuple[str, str, str], int] = {}
+    out = list(samples)
+    for i, s in enumerate(out):
+        key = (s.session, s.protocol, s.profile)
+        if key in last:
+            prev = out[last[key]]
+            missed = reply_misses((prev.prompt_n + prev.cache_n, prev.predicted_n), s.cache_n)
+            out[last[key]] = prev.model_copy(update={"reply_missed": missed})
+        last[key] = i
+    return out
+
+
+def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSession],
+           protocols: Sequence[str], registry: Registry, *, sampling: dict[str, Any],
+           max_tokens: int, tool_role: bool, plain: bool = True,
+           note: Callable[[str], None] | None = None) -> list[TurnSample]:
+    """Replay every session under every protocol (then the plain chain) on every server of
+    ``clients`` (profile → client), profiles interleaved per turn; returns the samples in
+    request order. Raises :class:`BenchError` when a server fails."""
+    say = note or (lambda _msg: None)
+    profiles = list(clients)
+    chains = [*protocols, PLAIN] if plain else list(protocols)
+    total = sum(len(s.turns) for s in sessions) * len(chains) * len(profiles)
+    samples: list[TurnSample] = []
+    rotation = 0
+    for session in sessions:
+        for protocol in chains:
+            talks: dict[str, ReplayAgent | PlainChain] = {}
+            for profile, client in clients.items():
+                keeper = ContextKeeper(client, client.n_ctx(), max_output=max_tokens)
+                talks[profile] = PlainChain(client, session, sampling=sampling,
+                                            max_tokens=max_tokens, context=keeper) \
+                    if protocol == PLAIN else \
+                    ReplayAgent(client, registry, session, protocol, sampling=sampling,
+                                max_tokens=max_tokens, tool_role=tool_role, context=keeper)
+            for number, turn in enumerate(session.turns):
+                shift = rotation % len(profiles)
+                rotation += 1
+                for profile in profiles[shift:] + profiles[:shift]:
+                    client = clients[profile]
+                    before = _metrics(client.base_url)
+                    try:
+                        played = talks[profile].play(turn)
+                    except (ServerUnavailable, ContextOverflow, ContextTooSmall) as exc:
+                        raise BenchError(f"{session.name} turn {number + 1} ({protocol}) on "
+                                         f"the {profile} server: {exc}") from exc
+                    drafts = None if played.compacted else _drafts_since(
+                        client.base_url, before, (played.turn.timings or Timings())
+                        .predicted_n or 0)
+                    sample = make_sample(len(samples), session, number, protocol, profile,
+                                         played, registry, drafts)
+                    samples.append(sample)
+                    rate = sample.predicted_n / (sample.predicted_ms / 1000) \
+                        if sample.predicted_ms else 0.0
+                    say(f"[{len(samples)}/{total}] {session.name} {number + 1} {turn.kind} "
+                        f"{protocol} {profile}: {sample.predicted_n} tok {rate:.1f} tok/s, "
+                        f"draft {sample.draft_accepted}/{sample.draft_n}, cache "
+                        f"{sample.cache_n}/{sample.cache_n + sample.prompt_n}, "
+                        f"{sample.outcome}")
+    return link_replies(samples)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) -> Group:
+    tokens = sum(s.predicted_n for s in picked)
+    ms = sum(s.predicted_ms for s in picked)
+    drafted = sum(s.draft_n for s in picked)
+    accepted = sum(s.draft_accepted for s in picked)
+    drafts = None if any(s.drafts is None for s in picked if s.draft_n) else \
+        sum(s.drafts or 0 for s in picked)
+    later = [s for s in picked if s.turn > 0]
+    reused = sum(s.cache_n for s in later)
+    prefilled = sum(s.prompt_n for s in later)
+    bad = [s for s in picked if s.outcome in ("format_error", "no_call", "cut")]
+    return Group(
+        protocol=protocol, profile=profile, scope=scope, turns=len(picked),
+        completion_tokens=tokens, decode_ms=ms,
+        decode_tok_s=tokens / (ms / 1000) if ms else None, draft_n=drafted,
+        draft_accepted=accepted, drafts=drafts if drafted else None,
+        acceptance=_ratio(accepted, drafted),
+        accepted_per_draft=_ratio(accepted, drafts) if drafts else None,
+        speedup=None, plain_speedup=None, of_plain=None, reused=reused, prefilled=prefilled,
+        reuse=_ratio(reused, reused + prefilled),
+        reply_missed=sum(s.reply_missed or 0 for s in picked),
+        cut_reply_missed=sum(s.reply_missed or 0 for s in picked if s.outcome == "cut"),
+        format_errors=sum(s.outcome == "format_error" for s in picked),
+        no_calls=sum(s.outcome == "no_call" for s in picked),
+        cuts=sum(s.outcome == "cut" for s in picked),
+        invalid_per_100=100 * len(bad) / len(picked) if picked and protocol != PLAIN
+        else None,
+        args_invalid=sum(s.args_valid is False for s in picked),
+        same_tool=sum(bool(s.same_tool) for s in picked),
+        compactions=sum(s.compacted for s in picked))
+
+
+def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
+              protocols: Sequence[str], reference: str = REFERENCE_PROFILE) -> list[Group]:
+    """Groups per protocol (then ``plain``), profile and scope (``all``, ``edit``, each kind
+    present), with speedups over ``reference`` and the fraction of the plain speedup."""
+    chains = [*protocols, PLAIN] if any(s.protocol == PLAIN for s in samples) \
+        else list(protocols)
+    kinds = [k for k in KINDS if any(s.kind == k for s in samples)]
+    scopes: dict[str, Callable[[TurnSample], bool]] = {
+        "all": lambda s: True, "edit": lambda s: s.kind in EDIT_KINDS}
+    for kind in kinds:
+        scopes[kind] = lambda s, kind=kind: s.kind == kind
+    groups: list[Group] = []
+    for protocol in chains:
+        for scope, test in scopes.items():
+            row = [_group(protocol, p, scope, [s for s in samples if s.protocol == protocol
+                                                and s.profile == p and test(s)])
+                   for p in profiles]
+            base = next((g.decode_tok_s for g in row if g.profile == reference), None)
+            groups += [g.model_copy(update={"speedup": _ratio(g.decode_tok_s, base)
+                                            if g.decode_tok_s and base else None})
+                       for g in row if g.turns]
+    plain_of = {(g.profile, g.scope): g.speedup for g in groups if g.protocol == PLAIN}
+    out = []
+    for g in groups:
+        plain_speedup = plain_of.get((g.profile, g.scope))
+        of_plain = _ratio(g.speedup, plain_speedup) \
+            if g.protocol != PLAIN and g.speedup and plain_speedup else None
+        out.append(g.model_copy(update={"plain_speedup": plain_speedup, "of_plain": of_plain}))
+    return out
+
+
+def check_targets(groups: Sequence[Group], reference: str = REFERENCE_PROFILE,
+                  fast: str = "ngram") -> list[TargetCheck]:
+    """Issue 14's CPU targets on ``fast`` (the ``text`` protocol): edit-turn speedup, its
+    fraction of the plain speedup, prefix reuse over requests 2..N (every profile), and the
+    validity per protocol (reported, no threshold)."""
+    def pick(protocol: str, profile: str, scope: str) -> Group | None:
+        return next((g for g in groups if (g.protocol, g.profile, g.scope)
+                     == (protocol, profile, scope)), None)
+
+    checks = []
+    edit = pick("text", fast, "edit")
+    value = edit.speedup if edit else None
+    checks.append(TargetCheck(name=f"text edit turns, {fast} over {reference}",
+                              target=f">= {CPU_TARGETS['edit_speedup']}x", value=value,
+                              met=None if value is None else
+                              value >= CPU_TARGETS["edit_speedup"]))
+    value = edit.of_plain if edit else None
+    checks.append(TargetCheck(name=f"text edit turns, {fast}: fraction of plain-text speedup",
+                              target=f">= {CPU_TARGETS['of_plain']}", value=value,
+                              met=None if value is None else value >= CPU_TARGETS["of_plain"]))
+    reuses = [g.reuse for g in groups if g.protocol == "text" and g.scope == "all"]
+    value = min((r for r in reuses if r is not None), default=None)
+    checks.append(TargetCheck(name="text prefix reuse, requests 2..N (lowest profile)",
+                              target=f">= {CPU_TARGETS['reuse']}", value=value,
+                              met=None if value is None else value >= CPU_TARGETS["reuse"]))
+    for g in groups:
+        if g.scope == "all" and g.protocol != PLAIN and g.profile == reference:
+            checks.append(TargetCheck(name=f"{g.protocol}: replies the agent cannot run, "
+                                      "per 100 turns", target="reported",
+                                      value=g.invalid_per_100, met=None))
+    return checks
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def result_tables(result: ReplayResult) -> list[Table]:
+    """Two tables within 80 columns: every turn (speed, acceptance, reuse, validity), and the
+    edit turns against the plain-text reference."""
+    def table(title: str, caption: str, columns: list[str]) -> Table:
+        t = Table(title=title, caption=caption, caption_justify="left",
+                  box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False)
+        for i, name in enumerate(columns):
+            t.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
+        return t
+
+    build = result.build_info or result.engine_version
+    all_turns = table(
+        f"{result.preset}, {result.flavour} {build}: every turn",
+        "tok generated; dec/s decode tok/s; acc% drafts accepted; a/d accepted tokens per "
+        f"draft; ×ref speed vs {result.reference_profile}; reuse: prompt share from cache, "
+        "requests 2..N; miss: reply tokens prefilled again; bad: replies the agent cannot "
+        "run per 100 turns (format error, no call, cut)",
+        ["proto", "profile", "turns", "tok", "dec/s", "acc%", "a/d", "×ref", "reuse",
+         "miss", "bad"])
+    for g in result.groups:
+        if g.scope != "all":
+            continue
+        all_turns.add_row(g.protocol, g.profile, str(g.turns), str(g.completion_tokens),
+                          _rate(g.decode_tok_s), _pct(g.acceptance),
+                          _num(g.accepted_per_draft, 1), _num(g.speedup),
+                          _num(g.reuse, 3), str(g.reply_missed),
+                          _num(g.invalid_per_100, 0))
+    edits = table(
+        "edit turns (create, str_replace, fixes) vs the plain-text reference",
+        "×plain: the plain chain's speedup on the same turns; of plain: ×ref / ×plain",
+        ["proto", "profile", "turns", "tok", "dec/s", "acc%", "×ref", "×plain", "of plain"])
+    for g in result.groups:
+        if g.scope == "edit":
+            edits.add_row(g.protocol, g.profile, str(g.turns), str(g.completion_tokens),
+                          _rate(g.decode_tok_s), _pct(g.acceptance), _num(g.speedup),
+                          _num(g.plain_speedup), _num(g.of_plain))
+    return [all_turns, edits]
+
+
+def target_lines(result: ReplayResult) -> list[str]:
+    """One line per target: name, target, measured value, met or missed."""
+    lines = []
+    for check in result.targets:
+        verdict = {True: "met", False: "MISSED", None: ""}[check.met]
+        lines.append(f"{check.name}: {_num(check.value)} ({check.target}) {verdict}".rstrip())
+    return lines
+
+
+def plot_result(result: ReplayResult, path: Path) -> Path:
+    """A PNG: speedup over the reference per protocol (every turn and edit turns, one bar
+    group per non-reference profile), and prefix reuse per protocol and profile.
+
+    Raises :class:`BenchError` without matplotlib (the ``plot`` extra) or when the file
+    cannot be written."""
+    figure_mod = require_matplotlib()
+    chains = list(dict.fromkeys(g.protocol for g in result.groups))
+    fig = figure_mod.Figure(figsize=(10, 4.2), dpi=100, layout="constrained")
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    fast = [p for p in result.profiles if p != result.reference_profile]
+    bars = [(p, scope) for p in fast for scope in ("all", "edit")]
+    width = 0.8 / max(len(bars), 1)
+    for j, (profile, scope) in enumerate(bars):
+        values = [next((g.speedup or 0.0 for g in result.groups if g.protocol == c
+                        and g.profile == profile and g.scope == scope), 0.0) for c in chains]
+        xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(chains))]
+        drawn = left.bar(xs, values, width, label=f"{profile}, {scope} turns")
+        left.bar_label(drawn, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set_xticks(range(len(chains)), chains)
+    left.set_ylabel(f"decode speed vs {result.reference_profile}")
+    left.set_title("speedup per protocol (plain: no tool format)", fontsize=9)
+    left.legend(fontsize=7)
+    tools = [c for c in chains if c != PLAIN] + ([PLAIN] if PLAIN in chains else [])
+    width = 0.8 / max(len(result.profiles), 1)
+    for j, profile in enumerate(result.profiles):
+        values = [next((g.reuse or 0.0 for g in result.groups if g.protocol == c
+                        and g.profile == profile and g.scope == "all"), 0.0) for c in tools]
+        xs = [i + (j - (len(result.profiles) - 1) / 2) * width for i in range(len(tools))]
+        drawn = right.bar(xs, values, width, label=profile)
+        right.bar_label(drawn, labels=[f"{v:.3f}" for v in values], fontsize=7, padding=2)
+    right.axhline(CPU_TARGETS["reuse"], color="grey", linewidth=0.8, linestyle="--")
+    right.set_xticks(range(len(tools)), tools)
+    right.set_ylim(0, 1.08)
+    right.set_ylabel("prompt tokens from cache, requests 2..N")
+    right.set_title("prefix reuse per protocol", fontsize=9)
+    right.legend(fontsize=7)
+    fig.suptitle(f"{result.preset}: agent-turn replay, {sum(result.sessions.values())} turns "
+                 f"x {len(result.sessions)} sessions, {result.date:%Y-%m-%d}", fontsize=10)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise BenchError(f"cannot write the chart to {path}: {exc}") from exc
+    return path
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def agent_sampling(preset: Preset, temperature: float | None = None) -> dict[str, Any]:
+    """The sampling the agent uses with ``preset``: the preset's, with the settings'
+    ``tool_temperature`` (as ``agent.runtime.connect``), or ``temperature`` when given."""
+    sampling = preset.sampling.model_dump(exclude_none=True)
+    tool_temperature = load_settings().tool_temperature if temperature is None else temperature
+    if tool_temperature is not None:
+        sampling["temperature"] = tool_temperature
+    return sampling
+
+
+def parse_protocols(spec: str) -> list[str]:
+    """``"text,json"`` → ``["text", "json"]``; raises :class:`BenchUsage` otherwise."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    bad = [n for n in names if n not in PROTOCOLS]
+    if not names or bad or len(set(names)) != len(names):
+        raise BenchUsage(f"--protocols '{spec}': give distinct names from "
+                         f"{', '.join(PROTOCOLS)}")
+    return names
+
+
+def _client(state: ServerState) -> ServerClient:
+    """The agent's client for a server the run started (with the fields a known bug of its
+    build needs on every request, where the backend records them)."""
+    extra = getattr(state, "request_extra", None)
+    client = ServerClient(state.base_url, 3600.0, explain=lambda: crash_report(state))
+    if extra:
+        client.request_extra = dict(extra)
+    return client
+
+
+def _plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
+          note: Callable[[str], None] | None) -> LaunchPlan:
+    plan = plan_for(preset, engine, profile, ctx_size, note)
+    # Its own alias: never the user's managed server, nor a concurrent `backend bench`'s.
+    return plan.model_copy(update={"extra_flags": (*plan.extra_flags, "--alias",
+                                                   f"dflash-agent-turns-{profile}")})
+
+
+def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str],
+        sessions: list[FixtureSession], registry: Registry, *, max_tokens: int,
+        sampling: dict[str, Any], ctx_size: int | None = None, plain: bool = True,
+        force: bool = False, start_timeout: float = 600.0, command: str = "",
+        note: Callable[[str], None] | None = None) -> ReplayResult:
+    """Start one server per profile side by side, replay, stop them; the measured result.
+
+    Raises :class:`BenchError`, ``FitError``, ``ModelError``, ``PresetError``, ``ServerError``.
+    """
+    started_at, clock = datetime.now(UTC), time.monotonic()
+    reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
+    plans = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
+    states: dict[str, ServerState] = {}
+    with interrupt_on_termination(), _keep_current_marker(), \
+            httpx2.Client(timeout=httpx2.Timeout(60.0)) as http:
+        try:
+            for profile, plan in plans.items():
+                states[profile] = _start(profile, plan, preset, http, force, start_timeout,
+                                         note)
+            servers = [_server_info(p, s) for p, s in states.items()]
+            clients = {p: _client(s) for p, s in states.items()}
+            tool_role = renders_tool_role(clients[reference])
+            samples = replay(clients, sessions, protocols, registry, sampling=sampling,
+                             max_tokens=max_tokens, tool_role=tool_role, plain=plain,
+                             note=note)
+        finally:
+            for state in states.values():
+                stop(state)
+    groups = summarize(samples, profiles, protocols, reference)
+    fast = next((p for p in profiles if p != reference), reference)
+    first = next(iter(plans.values()))
+    draft = next((p.draft for p in plans.values() if p.draft is not None), None)
+    try:
+        flavour = detect_flavour(engine.binary)
+    except OSError:
+        flavour = "unknown"
+    return ReplayResult(
+        date=started_at, command=command, machine=machine_info(), engine=engine.key,
+        engine_version=engine.version, binary=engine.binary, flavour=flavour,
+        build_info=servers[0].build_info, preset=preset.name, model=_model_file(first.model),
+        draft=_model_file(draft) if draft else None, profiles=profiles,
+        reference_profile=reference, protocols=protocols,
+        sessions={s.name: len(s.turns) for s in sessions}, max_tokens=max_tokens,
+        ctx_size=first.ctx_size, sampling=sampling, tool_role=tool_role, servers=servers,
+        samples=samples, groups=groups, targets=check_targets(groups, reference, fast),
+        wall_s=round(time.monotonic() - clock, 1))
+
+
+def write_result(result: ReplayResult, path: Path) -> Path:
+    """Write ``result`` as indented JSON; raises :class:`BenchError` when it cannot."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json(indent=1), "utf-8")
+    except OSError as exc:
+        raise BenchError(f"cannot write the results to {path}: {exc}") from exc
+    return path
+
+
+def show(result: ReplayResult, console: Console) -> None:
+    """Print both tables and the target lines."""
+    for t in result_tables(result):
+        console.print(t)
+        console.print()
+    for line in target_lines(result):
+        console.print(line, highlight=False)
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="agent_turns.py", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--preset", default="smollm2-135m")
+    parser.add_argument("--profiles", help="comma-separated (default: baseline, ngram, and "
+                        "dflash when the preset has a draft)")
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS))
+    parser.add_argument("--sessions", nargs="+", metavar="FILE_OR_NAME",
+                        help=f"session files or names in {SESSIONS_DIR} (default: all)")
+    parser.add_argument("--turns", type=int, help="replay only the first N turns of each")
+    parser.add_argument("--max-tokens", type=int, default=2048,
+                        help="per reply (default 2048, the agent's)")
+    parser.add_argument("--ctx-size", type=int, help="server context (default: the preset's)")
+    parser.add_argument("--temperature", type=float,
+                        help="override the agent's tool_temperature")
+    parser.add_argument("--no-plain", action="store_true",
+                        help="skip the plain-text reference chain")
+    parser.add_argument("--json", type=Path, help="result file (default: "
+                        "<state>/bench/agent-turns-<date>.json)")
+    parser.add_argument("--plot", type=Path, help="write a PNG chart (needs matplotlib)")
+    parser.add_argument("--force", action="store_true", help="start servers the fit check "
+                        "refuses")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no per-request lines")
+    args = parser.parse_args(argv)
+    if args.turns is not None and args.turns < 1:
+        parser.error("--turns must be at least 1")
+    if args.max_tokens < 1:
+        parser.error("--max-tokens must be at least 1")
+    return args
+
+
+def default_profiles(preset: Preset) -> str:
+    """baseline and ngram, plus dflash when the preset has a draft model."""
+    return ",".join(["baseline", "ngram"] + (["dflash"] if preset.draft else []))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command: replay, print the tables, write the JSON (and chart). Exit codes: 0 done,
+    2 bad usage or fixture, 3 a backend or server error, 130 interrupted."""
+    args = _arguments(argv)
+    err = Console(stderr=True, highlight=False)
+    note = None if args.quiet else (lambda msg: err.print(msg, markup=False))
+    command = shlex.join(["python", "benchmarks/agent_turns.py",
+                          *(sys.argv[1:] if argv is None else argv)])
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = default_registry(Workspace(Path(tmp)))
+        try:
+            if args.plot is not None:
+                require_matplotlib()
+            sessions = load_sessions(resolve_sessions(args.sessions), registry, args.turns)
+            preset = get_preset(args.preset)
+            profiles = parse_profiles(args.profiles or default_profiles(preset), preset)
+            protocols = parse_protocols(args.protocols)
+            sampling = agent_sampling(preset, args.temperature)
+            engine = default_engine() or ensure_engine(note=note)
+            result = run(preset, engine, profiles, protocols, sessions, registry,
+                         max_tokens=args.max_tokens, sampling=sampling,
+                         ctx_size=args.ctx_size, plain=not args.no_plain, force=args.force,
+                         command=command, note=note)
+            out = args.json or home().state / "bench" / \
+                f"agent-turns-{result.date:%Y%m%d-%H%M%S}.json"
+            write_result(result, out)
+            if args.plot is not None:
+                plot_result(result, args.plot)
+        except (FixtureError, BenchUsage) as exc:
+            err.print(f"error: {exc}", markup=False)
+            return 2
+        except (BenchError, FitError, ModelError, PresetError, ServerError, BuildError,
+                ConfigError) as exc:
+            err.print(f"error: {exc}", markup=False)
+            return 3
+        except KeyboardInterrupt:
+            err.print("interrupted", markup=False)
+            return 130
+        finally:
+            registry.close()
+    show(result, Console(width=80, highlight=False))
+    print(f"results: {out}" + (f", chart: {args.plot}" if args.plot else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
