@@ -83,6 +83,9 @@ class ToolCall(_Event):
     call_id: str
     name: str
     arguments: Any
+    preview: str | None = Field(None, description="For an edit: what it is about to change, "
+                                "as a unified diff numbered like the file (None when it "
+                                "cannot apply).")
 
 
 class ToolResult(_Event):

@@ -316,7 +316,8 @@ class Agent:
 
     def _execute(self, call: Call, note: str = "") -> None:
         self.emit(ToolCall(session_id=self.session_id, step=self.steps, call_id=call["id"],
-                           name=call["name"], arguments=call["arguments"]))
+                           name=call["name"], arguments=call["arguments"],
+                           preview=self.registry.preview(call["name"], call["arguments"])))
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
         text = obs.text + (self.calls.error_hint(call) if obs.is_error else "")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 import time
@@ -49,7 +48,7 @@ class Reporter:
             if t is not None:
                 self._status_line(event.step, t)
         elif isinstance(event, ToolCall):
-            self._show_call(event.name, event.arguments)
+            self._show_call(event.name, event.arguments, event.preview)
         elif isinstance(event, ToolResult):
             style = "red" if event.is_error else "green"
             first, *rest = result_summary(event.name, event.text, event.is_error)
@@ -100,20 +99,27 @@ class Reporter:
         return (f"session: {t['turns']} model calls · {t['reused']} of {prompt} prompt tokens "
                 f"from cache ({cached}) · {drafts}{misses}")
 
-    def _show_call(self, name: str, args: Any) -> None:
+    def _show_call(self, name: str, args: Any, preview: str | None = None) -> None:
         if not isinstance(args, dict):
             args = {}
         if name == "bash":
             self.console.print(Text(f"$ {args.get('command', '')}", style="cyan"))
-        elif name == "str_replace":
-            self.console.print(Text(f"edit {args.get('path')}", style="cyan"))
-            diff = difflib.unified_diff(str(args.get("old_str", "")).splitlines(),
-                                        str(args.get("new_str", "")).splitlines(), lineterm="",
-                                        n=1)
-            for line in list(diff)[2:40]:
+        elif name in DIFF_EDITS:
+            verb = "edit" if name == "str_replace" else "insert into"
+            self.console.print(Text(f"{verb} {args.get('path')}", style="cyan"))
+            # Without a preview the edit does not apply (its result says why): what the model
+            # wrote is shown unnumbered, since no line of the file matches it.
+            lines = preview.splitlines()[2:] if preview is not None else (
+                [f"-{line}" for line in str(args.get("old_str", "")).splitlines()]
+                + [f"+{line}" for line in str(args.get("new_str", args.get("text", "")))
+                   .splitlines()])
+            for line in lines[:PREVIEW_LINES]:
                 style = "green" if line.startswith("+") else "red" if line.startswith("-") \
                     else "dim"
                 self.console.print(Text(line, style=style))
+            if len(lines) > PREVIEW_LINES:
+                self.console.print(Text(f"… {len(lines) - PREVIEW_LINES} more lines of diff",
+                                        style="dim"))
         elif name == "create":
             text = str(args.get("file_text", ""))
             self.console.print(Text(f"create {args.get('path')} ({text.count(chr(10)) + 1} "
@@ -227,8 +233,11 @@ def reply_misses(previous: tuple[int, int] | None, reused: int) -> int:
 SUMMARY_LINES = 5
 """Lines of a tool result shown at most; a longer one shows its head, a count and its end."""
 SUMMARY_WIDTH = 160
-EDIT_RESULTS = frozenset({"str_replace", "insert"})
-"""Tools whose result is a heading plus the edited lines, already shown as the call's diff."""
+DIFF_EDITS = frozenset({"str_replace", "insert"})
+"""Edits shown as a diff with their call; their result (a heading and the edited lines) is
+then shown as its heading only."""
+PREVIEW_LINES = 40
+"""Lines of an edit's diff shown with the call (the rest is counted)."""
 
 
 def result_summary(name: str, text: str, is_error: bool = False) -> list[str]:
@@ -245,7 +254,7 @@ def result_summary(name: str, text: str, is_error: bool = False) -> list[str]:
         lines = lines[1:-1] if lines[-1] == "[end of MCP output]" else lines[1:]
     if not lines:
         return ["(no output)"]
-    if name in EDIT_RESULTS and not is_error and lines[0].endswith(":"):
+    if name in DIFF_EDITS and not is_error and lines[0].endswith(":"):
         lines = [lines[0][:-1]]
     if len(lines) > SUMMARY_LINES:
         head = SUMMARY_LINES - 2

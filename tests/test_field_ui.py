@@ -10,10 +10,12 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.events import ToolResult
+from agent.sessions.approval import make_approver
 from agent.ui import Reporter
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 from tests.test_cli_ux import agent
+from tools.registry import Registry
 
 CALC = "".join(f"x{i} = {i}\n" for i in range(1, 12))
 
@@ -68,3 +70,40 @@ def test_a_run_shows_useful_results_in_the_terminal(tmp_path: Path, agent_home: 
     err = proc.stderr
     assert '  ✓ {\n      "ok": true,\n      "n": 3\n    }\n    [exit code 0]\n' in err, err
     assert "  ✓ edited calc.py\n" in err, err
+
+
+EDIT_AT_5 = {"path": "calc.py", "old_str": "x5 = 5\n", "new_str": "x5 = 55\nx5b = 6\n"}
+
+
+def test_the_run_shows_an_edit_numbered_like_the_file(tmp_path: Path, agent_home: Path):
+    repo = tmp_path / "repo"
+    committed_repo(repo, {"calc.py": CALC})
+    script = [reply(json.dumps({"tool": "str_replace", "arguments": EDIT_AT_5})),
+              reply(json.dumps({"tool": "insert", "arguments": {
+                  "path": "calc.py", "insert_line": 10, "text": "y = 0\n"}})),
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "edit calc", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    # The file's lines around each change, numbered as in the file.
+    assert ("edit calc.py\n@@ -2,7 +2,8 @@\n x2 = 2\n x3 = 3\n x4 = 4\n-x5 = 5\n+x5 = 55\n"
+            "+x5b = 6\n x6 = 6\n x7 = 7\n x8 = 8\n  ✓ edited calc.py\n" in proc.stderr), \
+        proc.stderr
+    assert ("insert into calc.py\n@@ -8,5 +8,6 @@\n x7 = 7\n x8 = 8\n x9 = 9\n+y = 0\n"
+            " x10 = 10\n x11 = 11\n  ✓ inserted 1 lines into calc.py\n" in proc.stderr), \
+        proc.stderr
+
+
+def test_the_approval_prompt_shows_the_edit_numbered_like_the_file(ws: Path, reg: Registry):
+    (ws / "calc.py").write_text(CALC)
+    prompts: list[str] = []
+    approve = make_approver("ask", ask=lambda p: prompts.append(p) or "n", interactive=True,
+                            preview=reg.preview)
+    approve({"name": "str_replace", "arguments": EDIT_AT_5})
+    assert prompts[0].startswith("--- a/calc.py\n+++ b/calc.py\n@@ -2,7 +2,8 @@\n x2 = 2\n")
+    assert "\n-x5 = 5\n+x5 = 55\n+x5b = 6\n x6 = 6\n" in prompts[0]
+    # An edit that would not apply says so instead of showing numbers it cannot know.
+    approve({"name": "str_replace", "arguments": {**EDIT_AT_5, "old_str": "nowhere"}})
+    assert "@@" not in prompts[1] and "old_str does not match calc.py" in prompts[1]
+    assert (ws / "calc.py").read_text() == CALC

@@ -88,6 +88,12 @@ class Tool(ABC):
         Raises pydantic's ``ValidationError`` or :class:`ToolError` (both reach the model)."""
         return self.Args.model_validate(arguments)
 
+    def preview(self, args: Any) -> str | None:
+        """What :meth:`run` with ``args`` would change, as a unified diff numbered like the
+        file (shown before an edit runs), or None: the tool changes no file, or the call would
+        fail. Must not change anything."""
+        return None
+
     @abstractmethod
     def run(self, args: Any) -> Observation:
         """Execute with ``args`` from :meth:`parse`; raise :class:`ToolError` for mistakes the

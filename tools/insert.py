@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import read_text, resolve, snippet, write_recorded
-from tools.textfile import encode
+from tools.edits import diff_preview, read_text, resolve, snippet, write_recorded
+from tools.textfile import TextFile, encode
 
 
 class InsertArgs(ToolArgs):
@@ -22,6 +24,22 @@ class Insert(Tool):
     mutates = True
 
     def run(self, args: InsertArgs) -> Observation:
+        path, tf, text, added = self._insert(args)
+        write_recorded(self.ctx, path, encode(tf, text))
+        first = args.insert_line + 1
+        return Observation(text=f"inserted {added} lines into "
+                           f"{self.ctx.workspace.relative(path)}:\n"
+                           + snippet(text, first, first + added - 1))
+
+    def preview(self, args: InsertArgs) -> str:
+        """The insertion as :meth:`run` would make it, as a diff."""
+        path, tf, text, _ = self._insert(args)
+        encode(tf, text)  # raises, as run would, when the encoding cannot hold it
+        return diff_preview(self.ctx.workspace.relative(path), tf.text, text)
+
+    def _insert(self, args: InsertArgs) -> tuple[Path, TextFile, str, int]:
+        """The file, its text, the text after the insertion and how many lines it adds;
+        ToolError when ``insert_line`` is out of range."""
         path = resolve(self.ctx, args.path)
         tf = read_text(self.ctx, path)
         lines = tf.text.split("\n")
@@ -34,9 +52,4 @@ class Insert(Tool):
         new = args.text[:-1] if args.text.endswith("\n") else args.text
         added = new.split("\n")
         lines[args.insert_line:args.insert_line] = added
-        text = "\n".join(lines) + ("\n" if trailing or not lines else "")
-        write_recorded(self.ctx, path, encode(tf, text))
-        first = args.insert_line + 1
-        return Observation(text=f"inserted {len(added)} lines into "
-                           f"{self.ctx.workspace.relative(path)}:\n"
-                           + snippet(text, first, first + len(added) - 1))
+        return path, tf, "\n".join(lines) + ("\n" if trailing or not lines else ""), len(added)

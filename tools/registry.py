@@ -81,6 +81,18 @@ class Registry:
         except OSError as exc:
             return Observation(is_error=True, text=f"{name} failed: {exc}")
 
+    def preview(self, name: str, arguments: Any) -> str | None:
+        """What the call would change (:meth:`Tool.preview`: a diff numbered like the file),
+        or None when the tool changes no file or the call would fail (it then fails when
+        run, with the reason)."""
+        tool = self.tools.get(name)
+        if tool is None or not isinstance(arguments, dict):
+            return None
+        try:
+            return tool.preview(tool.parse(arguments))
+        except (ValidationError, ToolError, PathRefused, OSError):
+            return None
+
     def close(self) -> None:
         """Stop background jobs."""
         if self.jobs:

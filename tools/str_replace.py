@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import read_text, resolve, snippet, write_recorded
-from tools.matching import Ambiguous, closest_region, find_and_replace
-from tools.textfile import encode
+from tools.edits import diff_preview, read_text, resolve, snippet, write_recorded
+from tools.matching import Ambiguous, Match, closest_region, find_and_replace
+from tools.textfile import TextFile, encode
 
 
 class StrReplaceArgs(ToolArgs):
@@ -24,6 +26,21 @@ class StrReplace(Tool):
     mutates = True
 
     def run(self, args: StrReplaceArgs) -> Observation:
+        path, tf, rel, result = self._replace(args)
+        write_recorded(self.ctx, path, encode(tf, result.text))
+        how = "" if result.stage == "exact" else f" (matched ignoring {result.stage})"
+        return Observation(text=f"edited {rel}{how}:\n"
+                           + snippet(result.text, result.first_line, result.last_line))
+
+    def preview(self, args: StrReplaceArgs) -> str:
+        """The edit as :meth:`run` would make it (tolerant matching included), as a diff."""
+        _, tf, rel, result = self._replace(args)
+        encode(tf, result.text)  # raises, as run would, when the encoding cannot hold it
+        return diff_preview(rel, tf.text, result.text)
+
+    def _replace(self, args: StrReplaceArgs) -> tuple[Path, TextFile, str, Match]:
+        """The file, its text, its workspace-relative name and the replacement; ToolError when
+        the edit cannot be made."""
         path = resolve(self.ctx, args.path)
         tf = read_text(self.ctx, path)
         rel = self.ctx.workspace.relative(path)
@@ -41,10 +58,7 @@ class StrReplace(Tool):
                             f"{where}); add surrounding lines so it matches exactly one")
         if result is None:
             raise ToolError(self._no_match(tf.text, old, new, rel))
-        write_recorded(self.ctx, path, encode(tf, result.text))
-        how = "" if result.stage == "exact" else f" (matched ignoring {result.stage})"
-        return Observation(text=f"edited {rel}{how}:\n"
-                           + snippet(result.text, result.first_line, result.last_line))
+        return path, tf, rel, result
 
     @staticmethod
     def _no_match(text: str, old: str, new: str, rel: str) -> str:

@@ -12,7 +12,6 @@ needs approval stops the task with a message instead of hanging.
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 from collections.abc import Callable
@@ -34,18 +33,22 @@ def needs_approval(mode: str, tool: str) -> bool:
     return True
 
 
-def describe(call: dict[str, Any]) -> str:
-    """What the user is asked to approve: the command, or the edit as a diff."""
+def describe(call: dict[str, Any], preview: str | None = None) -> str:
+    """What the user is asked to approve: the command, or the edit as a diff (``preview``:
+    the tool's own, numbered like the file, see :meth:`tools.registry.Registry.preview`)."""
     args = call["arguments"]
     name = call["name"]
     if name == "bash":
         return f"$ {args.get('command', '')}"
+    if preview is not None:
+        return preview
     if name == "str_replace":
-        diff = difflib.unified_diff(str(args.get("old_str", "")).splitlines(),
-                                    str(args.get("new_str", "")).splitlines(),
-                                    fromfile=str(args.get("path")), tofile=str(args.get("path")),
-                                    lineterm="")
-        return "\n".join(diff)
+        # No preview: old_str is not (uniquely) in the file, so there are no line numbers to
+        # give; the edit will fail with the reason unless the file changes first.
+        lines = [f"-{line}" for line in str(args.get("old_str", "")).splitlines()] \
+            + [f"+{line}" for line in str(args.get("new_str", "")).splitlines()]
+        return (f"edit {args.get('path')} (old_str does not match {args.get('path')} as it "
+                "is now, so this edit would fail):\n" + "\n".join(lines))
     if name == "create":
         head = str(args.get("file_text", "")).splitlines()[:20]
         return f"create {args.get('path')}:\n" + "\n".join(f"+{line}" for line in head)
@@ -60,12 +63,16 @@ def describe(call: dict[str, Any]) -> str:
 def make_approver(mode: str, ask: Callable[[str], str] | None = None,
                   interactive: bool | None = None,
                   preapproved: Callable[[dict[str, Any]], bool] | None = None,
-                  sensitive: Callable[[str], str | None] | None = None) -> Approver | None:
+                  sensitive: Callable[[str], str | None] | None = None,
+                  preview: Callable[[str, Any], str | None] | None = None
+                  ) -> Approver | None:
     """An approver for ``mode`` (None for full-auto). ``ask`` shows a prompt and returns the
     answer (default: ``input``); ``interactive`` defaults to stdin being a terminal;
     ``preapproved`` says whether a call runs without asking anyway (an active skill's
     ``allowed-tools``); ``sensitive`` gives, for an edit's ``path``, why that file needs
-    approval like a command (:meth:`tools.workspace.Workspace.git_interpreted`) or None."""
+    approval like a command (:meth:`tools.workspace.Workspace.git_interpreted`) or None;
+    ``preview`` gives an edit's diff from (tool, arguments)
+    (:meth:`tools.registry.Registry.preview`)."""
     if mode == "full-auto":
         return None
     prompt = ask or input
@@ -83,7 +90,8 @@ def make_approver(mode: str, ask: Callable[[str], str] | None = None,
             raise ApprovalUnavailable(
                 f"{call['name']} needs approval (--approval {mode}){why} but stdin is not a "
                 "terminal; rerun in a terminal or with --approval full-auto")
-        shown = describe(call) + (f"\n[{reason}]" if reason else "")
+        diff = preview(call["name"], args) if preview is not None else None
+        shown = describe(call, diff) + (f"\n[{reason}]" if reason else "")
         answer = prompt(f"{shown}\nAllow {call['name']}? [y/N or a reason] ").strip()
         if answer.lower() in {"y", "yes"}:
             return None

@@ -204,7 +204,8 @@ class RepoSession:
                            approve=make_approver(
                                settings.approval, ask, interactive,
                                self.skills.activations.preapproved if self.skills else None,
-                               sensitive=workspace.git_interpreted),
+                               sensitive=workspace.git_interpreted,
+                               preview=self.registry.preview),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                                  max_output=2048),
