@@ -364,7 +364,8 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
 
 @app.command("sessions")
 def sessions_cmd(json_out: JsonOut = False) -> None:
-    """Saved sessions: id, first task, repository, age, tasks and steps."""
+    """Saved sessions: id, first task, repository, age, tasks, steps and how the last task
+    ended (done, stopped and why, interrupted, failed, no end recorded)."""
     found = list_sessions()
     if json_out:
         typer.echo(json.dumps([s.__dict__ for s in found], indent=2))
@@ -374,8 +375,8 @@ def sessions_cmd(json_out: JsonOut = False) -> None:
     now = time.time()
     for s in found:
         age = _age(now - s.started)
-        typer.echo(f"{s.id}  {age:>6} ago  tasks {s.tasks}  steps {s.steps}  {s.workspace}"
-                   f"  {s.task[:60]!r}")
+        typer.echo(f"{s.id}  {age:>6} ago  tasks {s.tasks}  steps {s.steps}  {s.end_detail}  "
+                   f"{s.workspace}  {s.task[:60]!r}")
 
 
 def _age(seconds: float) -> str:

@@ -87,6 +87,87 @@ class SessionSummary:
     """Unix time, seconds."""
     steps: int
     tasks: int
+    ended: str = "no_task"
+    """How the last task ended: done, stopped, interrupted, failed, no_end (nothing recorded:
+    killed, or still running), no_task, or unknown (the log is damaged or unreadable)."""
+    end_detail: str = "no task run"
+    """The same as a phrase for people (why it stopped, the error)."""
+
+
+STOPPED = {
+    "max_steps": "the step limit ran out",
+    "max_time": "the time limit ran out",
+    "repeated_call": "the model repeated its calls",
+    "format_errors": "the model wrote malformed tool calls",
+    "length": "a reply was cut at the token limit",
+    "approval_needed": "a call needed approval without a terminal",
+}
+"""Why a task stopped, per :class:`agent.events.FinalAnswer` reason, for ``agent sessions``."""
+
+
+def _ending(lines: list[str], torn: bool) -> tuple[str, str, int, int]:
+    """(ended, end_detail, steps, tasks) from a session log's lines. Only the event types and
+    a few fields are read (``json.loads``, no model), so listing many long logs stays quick."""
+    steps = tasks = 0
+    ended, detail = "no_task", "no task run"
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            kind = event["type"]
+        except (ValueError, TypeError, KeyError):
+            if n == len(lines) and torn:
+                continue  # cut off mid-write: the normal trace of a crash, not damage
+            return "unknown", f"unknown (line {n} of the log is damaged)", steps, tasks
+        if kind == "model_turn":
+            steps += 1
+        elif kind == "task_start":
+            tasks += 1
+            ended, detail = "no_end", "no end recorded (killed, or still running)"
+        elif kind == "checkpoint" and event.get("kind") == "after" and ended == "no_end":
+            # The task's `finally` ran but no answer came: an error ended it.
+            ended, detail = "failed", "failed (an error ended the task)"
+        elif kind == "error":
+            message = " ".join(str(event.get("message", "")).split())[:120]
+            ended, detail = "failed", f"failed: {message}"
+        elif kind == "final_answer":
+            reason = str(event.get("reason"))
+            if reason == "done":
+                ended, detail = "done", "done"
+            elif reason == "interrupted":
+                ended, detail = "interrupted", "interrupted (Ctrl-C)"
+            else:
+                ended, detail = "stopped", f"stopped: {STOPPED.get(reason, reason)}"
+    return ended, detail, steps, tasks
+
+
+def summarise(entry: dict[str, object], path: Path) -> SessionSummary:
+    """The summary of one session from its index ``entry`` and its log at ``path``; a log that
+    cannot be read or is damaged gives ``ended`` unknown, never an exception."""
+    try:
+        started = float(entry.get("started") or 0)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        started = 0.0
+    summary = SessionSummary(str(entry["id"]), str(entry.get("task") or ""),
+                             str(entry.get("workspace") or ""), started, 0, 0)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        summary.ended = "unknown"
+        summary.end_detail = f"unknown (the log cannot be read: {exc.strerror or exc})"
+        return summary
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    torn = not data.endswith(b"\n") and lines[-1].strip() != ""
+    summary.ended, summary.end_detail, summary.steps, summary.tasks = _ending(lines, torn)
+    if not summary.task:
+        # Sessions started by `agent chat` are indexed before their first task.
+        for line in lines:
+            if '"type":"task_start"' in line:
+                with contextlib.suppress(ValueError, AttributeError):
+                    summary.task = str(json.loads(line).get("text", ""))
+                break
+    return summary
 
 
 def session_path(session_id: str) -> Path:
@@ -98,7 +179,8 @@ def session_path(session_id: str) -> Path:
 
 
 def list_sessions() -> list[SessionSummary]:
-    """Every indexed session with a log, newest first; corrupt index lines are skipped."""
+    """Every indexed session with a log, newest first; corrupt index lines are skipped, and a
+    session whose log is damaged or unreadable is listed with ``ended`` unknown."""
     index = home().sessions / "index.jsonl"
     if not index.is_file():
         return []
@@ -106,22 +188,12 @@ def list_sessions() -> list[SessionSummary]:
     for line in index.read_text("utf-8", errors="replace").splitlines():
         try:
             entry = json.loads(line)
-            path = home().sessions / f"{entry['id']}.jsonl"
+            session_id = entry["id"]
         except (ValueError, KeyError, TypeError):
             continue
-        if not path.is_file():
-            continue
-        steps = tasks = 0
-        task = str(entry.get("task", ""))
-        for raw in path.read_text("utf-8", errors="replace").splitlines():
-            if '"type":"model_turn"' in raw:
-                steps += 1
-            elif '"type":"task_start"' in raw:
-                tasks += 1
-                if not task:
-                    with contextlib.suppress(ValueError, AttributeError):
-                        task = str(json.loads(raw).get("text", ""))
-        found[entry["id"]] = SessionSummary(entry["id"], task,
-                                            str(entry.get("workspace", "")),
-                                            float(entry.get("started", 0)), steps, tasks)
+        if not isinstance(session_id, str) or "/" in session_id:
+            continue  # not an id this product writes; never a path to follow
+        path = home().sessions / f"{session_id}.jsonl"
+        if os.path.lexists(path):
+            found[session_id] = summarise(entry, path)
     return sorted(found.values(), key=lambda s: s.started, reverse=True)

@@ -21,6 +21,7 @@ from agent.errors import UsageError, UserError
 from agent.events import (
     Checkpoint,
     Compaction,
+    ErrorEvent,
     Event,
     Message,
     SessionStart,
@@ -238,6 +239,12 @@ class RepoSession:
                 first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
                 self.forced_skills = []
                 return self.agent.run(text, first_calls=first)
+        except Exception as exc:
+            # Logged only (the command line prints the error): `agent sessions` then says
+            # how the task ended.
+            self.log.append(ErrorEvent(session_id=self.id, message=str(exc),
+                                       kind=type(exc).__name__))
+            raise
         finally:
             self._checkpoint("after")
 
