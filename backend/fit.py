@@ -5,7 +5,11 @@ Estimates follow llama.cpp b11434's allocation (``src/llama-kv-cache.cpp``,
 
 - weights: the sum of the GGUF's tensor sizes (:mod:`backend.ggufinfo`);
 - KV cache: per layer that owns one, ``cells x (row(K) + row(V))`` with rows priced by the cache
-  type's ggml block size (``gguf.GGML_QUANT_SIZES``). The context is padded to 256 cells and, when
+  type's ggml block size (``gguf.GGML_QUANT_SIZES``); BeeLlama ≤0.3's TurboQuant types
+  (``turbo2/3/4``, ``turbo2_tcq``, ``turbo3_tcq``: :data:`TURBO_BLOCK_BYTES`) pad each head to a
+  multiple of 128 values and price 128-value blocks, fall back to f16 for heads over 512, and
+  must live on the GPU (v0.3.1 ``src/llama-kv-cache.cpp`` refuses a KV layer in host memory, so
+  a CPU plan with them is refused here first). The context is padded to 256 cells and, when
   the slots do not share one buffer (no ``--kv-unified``), split into per-slot streams of
   ``pad(ctx / slots, 256)``. Sliding-window layers hold ``pad(min(ctx_seq, window x (slots if
   unified else 1) + ubatch), 256)`` cells unless ``--swa-full`` sizes them like the rest. Without
@@ -51,6 +55,15 @@ DRAFT_OUTPUTS = 16
 """Outputs per step of a DFlash draft: the anchor plus 15 masked positions."""
 CTX_PAD = 256
 Where = Literal["gpu", "host"]
+TURBO_BLOCK = 128
+"""Values per TurboQuant block, and the head size each head is padded to (the Walsh-Hadamard
+rotation works on 128 values: BeeLlama v0.3.1 ``ggml/src/ggml-common.h``, ``QK_TURBO*``)."""
+TURBO_BLOCK_BYTES = {"turbo2": 34, "turbo3": 50, "turbo4": 66, "turbo2_tcq": 36,
+                     "turbo3_tcq": 52}
+"""Bytes per 128-value block of each TurboQuant KV type (``sizeof(block_turbo*)`` there: an f16
+norm plus the packed indices)."""
+TURBO_MAX_HEAD = 512
+"""Heads wider than this keep an f16 cache (the turbo flash-attention kernel's limit)."""
 
 
 class FitError(RuntimeError):
@@ -93,6 +106,8 @@ class FitReport:
     ram_available_mib: float
     suggested_ctx: int | None = None
     notes: list[str] = field(default_factory=list)
+    blocker: str | None = None
+    """Why the plan cannot run at any size (e.g. a TurboQuant KV cache in host memory)."""
 
     def need(self, where: Where) -> float:
         """MiB the plan needs on ``where``."""
@@ -111,8 +126,8 @@ class FitReport:
 
     @property
     def fits(self) -> bool:
-        """True when nothing is short."""
-        return self.gpu_shortfall == 0 and self.host_shortfall == 0
+        """True when nothing is short and nothing blocks the plan."""
+        return self.blocker is None and self.gpu_shortfall == 0 and self.host_shortfall == 0
 
     def table(self) -> str:
         """One line per component, then need vs available per memory."""
@@ -135,6 +150,10 @@ class FitReport:
         head = f"the model at --ctx-size {self.ctx_size} {verdict} this machine (estimate):"
         if self.fits:
             return f"{head}\n{self.table()}"
+        if self.blocker:
+            return (f"the plan cannot run on this machine: {self.blocker}\n{self.table()}\n"
+                    "choose another KV cache type (cache_type_k/v in presets.toml) or put "
+                    "every layer on a GPU")
         if self.suggested_ctx:
             advice = (f"try --ctx-size {self.suggested_ctx} (the largest context that fits), "
                       "or --force to launch anyway")
@@ -157,6 +176,25 @@ def row_bytes(cache_type: str, n: int) -> int:
     if n % block:
         raise ValueError(f"{n} elements are not a multiple of {cache_type}'s block of {block}")
     return n // block * size
+
+
+def is_turbo(cache_type: str) -> bool:
+    """Whether ``cache_type`` is one of BeeLlama ≤0.3's TurboQuant KV types."""
+    return cache_type in TURBO_BLOCK_BYTES
+
+
+def kv_row_bytes(cache_type: str, heads: int, head_dim: int) -> int:
+    """Bytes of one token's K (or V) row of a layer with ``heads`` heads of ``head_dim``.
+
+    Standard types: :func:`row_bytes` of ``heads x head_dim``. TurboQuant: each head padded to a
+    multiple of 128, in 128-value blocks; heads over 512 fall back to f16 (module docstring).
+    """
+    if not is_turbo(cache_type):
+        return row_bytes(cache_type, heads * head_dim)
+    if head_dim > TURBO_MAX_HEAD:
+        return row_bytes("f16", heads * head_dim)
+    blocks = -(-head_dim // TURBO_BLOCK)
+    return heads * blocks * TURBO_BLOCK_BYTES[cache_type]
 
 
 def _pad(n: int, to: int = CTX_PAD) -> int:
@@ -194,14 +232,29 @@ class KvShape:
         return _pad(min(self.cells_full, window))
 
 
+def _head_dims(info: GgufInfo, il: int) -> tuple[int, int]:
+    swa = info.is_swa(il)
+    return (info.head_dim_k_swa if swa else info.head_dim_k,
+            info.head_dim_v_swa if swa else info.head_dim_v)
+
+
+def _cell_bytes(info: GgufInfo, il: int, shape: KvShape, v_max: int) -> int:
+    """Bytes per cell of layer ``il``'s K and V (TurboQuant implies flash attention)."""
+    heads = info.n_head_kv[il]
+    k_dim, v_dim = _head_dims(info, il)
+    if shape.flash_attn or is_turbo(shape.type_v):
+        v_row = kv_row_bytes(shape.type_v, heads, v_dim)
+    else:
+        v_row = row_bytes(shape.type_v, v_max)
+    return kv_row_bytes(shape.type_k, heads, k_dim) + v_row
+
+
 def kv_bytes(info: GgufInfo, shape: KvShape) -> tuple[int, int]:
     """(full-attention bytes, sliding-window bytes) of ``info``'s KV cache for ``shape``."""
     v_max = max((info.kv_width(il)[1] for il in range(info.n_kv_layers)), default=0)
     full = swa = 0
     for il in range(info.n_kv_layers):
-        k, v = info.kv_width(il)
-        per_cell = row_bytes(shape.type_k, k) + row_bytes(shape.type_v,
-                                                           v if shape.flash_attn else v_max)
+        per_cell = _cell_bytes(info, il, shape, v_max)
         if info.is_swa(il):
             swa += shape.streams * shape.cells_swa(info.n_swa) * per_cell
         else:
@@ -217,8 +270,8 @@ def checkpoint_bytes(info: GgufInfo, shape: KvShape, per_slot: int) -> int:
     one_slot = KvShape(ctx=shape.ctx, slots=1, unified=True, ubatch=shape.ubatch,
                        flash_attn=shape.flash_attn, type_k=shape.type_k, type_v=shape.type_v)
     cells = min(one_slot.cells_swa(info.n_swa), shape.cells_full)
-    layer_bytes = sum(row_bytes(shape.type_k, info.kv_width(il)[0])
-                      + row_bytes(shape.type_v, info.kv_width(il)[1])
+    layer_bytes = sum(kv_row_bytes(shape.type_k, info.n_head_kv[il], _head_dims(info, il)[0])
+                      + kv_row_bytes(shape.type_v, info.n_head_kv[il], _head_dims(info, il)[1])
                       for il in range(info.n_kv_layers) if info.is_swa(il))
     return per_slot * shape.slots * cells * layer_bytes
 
@@ -333,8 +386,15 @@ def estimate(inputs: FitInputs, ctx: int) -> FitReport:
               1.0 if d_frac > 0 else 0.0)
     if t_frac > 0 or d_frac > 0:
         comps.append(Component("GPU runtime (CUDA context, assumed)", GPU_RUNTIME_MIB, "gpu"))
+    turbo = [t for t in (shape.type_k, shape.type_v) if is_turbo(t)]
+    blocker = None
+    if turbo and t_frac < 1:
+        where = "no GPU answered nvidia-smi" if gpu is None else \
+            f"gpu_layers = {opts.gpu_layers} keeps part of it in host memory"
+        blocker = (f"the TurboQuant KV cache ({'/'.join(dict.fromkeys(turbo))}) must be "
+                   f"entirely on a GPU (BeeLlama refuses a KV layer in host memory), and {where}")
     return FitReport(ctx_size=ctx, components=comps, gpu=gpu,
-                     ram_available_mib=inputs.ram_available_mib)
+                     ram_available_mib=inputs.ram_available_mib, blocker=blocker)
 
 
 def largest_fitting_ctx(inputs: FitInputs, upper: int) -> int | None:
