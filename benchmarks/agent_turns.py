@@ -439,6 +439,12 @@ class TurnSample(BaseModel):
     reply_missed: int | None = Field(None, description="Tokens of this reply the next request "
                                      "prefilled again (agent.ui.reply_misses); None for the "
                                      "last turn.")
+    carried: int | None = Field(None, description="Tokens the previous request of this "
+                                "conversation left in the cache (its whole prompt plus its "
+                                "reply): what this request could reuse; None for the first.")
+    after_cut: bool = Field(False, description="The previous reply of this conversation was "
+                            "cut at max_tokens (the agent keeps only its start, and would "
+                            "have stopped the task there).")
 
 
 class Group(BaseModel):
@@ -464,7 +470,15 @@ class Group(BaseModel):
     of_plain: float | None = Field(description="speedup / plain_speedup.")
     reused: int = Field(description="cache_n over requests 2..N of each conversation.")
     prefilled: int = Field(description="prompt_n over requests 2..N of each conversation.")
-    reuse: float | None = Field(description="reused / (reused + prefilled).")
+    reuse: float | None = Field(description="reused / (reused + prefilled): new tool "
+                                "results count as prefilled, so long results lower it.")
+    carried: int = Field(description="Tokens the previous requests left in the cache "
+                         "(prompt + reply), requests 2..N.")
+    kept: int = Field(description="Of those, tokens the next request reused.")
+    kept_share: float | None = Field(description="kept / carried: 1.0 when every request "
+                                     "continues the cached prompt and reply byte for byte.")
+    kept_share_uncut: float | None = Field(description="kept / carried over the requests "
+                                           "that follow a reply not cut at max_tokens.")
     reply_missed: int = Field(description="Reply tokens the next request prefilled again.")
     cut_reply_missed: int = Field(description="Of those, tokens of replies cut at max_tokens "
                                   "(the agent keeps only their first 200 characters).")
@@ -516,6 +530,8 @@ class ReplayResult(BaseModel):
     groups: list[Group]
     targets: list[TargetCheck]
     wall_s: float
+    complete: bool = Field(True, description="False when the run was interrupted: the "
+                           "samples are those measured until then.")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -611,6 +627,9 @@ def link_replies(samples: list[TurnSample]) -> list[TurnSample]:
             prev = out[last[key]]
             missed = reply_misses((prev.prompt_n + prev.cache_n, prev.predicted_n), s.cache_n)
             out[last[key]] = prev.model_copy(update={"reply_missed": missed})
+            out[i] = s.model_copy(update={
+                "carried": prev.prompt_n + prev.cache_n + prev.predicted_n,
+                "after_cut": prev.outcome == "cut"})
         last[key] = i
     return out
 
@@ -618,15 +637,18 @@ def link_replies(samples: list[TurnSample]) -> list[TurnSample]:
 def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSession],
            protocols: Sequence[str], registry: Registry, *, sampling: dict[str, Any],
            max_tokens: int, tool_role: bool, plain: bool = True,
-           note: Callable[[str], None] | None = None) -> list[TurnSample]:
+           note: Callable[[str], None] | None = None,
+           into: list[TurnSample] | None = None) -> list[TurnSample]:
     """Replay every session under every protocol (then the plain chain) on every server of
     ``clients`` (profile → client), profiles interleaved per turn; returns the samples in
-    request order. Raises :class:`BenchError` when a server fails."""
+    request order (:func:`link_replies` applied). Each sample is also appended to ``into``
+    as it is measured, so an interrupted run keeps what it measured. Raises
+    :class:`BenchError` when a server fails."""
     say = note or (lambda _msg: None)
     profiles = list(clients)
     chains = [*protocols, PLAIN] if plain else list(protocols)
     total = sum(len(s.turns) for s in sessions) * len(chains) * len(profiles)
-    samples: list[TurnSample] = []
+    samples: list[TurnSample] = [] if into is None else into
     rotation = 0
     for session in sessions:
         for protocol in chains:
@@ -679,6 +701,11 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
     later = [s for s in picked if s.turn > 0]
     reused = sum(s.cache_n for s in later)
     prefilled = sum(s.prompt_n for s in later)
+    carried = sum(s.carried or 0 for s in later)
+    kept = sum(min(s.cache_n, s.carried or 0) for s in later)
+    uncut = [s for s in later if not s.after_cut]
+    carried_uncut = sum(s.carried or 0 for s in uncut)
+    kept_uncut = sum(min(s.cache_n, s.carried or 0) for s in uncut)
     bad = [s for s in picked if s.outcome in ("format_error", "no_call", "cut")]
     return Group(
         protocol=protocol, profile=profile, scope=scope, turns=len(picked),
@@ -688,7 +715,8 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
         acceptance=_ratio(accepted, drafted),
         accepted_per_draft=_ratio(accepted, drafts) if drafts else None,
         speedup=None, plain_speedup=None, of_plain=None, reused=reused, prefilled=prefilled,
-        reuse=_ratio(reused, reused + prefilled),
+        reuse=_ratio(reused, reused + prefilled), carried=carried, kept=kept,
+        kept_share=_ratio(kept, carried), kept_share_uncut=_ratio(kept_uncut, carried_uncut),
         reply_missed=sum(s.reply_missed or 0 for s in picked),
         cut_reply_missed=sum(s.reply_missed or 0 for s in picked if s.outcome == "cut"),
         format_errors=sum(s.outcome == "format_error" for s in picked),
@@ -757,6 +785,14 @@ def check_targets(groups: Sequence[Group], reference: str = REFERENCE_PROFILE,
     checks.append(TargetCheck(name="text prefix reuse, requests 2..N (lowest profile)",
                               target=f">= {CPU_TARGETS['reuse']}", value=value,
                               met=None if value is None else value >= CPU_TARGETS["reuse"]))
+    kept = [g.kept_share for g in groups if g.protocol == "text" and g.scope == "all"]
+    value = min((k for k in kept if k is not None), default=None)
+    checks.append(TargetCheck(name="text: previous prompt + reply kept by the next request "
+                              "(lowest profile)", target="reported", value=value, met=None))
+    kept = [g.kept_share_uncut for g in groups if g.protocol == "text" and g.scope == "all"]
+    value = min((k for k in kept if k is not None), default=None)
+    checks.append(TargetCheck(name="text: the same after replies not cut at max_tokens",
+                              target="reported", value=value, met=None))
     for g in groups:
         if g.scope == "all" and g.protocol != PLAIN and g.profile == reference:
             checks.append(TargetCheck(name=f"{g.protocol}: replies the agent cannot run, "
@@ -786,28 +822,30 @@ def result_tables(result: ReplayResult) -> list[Table]:
     """Two tables within 80 columns: every turn (speed, acceptance, reuse, validity), and the
     edit turns against the plain-text reference."""
     def table(title: str, caption: str, columns: list[str]) -> Table:
-        t = Table(title=title, caption=caption, caption_justify="left",
-                  box=box.MINIMAL_HEAVY_HEAD, show_edge=False, pad_edge=False)
+        t = Table(title=title, caption=caption, caption_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, padding=(0, 1))
         for i, name in enumerate(columns):
             t.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
         return t
 
     build = result.build_info or result.engine_version
     all_turns = table(
-        f"{result.preset}, {result.flavour} {build}: every turn",
+        f"{result.preset}, {result.flavour} {build}: all "
+        f"{sum(result.sessions.values())} turns of {len(result.sessions)} session(s)",
         "tok generated; dec/s decode tok/s; acc% drafts accepted; a/d accepted tokens per "
         f"draft; ×ref speed vs {result.reference_profile}; reuse: prompt share from cache, "
-        "requests 2..N; miss: reply tokens prefilled again; bad: replies the agent cannot "
-        "run per 100 turns (format error, no call, cut)",
-        ["proto", "profile", "turns", "tok", "dec/s", "acc%", "a/d", "×ref", "reuse",
-         "miss", "bad"])
+        "requests 2..N; kept: share of the previous prompt + reply the next request reused; "
+        "miss: reply tokens prefilled again; bad: replies the agent cannot run per 100 turns "
+        "(format error, no call, cut)",
+        ["proto", "profile", "tok", "dec/s", "acc%", "a/d", "×ref", "reuse", "kept", "miss",
+         "bad"])
     for g in result.groups:
         if g.scope != "all":
             continue
-        all_turns.add_row(g.protocol, g.profile, str(g.turns), str(g.completion_tokens),
+        all_turns.add_row(g.protocol, g.profile, str(g.completion_tokens),
                           _rate(g.decode_tok_s), _pct(g.acceptance),
                           _num(g.accepted_per_draft, 1), _num(g.speedup),
-                          _num(g.reuse, 3), str(g.reply_missed),
+                          _num(g.reuse, 3), _num(g.kept_share, 3), str(g.reply_missed),
                           _num(g.invalid_per_100, 0))
     edits = table(
         "edit turns (create, str_replace, fixes) vs the plain-text reference",
@@ -932,6 +970,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
     plans = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
     states: dict[str, ServerState] = {}
+    measured: list[TurnSample] = []
+    complete = True
     with interrupt_on_termination(), _keep_current_marker(), \
             httpx2.Client(timeout=httpx2.Timeout(60.0)) as http:
         try:
@@ -941,12 +981,17 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             servers = [_server_info(p, s) for p, s in states.items()]
             clients = {p: _client(s) for p, s in states.items()}
             tool_role = renders_tool_role(clients[reference])
-            samples = replay(clients, sessions, protocols, registry, sampling=sampling,
-                             max_tokens=max_tokens, tool_role=tool_role, plain=plain,
-                             note=note)
+            try:
+                replay(clients, sessions, protocols, registry, sampling=sampling,
+                       max_tokens=max_tokens, tool_role=tool_role, plain=plain, note=note,
+                       into=measured)
+            except KeyboardInterrupt:
+                # Keep what was measured: a long run on a loaded machine is worth its part.
+                complete = False
         finally:
             for state in states.values():
                 stop(state)
+    samples = link_replies(measured)
     groups = summarize(samples, profiles, protocols, reference)
     fast = next((p for p in profiles if p != reference), reference)
     first = next(iter(plans.values()))
@@ -964,7 +1009,24 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
         sessions={s.name: len(s.turns) for s in sessions}, max_tokens=max_tokens,
         ctx_size=first.ctx_size, sampling=sampling, tool_role=tool_role, servers=servers,
         samples=samples, groups=groups, targets=check_targets(groups, reference, fast),
-        wall_s=round(time.monotonic() - clock, 1))
+        wall_s=round(time.monotonic() - clock, 1), complete=complete)
+
+
+def load_result(path: Path) -> ReplayResult:
+    """A saved result with its groups and targets computed again from its samples (so an
+    older file is reported with today's arithmetic). Raises :class:`BenchError`."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        samples = link_replies([TurnSample.model_validate(s) for s in data["samples"]])
+        groups = summarize(samples, data["profiles"], data["protocols"],
+                           data["reference_profile"])
+        fast = next((p for p in data["profiles"] if p != data["reference_profile"]),
+                    data["reference_profile"])
+        data.update(samples=samples, groups=groups,
+                    targets=check_targets(groups, data["reference_profile"], fast))
+        return ReplayResult.model_validate(data)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"{path} is not a readable agent-turns result: {exc}") from exc
 
 
 def write_result(result: ReplayResult, path: Path) -> Path:
@@ -1009,6 +1071,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true", help="start servers the fit check "
                         "refuses")
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-request lines")
+    parser.add_argument("--report", type=Path, metavar="RESULT_JSON",
+                        help="run nothing: show a saved result (and --plot it), its numbers "
+                        "computed again from its samples")
     args = parser.parse_args(argv)
     if args.turns is not None and args.turns < 1:
         parser.error("--turns must be at least 1")
@@ -1030,6 +1095,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     note = None if args.quiet else (lambda msg: err.print(msg, markup=False))
     command = shlex.join(["python", "benchmarks/agent_turns.py",
                           *(sys.argv[1:] if argv is None else argv)])
+    if args.report is not None:
+        try:
+            result = load_result(args.report)
+            if args.plot is not None:
+                plot_result(result, args.plot)
+        except BenchError as exc:
+            err.print(f"error: {exc}", markup=False)
+            return 3
+        show(result, Console(width=80, highlight=False))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         registry = default_registry(Workspace(Path(tmp)))
         try:
@@ -1064,6 +1139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             registry.close()
     show(result, Console(width=80, highlight=False))
     print(f"results: {out}" + (f", chart: {args.plot}" if args.plot else ""))
+    if not result.complete:
+        print(f"interrupted after {len(result.samples)} requests: the numbers cover those")
+        return 130
     return 0
 
 

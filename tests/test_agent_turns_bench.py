@@ -251,6 +251,7 @@ def test_speedups_fractions_reuse_and_validity_from_recorded_numbers():
     # reply_misses: request 2 reused 510 of request 1's 500 + 10 (all kept); request 3 640
     # of 540 + 100 (all kept).
     assert every.reply_missed == 0
+    assert (every.carried, every.kept, every.kept_share) == (510 + 640, 1150, 1.0)
     base = group(result, "text", "baseline", "all")
     assert (base.format_errors, base.invalid_per_100) == (1, pytest.approx(100 / 3))
     assert group(result, "plain", "ngram", "all").invalid_per_100 is None
@@ -267,6 +268,9 @@ def test_a_reply_the_next_request_prefilled_again_is_counted():
         sample(0, "json", "baseline", 0, "view", tokens=40, ms=10, prompt=600),
         sample(1, "json", "baseline", 1, "edit", tokens=5, ms=10, prompt=700, cache=600)])
     assert samples[0].reply_missed == 40 and samples[1].reply_missed is None
+    assert (samples[0].carried, samples[1].carried) == (None, 640)
+    row = at.summarize(samples, ["baseline"], ["json"])[0]
+    assert (row.kept, row.carried) == (600, 640) and row.kept_share == pytest.approx(600 / 640)
 
 
 def test_the_tables_fit_80_columns_and_the_chart_is_a_png(tmp_path: Path):
@@ -384,3 +388,21 @@ def test_the_dflash_path_reports_drafts_per_verification(engine: Engine, tiny_df
     assert dflash and all(s.draft_n > 0 and s.drafts for s in dflash)
     row = group(result, "text", "dflash", "all")
     assert row.accepted_per_draft == pytest.approx(row.draft_accepted / row.drafts)
+
+
+def test_a_saved_result_is_reported_again_from_its_samples(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    saved = tmp_path / "result.json"
+    data = json.loads(recorded_result().model_dump_json())
+    del data["groups"][0]["kept_share_uncut"]  # an older file: groups are computed again
+    saved.write_text(json.dumps(data), "utf-8")
+    png = tmp_path / "again.png"
+    proc = script("--report", str(saved), "--plot", str(png), home=tmp_path / "home",
+                  timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "text    ngram" in proc.stdout and "MISSED" in proc.stdout
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    saved.write_text("{}", "utf-8")
+    proc = script("--report", str(saved), home=tmp_path / "home", timeout=120)
+    assert proc.returncode == 3 and "not a readable agent-turns result" in proc.stderr
+    assert "Traceback" not in proc.stderr
