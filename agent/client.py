@@ -128,8 +128,11 @@ class ServerClient:
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,
                  max_tokens: int = 2048,
-                 on_text: Callable[[str], None] | None = None) -> Turn:
-        """Stream one completion and assemble it.
+                 on_text: Callable[[str], None] | None = None,
+                 on_chunk: Callable[[int], None] | None = None) -> Turn:
+        """Stream one completion and assemble it. ``on_text`` gets each piece of reply text;
+        ``on_chunk`` is called for every chunk (any sign of life) with the number of chunks so
+        far that carried reply text, reasoning or tool-call arguments (one token each, about).
 
         Raises :class:`ContextOverflow`, :class:`ServerUnavailable`; on ``KeyboardInterrupt``
         the stream is closed first (so the server stops decoding) and the interrupt re-raised.
@@ -157,12 +160,20 @@ class ServerClient:
             stream = self.openai.chat.completions.create(**kwargs)
         except openai.BadRequestError as exc:
             raise _bad_request(exc) from exc
+        except openai.APITimeoutError as exc:
+            raise self._unavailable(self._silent()) from exc
         except openai.APIError as exc:
             raise self._unavailable(f"model request to {self.base_url} failed: {exc}") from exc
         turn = Turn()
         calls: dict[int, dict[str, str]] = {}
+        tokens = 0
         try:
             for chunk in stream:
+                if on_chunk:
+                    tokens += any(c.delta.content or c.delta.tool_calls
+                                  or (c.delta.model_extra or {}).get("reasoning_content")
+                                  for c in chunk.choices)
+                    on_chunk(tokens)
                 extra_fields = chunk.model_extra or {}
                 if extra_fields.get("timings"):
                     turn.timings = Timings.model_validate(extra_fields["timings"])
@@ -191,6 +202,9 @@ class ServerClient:
         except KeyboardInterrupt:
             stream.close()
             raise
+        except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
+            stream.close()
+            raise self._unavailable(self._silent()) from exc
         except (openai.APIError, httpx2.HTTPError) as exc:
             stream.close()
             raise self._unavailable(f"the stream from {self.base_url} broke: {exc}") from exc
@@ -207,6 +221,12 @@ class ServerClient:
                                     "server's log")
         turn.tool_calls = [calls[i] for i in sorted(calls)]
         return turn
+
+    def _silent(self) -> str:
+        """Why a request was given up after :attr:`idle_timeout` seconds without a byte."""
+        return (f"the server at {self.base_url} sent nothing for {self.idle_timeout:g} s "
+                "(request_timeout): it may be stuck, or a very long prompt needs longer: raise "
+                "request_timeout in config.toml (or DFLASH_AGENT_REQUEST_TIMEOUT)")
 
     def _unavailable(self, message: str) -> ServerUnavailable:
         """The error for a failed request, with the server's crash report when it died."""

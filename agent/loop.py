@@ -96,7 +96,8 @@ class Agent:
         self.emit, self.sampling = emit, sampling or {}
         self.limits, self.max_tokens = limits or Limits(), max_tokens
         self.approve, self.context = approve, context
-        # Optional live display: request_started(protocol) and stream(text) (agent.ui.Reporter).
+        # Optional live display: request_started(protocol, idle_timeout), stream(text),
+        # received(tokens) and request_done() (agent.ui.Reporter).
         self.ui = ui
         if context is not None and context.budget is not None:
             self.max_tokens = min(max_tokens, context.budget.max_output)
@@ -206,14 +207,14 @@ class Agent:
         self.emit(Compaction(session_id=self.session_id, messages=messages))
 
     def _send(self) -> Turn:
-        on_text = None
+        on_text = on_chunk = None
         if self.ui is not None:
-            self.ui.request_started(self.protocol)
-            on_text = self.ui.stream
+            self.ui.request_started(self.protocol, self.client.idle_timeout)
+            on_text, on_chunk = self.ui.stream, self.ui.received
         try:
             return self.client.complete(self.messages, **self.calls.request_fields(),
                                         sampling=self.sampling, max_tokens=self.max_tokens,
-                                        on_text=on_text)
+                                        on_text=on_text, on_chunk=on_chunk)
         finally:
             if self.ui is not None:
                 self.ui.request_done()

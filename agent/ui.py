@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -30,6 +31,10 @@ class Reporter:
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._wait: Progress | None = None
+        self._wait_task: TaskID | None = None
+        self._watch: RequestWatch | None = None
+        self._stop_ticks: threading.Event | None = None
+        self._ticker: threading.Thread | None = None
         self._streaming = False
         self._protocol = "json"
         self._started = 0.0
@@ -127,28 +132,66 @@ class Reporter:
         else:
             self.console.print(Text(f"→ {name} {_short(args)}", style="cyan"))
 
-    def request_started(self, protocol: str) -> None:
-        """A model request was sent: show a spinner with elapsed seconds until text arrives
-        (prefill of a long prompt can take minutes on a local GPU)."""
+    def request_started(self, protocol: str, idle_timeout: float | None = None) -> None:
+        """A model request was sent (``idle_timeout``: the seconds of silence after which the
+        client gives up). A terminal shows a spinner with the time waited and the tokens
+        received so far; elsewhere a progress line comes now and then; both say when the server
+        has gone silent (:class:`RequestWatch`), since prefill of a long prompt can take
+        minutes on a local GPU and a hung server looks the same until then."""
         self._protocol, self._streaming, self._started = protocol, False, time.monotonic()
-        if self.json_mode or not self.console.is_terminal:
+        if self.json_mode:
             return
-        self._wait = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                              TimeElapsedColumn(), console=self.console, transient=True)
-        self._wait.start()
-        self._wait.add_task("waiting for the model (prefill)", total=None)
+        watch = self._watch = RequestWatch(self._started, idle_timeout)
+        if self.console.is_terminal:
+            self._wait = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                  TimeElapsedColumn(), console=self.console, transient=True)
+            self._wait.start()
+            self._wait_task = self._wait.add_task(watch.status(), total=None)
+        stop = self._stop_ticks = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, args=(watch, stop), daemon=True,
+                                        name="request-progress")
+        self._ticker.start()
+
+    def _tick(self, watch: RequestWatch, stop: threading.Event) -> None:
+        """Every :data:`TICK_S` until the request is done: refresh the spinner, print what
+        ``watch`` says is due (progress lines only without a spinner and while no prose
+        streams, since either already shows the reply coming)."""
+        while not stop.wait(TICK_S):
+            now = time.monotonic()
+            wait, task = self._wait, self._wait_task
+            if wait is not None and task is not None:
+                wait.update(task, description=watch.status())
+            line = watch.progress(now)
+            if line and wait is None and not self._streaming:
+                self.console.print(Text(line, style="dim"))
+            warning = watch.silence(now)
+            if warning:
+                if self._streaming:
+                    self.console.print()  # end the streamed line before the warning
+                self.console.print(Text(warning, style="yellow"))
+
+    def received(self, tokens: int) -> None:
+        """A chunk of the reply arrived; ``tokens``: chunks with reply text so far."""
+        if self._watch is not None:
+            self._watch.chunk(tokens, time.monotonic())
 
     def stream(self, text: str) -> None:
-        """Streamed reply text: prose is shown as it comes; json-protocol calls are not."""
+        """Streamed reply text: prose is shown as it comes; json-protocol calls are not (the
+        spinner stays, counting tokens)."""
+        if self.json_mode or self._protocol == "json":
+            return
         if self._wait is not None:
             self._wait.stop()
             self._wait = None
-        if self.json_mode or self._protocol == "json":
-            return
         self._streaming = True
         self.console.print(Text(text, style="dim"), end="")
 
     def request_done(self) -> None:
+        if self._stop_ticks is not None and self._ticker is not None:
+            self._stop_ticks.set()
+            self._ticker.join()
+            self._stop_ticks = self._ticker = None
+        self._watch = None
         if self._wait is not None:
             self._wait.stop()
             self._wait = None
@@ -181,6 +224,68 @@ class Reporter:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+TICK_S = 1.0
+"""How often a waiting request's display is refreshed."""
+PROGRESS_EVERY_S = 30.0
+"""Seconds between progress lines of a long model step (a quarter of a shorter idle timeout)."""
+SILENT_AFTER_S = 60.0
+"""Seconds without a byte from the server before it is said to be silent (a quarter of a
+shorter idle timeout, so the warning always comes well before the request is given up)."""
+
+
+class RequestWatch:
+    """What to say about one model request while it runs: time waited, tokens so far, and
+    whether the server has gone silent. Times are ``time.monotonic()`` seconds, passed in so
+    the rules can be checked without waiting."""
+
+    def __init__(self, started: float, idle_timeout: float | None = None):
+        self.started = self.last = self.reported = started
+        self.idle_timeout = idle_timeout
+        self.tokens = 0
+        self.warned = False
+        """The current silence has been reported (reset by the next chunk)."""
+
+    def _limit(self, default: float) -> float:
+        return min(default, self.idle_timeout / 4) if self.idle_timeout else default
+
+    def chunk(self, tokens: int, now: float) -> None:
+        """The server sent a chunk; ``tokens`` received so far."""
+        self.tokens, self.last, self.warned = tokens, now, False
+
+    def status(self) -> str:
+        """The spinner's text (the spinner shows the time itself)."""
+        if not self.tokens:
+            return "waiting for the model (reading the prompt)"
+        return f"receiving the reply: {self.tokens} tokens"
+
+    def progress(self, now: float) -> str | None:
+        """A progress line when one is due (every :data:`PROGRESS_EVERY_S`), else None."""
+        if now - self.reported < self._limit(PROGRESS_EVERY_S):
+            return None
+        self.reported = now
+        waited = now - self.started
+        if not self.tokens:
+            return f"model step: {waited:.0f} s, no tokens yet (the server is reading the prompt)"
+        return f"model step: {waited:.0f} s, {self.tokens} tokens so far"
+
+    def silence(self, now: float) -> str | None:
+        """A warning, once per silence, when the server has sent nothing for
+        :data:`SILENT_AFTER_S`; else None."""
+        quiet = now - self.last
+        if self.warned or quiet < self._limit(SILENT_AFTER_S):
+            return None
+        self.warned = True
+        if not self.tokens:
+            given_up = (f"; the request is given up after {self.idle_timeout:.0f} s without a "
+                        "byte (request_timeout)" if self.idle_timeout else "")
+            return (f"no reply from the server after {quiet:.0f} s: a long prompt can take "
+                    f"minutes to read, or the server is stuck{given_up}")
+        given_up = (f" (the request is given up after {self.idle_timeout:.0f} s of silence: "
+                    "request_timeout)" if self.idle_timeout else "")
+        return (f"the server has sent nothing for {quiet:.0f} s since its last token; it may "
+                f"be stuck{given_up}")
 
 
 STOP_LINES = {

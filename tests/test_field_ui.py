@@ -1,20 +1,23 @@
 """Field-trial failures of what the terminal shows: each failed before its fix (tool results
-cut to their first line, edit previews numbered from the snippet instead of the file)."""
+cut to their first line, edit previews numbered from the snippet instead of the file, no sign
+of life while a model step takes long or the server hangs)."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 from pathlib import Path
 
 from rich.console import Console
 
 from agent.events import ToolResult
 from agent.sessions.approval import make_approver
-from agent.ui import Reporter
+from agent.ui import Reporter, RequestWatch
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
-from tests.test_cli_ux import agent
+from tests.test_cli_ux import AGENT, agent
 from tools.registry import Registry
 
 CALC = "".join(f"x{i} = {i}\n" for i in range(1, 12))
@@ -107,3 +110,49 @@ def test_the_approval_prompt_shows_the_edit_numbered_like_the_file(ws: Path, reg
     approve({"name": "str_replace", "arguments": {**EDIT_AT_5, "old_str": "nowhere"}})
     assert "@@" not in prompts[1] and "old_str does not match calc.py" in prompts[1]
     assert (ws / "calc.py").read_text() == CALC
+
+
+def test_a_long_step_reports_time_tokens_and_silence():
+    """Field case 10, the rule: a progress line every quarter of the idle timeout (at most 30
+    s apart), the token count once tokens come, and one warning per silence that lasts a
+    quarter of the timeout (at most 60 s), before and after the first token."""
+    watch = RequestWatch(started=0.0, idle_timeout=600.0)
+    assert watch.progress(29.0) is None and watch.silence(29.0) is None
+    assert watch.progress(30.0) == ("model step: 30 s, no tokens yet (the server is reading "
+                                    "the prompt)")
+    assert watch.progress(31.0) is None and watch.silence(31.0) is None
+    assert watch.progress(60.0) is not None
+    assert watch.silence(60.0) == ("no reply from the server after 60 s: a long prompt can "
+                                   "take minutes to read, or the server is stuck; the request "
+                                   "is given up after 600 s without a byte (request_timeout)")
+    assert watch.silence(61.0) is None  # the same silence is reported once
+    watch.chunk(12, now=70.0)
+    assert watch.status() == "receiving the reply: 12 tokens"
+    assert watch.progress(90.0) == "model step: 90 s, 12 tokens so far"
+    assert watch.silence(129.0) is None
+    assert watch.silence(131.0) == ("the server has sent nothing for 61 s since its last "
+                                    "token; it may be stuck (the request is given up after "
+                                    "600 s of silence: request_timeout)")
+    assert watch.silence(180.0) is None
+    # A short idle timeout warns at a quarter of it, well before the request is given up.
+    short = RequestWatch(started=0.0, idle_timeout=8.0)
+    assert short.silence(1.9) is None and short.silence(2.0) is not None
+    assert short.progress(2.0) is not None
+
+
+def test_a_hung_server_is_reported_while_it_hangs_and_named_when_given_up(
+        tmp_path: Path, agent_home: Path):
+    repo = tmp_path / "repo"
+    committed_repo(repo, {"calc.py": CALC}).close()
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1",
+           "DFLASH_AGENT_REQUEST_TIMEOUT": "8"}
+    with ScriptedModel([reply("late", delay=60)]) as model:
+        proc = subprocess.run([*AGENT, "run", "wait", "--base-url", model.url], cwd=repo,
+                              env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    err = proc.stderr
+    assert "no tokens yet (the server is reading the prompt)" in err, err
+    assert "no reply from the server after 2 s" in err, err
+    assert (f"error: the server at {model.url} sent nothing for 8 s (request_timeout): it "
+            "may be stuck, or a very long prompt needs longer") in err, err

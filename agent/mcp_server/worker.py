@@ -71,11 +71,14 @@ class PipeReporter(Reporter):
             self._last_step = step
             send({"type": "note", "text": f"building llama-server: {step}"})
 
-    def request_started(self, protocol: str) -> None:
+    def request_started(self, protocol: str, idle_timeout: float | None = None) -> None:
         """Nothing to draw."""
 
     def stream(self, text: str) -> None:
         """Streamed text is not forwarded: the events carry each turn."""
+
+    def received(self, tokens: int) -> None:
+        """Nothing to draw."""
 
     def request_done(self) -> None:
         """Nothing to draw."""
