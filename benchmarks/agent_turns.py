@@ -49,7 +49,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -530,8 +530,11 @@ class ReplayResult(BaseModel):
     groups: list[Group]
     targets: list[TargetCheck]
     wall_s: float
-    complete: bool = Field(True, description="False when the run was interrupted: the "
-                           "samples are those measured until then.")
+    complete: bool = Field(True, description="False when the run was interrupted or a "
+                           "server failed: the samples are those measured until then.")
+    stopped: str | None = Field(None, description="Why an incomplete run stopped.")
+    resumed: int = Field(0, description="Runs before this one whose complete conversations "
+                         "this result carries on (--resume).")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -638,20 +641,25 @@ def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSessio
            protocols: Sequence[str], registry: Registry, *, sampling: dict[str, Any],
            max_tokens: int, tool_role: bool, plain: bool = True,
            note: Callable[[str], None] | None = None,
-           into: list[TurnSample] | None = None) -> list[TurnSample]:
+           into: list[TurnSample] | None = None,
+           skip: Collection[tuple[str, str]] = ()) -> list[TurnSample]:
     """Replay every session under every protocol (then the plain chain) on every server of
     ``clients`` (profile → client), profiles interleaved per turn; returns the samples in
     request order (:func:`link_replies` applied). Each sample is also appended to ``into``
-    as it is measured, so an interrupted run keeps what it measured. Raises
+    as it is measured, so an interrupted run keeps what it measured; conversations
+    (session, protocol) in ``skip`` are left out (measured by an earlier run). Raises
     :class:`BenchError` when a server fails."""
     say = note or (lambda _msg: None)
     profiles = list(clients)
     chains = [*protocols, PLAIN] if plain else list(protocols)
-    total = sum(len(s.turns) for s in sessions) * len(chains) * len(profiles)
     samples: list[TurnSample] = [] if into is None else into
+    total = len(samples) + sum(len(s.turns) for s in sessions for c in chains
+                               if (s.name, c) not in skip) * len(profiles)
     rotation = 0
     for session in sessions:
         for protocol in chains:
+            if (session.name, protocol) in skip:
+                continue
             talks: dict[str, ReplayAgent | PlainChain] = {}
             for profile, client in clients.items():
                 keeper = ContextKeeper(client, client.n_ctx(), max_output=max_tokens)
@@ -939,6 +947,28 @@ def parse_protocols(spec: str) -> list[str]:
     return names
 
 
+def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
+              profiles: Sequence[str], protocols: Sequence[str], plain: bool, preset: str,
+              max_tokens: int, sampling: dict[str, Any]
+              ) -> tuple[list[TurnSample], set[tuple[str, str]]]:
+    """The samples of ``previous``'s complete conversations (session, protocol measured on
+    every profile for every turn), renumbered, and those conversations. Raises
+    :class:`BenchError` when ``previous`` measured another configuration."""
+    wanted = {"preset": preset, "profiles": list(profiles), "protocols": list(protocols),
+              "max_tokens": max_tokens, "sampling": sampling,
+              "sessions": {s.name: len(s.turns) for s in sessions}}
+    for key, value in wanted.items():
+        if getattr(previous, key) != value:
+            raise BenchError(f"--resume: the saved run has {key} {getattr(previous, key)!r}, "
+                             f"this one {value!r}; resume with the same options")
+    chains = [*protocols, PLAIN] if plain else list(protocols)
+    done = {(s.name, c) for s in sessions for c in chains
+            if sum(1 for x in previous.samples if (x.session, x.protocol) == (s.name, c))
+            == len(s.turns) * len(profiles)}
+    kept = [x for x in previous.samples if (x.session, x.protocol) in done]
+    return [x.model_copy(update={"index": i}) for i, x in enumerate(kept)], done
+
+
 def _client(state: ServerState) -> ServerClient:
     """The agent's client for a server the run started (with the fields a known bug of its
     build needs on every request, where the backend records them)."""
@@ -961,17 +991,23 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
         sessions: list[FixtureSession], registry: Registry, *, max_tokens: int,
         sampling: dict[str, Any], ctx_size: int | None = None, plain: bool = True,
         force: bool = False, start_timeout: float = 600.0, command: str = "",
-        note: Callable[[str], None] | None = None) -> ReplayResult:
+        note: Callable[[str], None] | None = None,
+        previous: ReplayResult | None = None) -> ReplayResult:
     """Start one server per profile side by side, replay, stop them; the measured result.
 
-    Raises :class:`BenchError`, ``FitError``, ``ModelError``, ``PresetError``, ``ServerError``.
+    ``previous``: an earlier, incomplete run of the same configuration; its complete
+    conversations are kept and not measured again (:func:`resumable`). A server that fails
+    mid-run ends the run with what was measured (``complete`` False, ``stopped`` says why).
+    Raises :class:`BenchError` (also for a ``previous`` of another configuration),
+    ``FitError``, ``ModelError``, ``PresetError``, ``ServerError``.
     """
     started_at, clock = datetime.now(UTC), time.monotonic()
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
     plans = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
     states: dict[str, ServerState] = {}
-    measured: list[TurnSample] = []
-    complete = True
+    measured, done = resumable(previous, sessions, profiles, protocols, plain, preset.name,
+                               max_tokens, sampling) if previous else ([], set())
+    complete, stopped = True, None
     with interrupt_on_termination(), _keep_current_marker(), \
             httpx2.Client(timeout=httpx2.Timeout(60.0)) as http:
         try:
@@ -984,10 +1020,11 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             try:
                 replay(clients, sessions, protocols, registry, sampling=sampling,
                        max_tokens=max_tokens, tool_role=tool_role, plain=plain, note=note,
-                       into=measured)
-            except KeyboardInterrupt:
+                       into=measured, skip=done)
+            except (KeyboardInterrupt, BenchError) as exc:
                 # Keep what was measured: a long run on a loaded machine is worth its part.
                 complete = False
+                stopped = str(exc) if isinstance(exc, BenchError) else "interrupted"
         finally:
             for state in states.values():
                 stop(state)
@@ -1009,7 +1046,9 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
         sessions={s.name: len(s.turns) for s in sessions}, max_tokens=max_tokens,
         ctx_size=first.ctx_size, sampling=sampling, tool_role=tool_role, servers=servers,
         samples=samples, groups=groups, targets=check_targets(groups, reference, fast),
-        wall_s=round(time.monotonic() - clock, 1), complete=complete)
+        wall_s=round(time.monotonic() - clock + (previous.wall_s if previous else 0.0), 1),
+        complete=complete, stopped=stopped,
+        resumed=previous.resumed + 1 if previous else 0)
 
 
 def load_result(path: Path) -> ReplayResult:
@@ -1071,6 +1110,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true", help="start servers the fit check "
                         "refuses")
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-request lines")
+    parser.add_argument("--resume", type=Path, metavar="RESULT_JSON",
+                        help="carry on an incomplete run (same options): its complete "
+                        "conversations are kept, the others measured")
     parser.add_argument("--report", type=Path, metavar="RESULT_JSON",
                         help="run nothing: show a saved result (and --plot it), its numbers "
                         "computed again from its samples")
@@ -1115,11 +1157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             profiles = parse_profiles(args.profiles or default_profiles(preset), preset)
             protocols = parse_protocols(args.protocols)
             sampling = agent_sampling(preset, args.temperature)
+            previous = load_result(args.resume) if args.resume else None
             engine = default_engine() or ensure_engine(note=note)
             result = run(preset, engine, profiles, protocols, sessions, registry,
                          max_tokens=args.max_tokens, sampling=sampling,
                          ctx_size=args.ctx_size, plain=not args.no_plain, force=args.force,
-                         command=command, note=note)
+                         command=command, note=note, previous=previous)
             out = args.json or home().state / "bench" / \
                 f"agent-turns-{result.date:%Y%m%d-%H%M%S}.json"
             write_result(result, out)
@@ -1140,8 +1183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     show(result, Console(width=80, highlight=False))
     print(f"results: {out}" + (f", chart: {args.plot}" if args.plot else ""))
     if not result.complete:
-        print(f"interrupted after {len(result.samples)} requests: the numbers cover those")
-        return 130
+        print(f"stopped after {len(result.samples)} requests ({result.stopped}): the numbers "
+              f"cover those; carry on with --resume {out}")
+        return 130 if result.stopped == "interrupted" else 3
     return 0
 
 

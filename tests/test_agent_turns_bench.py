@@ -406,3 +406,34 @@ def test_a_saved_result_is_reported_again_from_its_samples(tmp_path: Path):
     proc = script("--report", str(saved), home=tmp_path / "home", timeout=120)
     assert proc.returncode == 3 and "not a readable agent-turns result" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _session(name: str, turns: int) -> Any:
+    turn = {"kind": "view", "ask": "a", "calls": [{"tool": "view", "arguments": {"path": "."}}],
+            "results": [{"text": "r"}]}
+    return at.FixtureSession.model_validate({"name": name, "workspace": "/w", "task": "t",
+                                             "turns": [turn] * turns})
+
+
+def test_a_resumed_run_keeps_the_complete_conversations_only():
+    previous = recorded_result()  # text: 3 turns x 2 profiles; plain: 2 of its 3 turns
+    kept, done = at.resumable(previous, [_session("s", 3)], ["baseline", "ngram"], ["text"],
+                              True, "smollm2-135m", 64, {"temperature": 0.0})
+    assert done == {("s", "text")}
+    assert [x.protocol for x in kept] == ["text"] * 6 and [x.index for x in kept] == list(
+        range(6))
+    with pytest.raises(at.BenchError, match="max_tokens 64, this one 128"):
+        at.resumable(previous, [_session("s", 3)], ["baseline", "ngram"], ["text"], True,
+                     "smollm2-135m", 128, {"temperature": 0.0})
+
+
+def test_a_server_that_fails_mid_run_leaves_what_was_measured(registry):
+    session = sessions(registry)[0]
+    good = "<view>\n<path>inventory/core.py</path>\n</view>"
+    measured: list = []
+    # The third request fails: the script has two replies.
+    with ScriptedModel([reply(good), reply(good)]) as model, \
+            pytest.raises(at.BenchError, match="turn 3 .text. on the baseline server"):
+        at.replay({"baseline": ServerClient(model.url)}, [session], ["text"], registry,
+                  sampling={}, max_tokens=64, tool_role=True, into=measured)
+    assert [(s.turn, s.outcome) for s in measured] == [(0, "ok"), (1, "ok")]
