@@ -48,10 +48,14 @@ class ServerClient:
     """Talks to one server: chat completions (streamed), ``/props``, ``/apply-template``."""
 
     def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0,
-                 explain: Callable[[], str | None] | None = None):
+                 explain: Callable[[], str | None] | None = None,
+                 request_extra: dict[str, Any] | None = None):
         """``explain``: called when a request fails; returns why the server is gone (the
-        managed server's crash report: signal, fix, log lines) or None."""
+        managed server's crash report: signal, fix, log lines) or None. ``request_extra``:
+        fields every completion carries (the managed server's workaround for a known bug of
+        its build, :mod:`backend.quirks`)."""
         self.explain = explain
+        self.request_extra = dict(request_extra or {})
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.id_slot = id_slot
         self.idle_timeout = idle_timeout
@@ -138,7 +142,7 @@ class ServerClient:
         the stream is closed first (so the server stops decoding) and the interrupt re-raised.
         """
         sampling = dict(sampling or {})
-        extra: dict[str, Any] = {"cache_prompt": True}
+        extra: dict[str, Any] = {**self.request_extra, "cache_prompt": True}
         if self.id_slot is not None:
             extra["id_slot"] = self.id_slot
         for key in ("top_k", "min_p"):

@@ -56,7 +56,8 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
                   f"(profile {state.plan.profile})")
     client = ServerClient(state.base_url, settings.request_timeout,
-                          explain=lambda: crash_report(state))
+                          explain=lambda: crash_report(state),
+                          request_extra=state.request_extra)
     return Backend(client, preset.name, state.plan.profile, sampling, state)
 
 

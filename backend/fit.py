@@ -9,8 +9,10 @@ Estimates follow llama.cpp b11434's allocation (``src/llama-kv-cache.cpp``,
   (``turbo2/3/4``, ``turbo2_tcq``, ``turbo3_tcq``: :data:`TURBO_BLOCK_BYTES`) pad each head to a
   multiple of 128 values and price 128-value blocks, fall back to f16 for heads over 512, and
   must live on the GPU (v0.3.1 ``src/llama-kv-cache.cpp`` refuses a KV layer in host memory, so
-  a CPU plan with them is refused here first). The context is padded to 256 cells and, when
-  the slots do not share one buffer (no ``--kv-unified``), split into per-slot streams of
+  a CPU plan with them is refused here first). With flash attention on or auto, any quantized
+  type must divide the head size (:func:`head_blocker`): turbo types need heads of 128, 256…
+  (SmolLM2's 64 are refused by the real binary, measured). The context is padded to 256 cells
+  and, when the slots do not share one buffer (no ``--kv-unified``), split into per-slot streams of
   ``pad(ctx / slots, 256)``. Sliding-window layers hold ``pad(min(ctx_seq, window x (slots if
   unified else 1) + ubatch), 256)`` cells unless ``--swa-full`` sizes them like the rest. Without
   flash attention V rows are as wide as the widest layer's;
@@ -151,9 +153,7 @@ class FitReport:
         if self.fits:
             return f"{head}\n{self.table()}"
         if self.blocker:
-            return (f"the plan cannot run on this machine: {self.blocker}\n{self.table()}\n"
-                    "choose another KV cache type (cache_type_k/v in presets.toml) or put "
-                    "every layer on a GPU")
+            return f"the plan cannot run on this machine: {self.blocker}\n{self.table()}"
         if self.suggested_ctx:
             advice = (f"try --ctx-size {self.suggested_ctx} (the largest context that fits), "
                       "or --force to launch anyway")
@@ -195,6 +195,43 @@ def kv_row_bytes(cache_type: str, heads: int, head_dim: int) -> int:
         return row_bytes("f16", heads * head_dim)
     blocks = -(-head_dim // TURBO_BLOCK)
     return heads * blocks * TURBO_BLOCK_BYTES[cache_type]
+
+
+def block_size(cache_type: str) -> int:
+    """Values per block of a KV cache type (1 for f16/f32/bf16)."""
+    if is_turbo(cache_type):
+        return TURBO_BLOCK
+    try:
+        return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[cache_type.upper()]][0]
+    except KeyError as exc:
+        raise ValueError(f"unknown KV cache type '{cache_type}'") from exc
+
+
+def head_blocker(info: GgufInfo, type_k: str, type_v: str,
+                 flash_attn: str | None) -> str | None:
+    """Why llama.cpp refuses these cache types for this model, or None.
+
+    With flash attention on or auto (anything but ``off``) a quantized K or V type must divide
+    every layer's head size (``llama_init_from_model`` in BeeLlama v0.3.1 and upstream:
+    "K cache type turbo4 with block size 128 does not divide n_embd_head_k=64"); with it off,
+    BeeLlama turns it back on for TurboQuant and pads each head to 128 instead.
+    """
+    if flash_attn == "off":
+        return None
+    for which, cache_type in (("K", type_k), ("V", type_v)):
+        block = block_size(cache_type)
+        heads = {(info.head_dim_k_swa if info.is_swa(il) else info.head_dim_k) if which == "K"
+                 else (info.head_dim_v_swa if info.is_swa(il) else info.head_dim_v)
+                 for il in range(info.n_kv_layers)}
+        bad = sorted(h for h in heads if h % block)
+        if bad:
+            fix = (' or set flash_attn = "off" (BeeLlama then pads each head to 128 values and '
+                   "turns flash attention back on)" if is_turbo(cache_type) else "")
+            return (f"the {which} cache type {cache_type} stores blocks of {block} values, which "
+                    f"do not divide this model's {which} head size "
+                    f"({', '.join(map(str, bad))}) with flash attention on; choose another "
+                    f"type{fix}")
+    return None
 
 
 def _pad(n: int, to: int = CTX_PAD) -> int:
@@ -387,12 +424,14 @@ def estimate(inputs: FitInputs, ctx: int) -> FitReport:
     if t_frac > 0 or d_frac > 0:
         comps.append(Component("GPU runtime (CUDA context, assumed)", GPU_RUNTIME_MIB, "gpu"))
     turbo = [t for t in (shape.type_k, shape.type_v) if is_turbo(t)]
-    blocker = None
-    if turbo and t_frac < 1:
+    blocker = head_blocker(target, shape.type_k, shape.type_v, opts.flash_attn)
+    if blocker is None and turbo and t_frac < 1:
         where = "no GPU answered nvidia-smi" if gpu is None else \
             f"gpu_layers = {opts.gpu_layers} keeps part of it in host memory"
         blocker = (f"the TurboQuant KV cache ({'/'.join(dict.fromkeys(turbo))}) must be "
-                   f"entirely on a GPU (BeeLlama refuses a KV layer in host memory), and {where}")
+                   f"entirely on a GPU (BeeLlama refuses a KV layer in host memory), and {where}; "
+                   "choose another KV cache type (cache_type_k/v in presets.toml) or put every "
+                   "layer on a GPU")
     return FitReport(ctx_size=ctx, components=comps, gpu=gpu,
                      ram_available_mib=inputs.ram_available_mib, blocker=blocker)
 

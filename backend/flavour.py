@@ -52,6 +52,30 @@ def binary_help(binary: Path) -> str:
     return text
 
 
+def binary_devices(binary: Path) -> list[str]:
+    """The offload devices ``binary --list-devices`` names (``CUDA0: NVIDIA H200 …``), cached by
+    the binary's content hash like its ``--help``; empty for a CPU-only build (upstream prints
+    ``(none)``, BeeLlama v0.3.1 nothing).
+
+    Raises ``OSError`` or ``subprocess.SubprocessError`` when the binary cannot run.
+    """
+    cache = home().ensure().cache / "flavours"
+    cache.mkdir(parents=True, exist_ok=True)
+    entry = cache / f"{_digest(binary)}.devices"
+    if entry.is_file():
+        text = entry.read_text("utf-8")
+    else:
+        proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        text = proc.stdout + proc.stderr
+        entry.write_text(text, "utf-8")
+    lines = text.splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Available devices")),
+                 len(lines))
+    return [line.strip() for line in lines[start:]
+            if line.startswith(" ") and ":" in line and line.strip() != "(none)"]
+
+
 def detect_flavour(binary: Path) -> Flavour:
     """The flavour of ``binary`` (from its cached ``--help``).
 

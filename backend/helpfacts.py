@@ -48,29 +48,41 @@ def parse_help(text: str, source: str = "") -> HelpFacts:
     """Facts from ``llama-server --help`` output (llama.cpp's two-column layout).
 
     A "has been removed" note on an option's line, or on the continuation line right after it,
-    marks that option as removed.
+    marks that option as removed. The ``-ctk`` "allowed values:" list may wrap onto the next
+    lines (BeeLlama v0.3.1 lists its TurboQuant types on the second line).
     """
     flags: set[str] = set()
     removed: dict[str, str] = {}
     spec_types: set[str] = set()
     cache_types: set[str] = set()
     current: list[str] = []
+    collecting = False  # inside -ctk's "allowed values:" list, which may wrap onto more lines
     for line in text.splitlines():
         if line.startswith("-"):
             current = _names(line)
             flags.update(current)
+            collecting = False
             if "--spec-type" in current:
                 after = line.split("--spec-type", 1)[1].split()
                 if after and "," in after[0]:
                     spec_types.update(after[0].split(","))
         elif not line.startswith(" "):
-            current = []
+            current, collecting = [], False
         if REMOVED in line and current:
             for name in current:
                 removed[name] = line.strip()
         values = _VALUES.search(line)
         if values and current and {"-ctk", "--cache-type-k"} & set(current):
             cache_types.update(v.strip() for v in values.group(1).split(","))
+            collecting = values.group(1).rstrip().endswith(",")
+        elif collecting:
+            part = line.strip()
+            if not part or part.startswith("("):
+                collecting = False
+            else:
+                cache_types.update(v.strip() for v in part.split(","))
+                collecting = part.endswith(",")
+    cache_types.discard("")
     return HelpFacts(flags=frozenset(flags), removed=removed, spec_types=frozenset(spec_types),
                      cache_types=frozenset(cache_types), source=source)
 

@@ -1,9 +1,10 @@
 """``agent backend up --print-cmd``: the exact ``llama-server`` command for a preset, without
 building an engine, downloading a model or converting a draft.
 
-Files not in the cache yet appear as their source (``hf://…``) with a note; an old-format
-draft appears as the converted file it will become. With no engine built yet the upstream
-command is shown, for ``llama-server`` on PATH.
+Files not in the cache yet appear as their source (``hf://…``) with a note; a draft in the
+format the engine does not load (old ``dflash-draft`` for upstream and BeeLlama ≥0.4, upstream
+``dflash`` for BeeLlama ≤0.3) appears as the converted file it will become. With no engine
+built yet the upstream command is shown, for ``llama-server`` on PATH.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.convert import OLD_ARCH
+from backend.convert import NEW_ARCH, OLD_ARCH
 from backend.drafts import DraftError, converted_path, gguf_architecture
 from backend.engines import Engine
-from backend.flavour import Flavour, binary_facts, detect_flavour
+from backend.flavour import Flavour, binary_devices, binary_facts, detect_flavour
 from backend.helpfacts import check_argv
 from backend.launch import profile_for
 from backend.preset_status import cached_file
 from backend.presets import Preset
 from backend.profiles import LaunchPlan, server_argv
+from backend.quirks import launch_flags
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"
 
@@ -59,12 +61,14 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
     sources = [preset.model] + ([preset.draft] if chosen.needs_draft and preset.draft else [])
     paths = [_file(s, i, notes) for i, s in enumerate(sources)]
     draft = paths[1] if len(paths) > 1 else None
-    if draft is not None and not str(draft).startswith(_PLACEHOLDER) and flavour != "bee-old":
+    if draft is not None and not str(draft).startswith(_PLACEHOLDER):
+        wanted = OLD_ARCH if flavour == "bee-old" else NEW_ARCH
         try:
-            if gguf_architecture(draft) == OLD_ARCH:
-                notes.append(f"the draft is in the old '{OLD_ARCH}' format: `up` converts it "
-                             "once to the path shown")
-                draft = converted_path(draft)
+            arch = gguf_architecture(draft)
+            if arch in (OLD_ARCH, NEW_ARCH) and arch != wanted:
+                notes.append(f"the draft is in the '{arch}' format, which {flavour} builds do "
+                             f"not load: `up` converts it once to '{wanted}' at the path shown")
+                draft = converted_path(draft, wanted)
         except DraftError as exc:
             notes.append(str(exc))
     plan = LaunchPlan(binary=engine.binary if engine else Path("llama-server"), model=paths[0],
@@ -72,6 +76,12 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
                       parallel=parallel, idle_timeout=idle_timeout, options=preset.server,
                       extra_flags=tuple(preset.extra_flags))
     argv = server_argv(plan, host, port, flavour)
+    if engine is not None and flavour == "bee-old":
+        added, why = launch_flags(plan, flavour, binary_devices(engine.binary))
+        at = len(argv) - len(plan.extra_flags)
+        argv[at:at] = added
+        if why:
+            notes.append(why)
     if engine is not None:
         notes += [f"this build would reject: {p}" for p in check_argv(argv, binary_facts(
             engine.binary))]

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import psutil
@@ -28,10 +29,12 @@ from pydantic import BaseModel
 
 from backend import secret_store
 from backend.cache import record_use
-from backend.flavour import binary_facts, detect_flavour
+from backend.flavour import binary_devices, binary_facts, detect_flavour
+from backend.ggufinfo import GgufError, gguf_metadata
 from backend.helpfacts import check_argv
 from backend.home import home, private_open
 from backend.profiles import LaunchPlan, server_argv
+from backend.quirks import launch_flags, request_extra
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
@@ -63,6 +66,9 @@ class ServerState(BaseModel):
     log: Path
     started_at: float
     preset: str | None = None
+    request_extra: dict[str, Any] = {}
+    """Fields every request to this server must carry (a build's known bug worked around:
+    :mod:`backend.quirks`); the agent's client and the bench merge them into each request."""
 
     @property
     def base_url(self) -> str:
@@ -319,26 +325,45 @@ def stop(state: ServerState, timeout: float = 15.0) -> None:
         pass
 
 
+def _architecture(model: Path) -> str:
+    """The model's ``general.architecture`` ('' when the file cannot be read: the server's own
+    load error says why)."""
+    try:
+        arch = gguf_metadata(model).get("general.architecture")
+    except (GgufError, OSError):
+        return ""
+    return arch if isinstance(arch, str) else ""
+
+
 def launch_argv(plan: LaunchPlan, host: str, port: int) -> list[str]:
     """The argv for ``plan`` translated for the binary's flavour and checked against the
     binary's own ``--help``.
 
     Raises :class:`ServerError` listing every flag the build would reject, before anything runs.
     """
+    return _launch_argv(plan, host, port)[0]
+
+
+def _launch_argv(plan: LaunchPlan, host: str, port: int) -> tuple[list[str], str | None]:
+    """:func:`launch_argv` and the note on the flags a build's known bug added (or None)."""
     try:
         flavour = detect_flavour(plan.binary)
         facts = binary_facts(plan.binary)
+        devices = binary_devices(plan.binary) if flavour == "bee-old" else []
     except (OSError, subprocess.SubprocessError) as exc:
         raise ServerError(f"cannot run {plan.binary} --help: {exc}") from exc
     try:
         argv = server_argv(plan, host, port, flavour)
     except ValueError as exc:
         raise ServerError(str(exc), plain=True) from exc
+    added, why = launch_flags(plan, flavour, devices)
+    at = len(argv) - len(plan.extra_flags)  # before the preset's own extra flags
+    argv[at:at] = added
     problems = check_argv(argv, facts)
     if problems:
         raise ServerError(f"this {flavour} llama-server ({plan.binary}) would reject the "
                           "launch command:\n  " + "\n  ".join(problems), plain=True)
-    return argv
+    return argv, why
 
 
 def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
@@ -360,10 +385,18 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             stop(existing)
             _state_path(digest).unlink(missing_ok=True)
         chosen = pick_port(host, port)
-        argv = launch_argv(plan, host, chosen)
+        argv, flags_why = _launch_argv(plan, host, chosen)
+        extra, why = request_extra(detect_flavour(plan.binary), plan.profile,
+                                   _architecture(plan.model))
+        notes = [n for n in (flags_why, why) if n]
         log = root / f"{digest}.log"
         with private_open(log, "w", encoding="utf-8") as out:
             out.write(f"$ {' '.join(argv)}\n")
+            for note in notes:
+                out.write(f"# dflash-agent workaround: {note}\n")
+        for note in notes:
+            if progress:
+                progress(f"workaround: {note}")
         pid = _spawn_detached(argv, log)
         try:
             created = psutil.Process(pid).create_time()
@@ -371,7 +404,7 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             created = 0.0
         state = ServerState(pid=pid, create_time=created, host=host, port=chosen,
                             config_hash=digest, plan=plan, argv=argv, log=log,
-                            started_at=time.time(), preset=preset)
+                            started_at=time.time(), preset=preset, request_extra=extra)
         _write_state(state)
         record_use(*[p for p in (plan.binary, plan.model, plan.draft) if p is not None])
         try:

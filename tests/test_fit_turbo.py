@@ -52,7 +52,9 @@ def test_turbo_rows_pad_each_head_to_128_values():
 
 def test_smollm2_turbo4_on_a_gpu_is_priced_below_f16(smollm2: Path, gpu):
     gpu("23800, 24564")
-    report = check_fit(_plan(smollm2, TURBO4.model_copy(update={"gpu_layers": "all"})))
+    # Heads of 64: only without flash attention (BeeLlama pads them to 128 and turns it on).
+    options = TURBO4.model_copy(update={"gpu_layers": "all", "flash_attn": "off"})
+    report = check_fit(_plan(smollm2, options))
     assert report is not None and report.fits
     kv = {c.name: c for c in report.components}["target KV cache (turbo4/turbo4)"]
     assert kv.where == "gpu"
@@ -62,10 +64,26 @@ def test_smollm2_turbo4_on_a_gpu_is_priced_below_f16(smollm2: Path, gpu):
     assert kv.mib * MIB == pytest.approx(f16 * 66 / 128)
 
 
+def test_turbo4_with_flash_attention_needs_heads_of_128(smollm2: Path, gpu):
+    gpu("23800, 24564")
+    for fa in ("on", None):  # None: the server's default, auto
+        options = TURBO4.model_copy(update={"gpu_layers": "all", "flash_attn": fa})
+        with pytest.raises(FitError) as caught:
+            check_fit(_plan(smollm2, options))
+        text = str(caught.value)
+        assert "the K cache type turbo4 stores blocks of 128 values, which do not divide this " \
+            "model's K head size (64) with flash attention on" in text
+        assert 'set flash_attn = "off"' in text
+    q4 = ServerOptions(cache_type_k="q4_0", cache_type_v="q4_0", gpu_layers="all")
+    report = check_fit(_plan(smollm2, q4))
+    assert report is not None and report.fits  # blocks of 32 divide 64
+
+
 def test_turbo_kv_without_a_gpu_is_refused_with_the_reason(smollm2: Path, gpu):
     gpu(None)
+    no_fa = TURBO4.model_copy(update={"flash_attn": "off"})
     with pytest.raises(FitError) as caught:
-        check_fit(_plan(smollm2, TURBO4))
+        check_fit(_plan(smollm2, no_fa))
     text = str(caught.value)
     assert "cannot run on this machine: the TurboQuant KV cache (turbo4) must be entirely on a " \
         "GPU" in text and "no GPU answered nvidia-smi" in text
@@ -73,7 +91,7 @@ def test_turbo_kv_without_a_gpu_is_refused_with_the_reason(smollm2: Path, gpu):
     assert caught.value.report.suggested_ctx is None
     gpu("23800, 24564")
     with pytest.raises(FitError, match="gpu_layers = 10 keeps part of it in host memory"):
-        check_fit(_plan(smollm2, TURBO4.model_copy(update={"gpu_layers": "10"})))
+        check_fit(_plan(smollm2, no_fa.model_copy(update={"gpu_layers": "10"})))
 
 
 def test_the_turbo4_gemma_preset_fits_more_context_than_q5_0_q4_1(tmp_path: Path, gpu):
