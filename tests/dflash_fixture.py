@@ -225,7 +225,8 @@ def write_old_format_draft(path: Path, target: Path, target_layers: Sequence[int
     stored as HF ids (each − 1, layer outputs) in ``dflash-draft.dflash.target_layer_ids``
     (u32 array). Also ``dflash-draft.dflash.block_size``, ``dflash-draft.dflash.mask_token_id``
     and ``dflash-draft.dflash.n_target_features`` (= n_target_layers·n_embd, the width of
-    ``dflash_fc``). Tensors: ``dflash_fc.weight``, ``dflash_hidden_norm.weight``,
+    ``dflash_fc``), and ``dflash-draft.attention.causal = false`` as BeeLlama's converter
+    writes it. Tensors: ``dflash_fc.weight``, ``dflash_hidden_norm.weight``,
     ``output_norm.weight``, and per layer ``post_attention_norm`` where upstream has
     ``ffn_norm``; no token embeddings or output head.
     """
@@ -244,6 +245,8 @@ def write_old_format_draft(path: Path, target: Path, target_layers: Sequence[int
     _u32(writer, f"{arch}.dflash.n_target_features", len(target_layers) * n_embd)
     writer.add_key_value(f"{arch}.dflash.target_layer_ids", [int(i) - 1 for i in target_layers],
                          gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32)
+    # BeeLlama's own converter (conversion/dflash.py, v0.3.1) marks the draft non-causal.
+    writer.add_key_value(f"{arch}.attention.causal", False, gguf.GGUFValueType.BOOL)
     _copy_tokenizer(writer, fields, skip=frozenset({"tokenizer.ggml.mask_token_id"}))
     _draft_tensors(writer, np.random.default_rng(seed), n_embd, len(target_layers),
                    fc="dflash_fc", hidden_norm="dflash_hidden_norm",

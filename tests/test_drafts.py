@@ -28,9 +28,18 @@ def test_an_old_draft_is_converted_once_for_upstream_and_kept_for_bee_old(
     assert draft_for(tiny_dflash["old"], "bee-old") == tiny_dflash["old"]
 
 
-def test_an_upstream_draft_runs_everywhere(tiny_dflash: dict[str, Path]):
-    for flavour in ("upstream", "bee-new", "bee-old"):
+def test_an_upstream_draft_runs_upstream_and_is_converted_for_bee_old(
+        tiny_dflash: dict[str, Path]):
+    for flavour in ("upstream", "bee-new"):
         assert draft_for(tiny_dflash["draft"], flavour) == tiny_dflash["draft"]
+    # BeeLlama v0.3.1 reads an earlier upstream key set (dflash.target_layer_ids, hidden_norm),
+    # not b11434's: it gets the draft in its own format (ids - 1).
+    notes: list[str] = []
+    old = draft_for(tiny_dflash["draft"], "bee-old", notes.append)
+    assert old != tiny_dflash["draft"] and gguf_architecture(old) == "dflash-draft"
+    ids = gguf.GGUFReader(old).fields["dflash-draft.dflash.target_layer_ids"].contents()
+    assert list(ids) == [0, 1] and "converting it once to 'dflash-draft'" in notes[0]
+    assert draft_for(tiny_dflash["draft"], "bee-old", notes.append) == old and len(notes) == 1
 
 
 def test_an_old_draft_that_cannot_be_converted_is_refused_with_the_fix(
