@@ -102,9 +102,23 @@ def detect_cuda_arch() -> str | None:
     return ";".join(caps) or None
 
 
+FA_SAME_TYPE_KERNELS = frozenset({"f32", "f16", "q4_0", "q8_0", "bf16", "turbo2", "turbo3",
+                                   "turbo4", "turbo2_tcq", "turbo3_tcq"})
+"""K/V types whose CUDA flash-attention kernels exist without ``GGML_CUDA_FA_ALL_QUANTS``, when K
+and V have the same type (``ggml/src/ggml-cuda/fattn.cu``, BeeLlama v0.3.1 and b11434)."""
+
+
+def needs_fa_all_quants(type_k: str | None, type_v: str | None) -> bool:
+    """Whether a CUDA build needs ``GGML_CUDA_FA_ALL_QUANTS`` for these KV types (None: f16) to
+    keep flash attention on the GPU: mixed K/V types, or q4_1/q5_0/q5_1/q6_0 (the seed's
+    q5_0/q4_1 ran at 232 tok/s instead of 615-690 without it: shared/engines/README.md)."""
+    k, v = type_k or "f16", type_v or "f16"
+    return k != v or k not in FA_SAME_TYPE_KERNELS
+
+
 def configure_flags(cuda_arch: str | None,
                     build_number: str | None = LLAMA_CPP_VERSION,
-                    cpu: CpuTarget | None = None) -> list[str]:
+                    cpu: CpuTarget | None = None, fa_all_quants: bool = True) -> list[str]:
     """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
 
     The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
@@ -112,7 +126,10 @@ def configure_flags(cuda_arch: str | None,
     tree without ``.git`` (the sdist) so ``/props.build_info`` says which build it is. The CUDA
     flags are the seed's (shared/seed: CUDA, flash attention with all quantized KV types).
     ``cpu`` (default: this CPU, :func:`backend.cpu.build_target`) adds ggml's instruction-set
-    options: explicit features, AMX off (why: :mod:`backend.cpu`).
+    options: explicit features, AMX off (why: :mod:`backend.cpu`). ``fa_all_quants`` (CUDA
+    only): flash-attention kernels for every K/V type pair, the seed's flag; off, the CUDA build
+    is much shorter and only same-type f16/q4_0/q8_0/bf16/turbo caches keep flash attention on
+    the GPU (:func:`needs_fa_all_quants`).
     """
     cpu = cpu or build_target(cpu_features())
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
@@ -122,7 +139,8 @@ def configure_flags(cuda_arch: str | None,
         flags += [f"-DLLAMA_BUILD_NUMBER={build_number}", "-DLLAMA_BUILD_COMMIT=pypi-sdist"]
     flags += cpu.cmake_flags
     if cuda_arch:
-        flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON",
+        flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON",
+                  f"-DGGML_CUDA_FA_ALL_QUANTS={'ON' if fa_all_quants else 'OFF'}",
                   f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
     return flags
 
@@ -497,7 +515,7 @@ def clone(url: str, ref: str, dest: Path, log: Path) -> Path:
 def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
                     jobs: int | None = None, progress: Progress | None = None,
                     source: Path | None = None, ref: str | None = None,
-                    git_url: str = LLAMA_CPP_GIT) -> Engine:
+                    git_url: str = LLAMA_CPP_GIT, fa_all_quants: bool = True) -> Engine:
     """Build (or reuse) the upstream llama.cpp engine; returns the installed engine.
 
     Source: ``source`` (a local tree), else ``ref`` (a git tag cloned from ``git_url``), else
@@ -513,15 +531,17 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
         sha = file_sha256(archive)
         return _build("llama.cpp", f"src-{sha[:10]}", cuda, jobs, progress,
                       lambda work, log: extract_source_archive(archive, work / "src"),
-                      build_number=None, source_label=f"{archive} (sha256 {sha})")
+                      build_number=None, source_label=f"{archive} (sha256 {sha})",
+                      fa_all_quants=fa_all_quants)
     if source is not None:
         root = check_source(source)
         return _build("llama.cpp", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
-                      lambda work, log: root, build_number=None, source_label=str(root))
+                      lambda work, log: root, build_number=None, source_label=str(root),
+                      fa_all_quants=fa_all_quants)
     if ref is not None:
         return _build("llama.cpp", ref, cuda, jobs, progress,
                       lambda work, log: clone(git_url, ref, work / "src", log),
-                      build_number=None)
+                      build_number=None, fa_all_quants=fa_all_quants)
 
     def obtain(work: Path, log: Path) -> Path:
         archive = sdist
@@ -533,12 +553,14 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
             progress("unpack", None, None)
         return unpack_sdist(Path(archive), work / "src")
 
-    return _build("llama.cpp", LLAMA_CPP_VERSION, cuda, jobs, progress, obtain)
+    return _build("llama.cpp", LLAMA_CPP_VERSION, cuda, jobs, progress, obtain,
+                  fa_all_quants=fa_all_quants)
 
 
 def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
                    jobs: int | None = None, progress: Progress | None = None,
-                   source: Path | None = None, git_url: str = BEELLAMA_GIT) -> Engine:
+                   source: Path | None = None, git_url: str = BEELLAMA_GIT,
+                   fa_all_quants: bool = True) -> Engine:
     """Build (or reuse) BeeLlama.cpp: cloned at release tag ``ref`` (v0.4.x: bee-new; an older
     v0.3.x tag: bee-old, for old-format drafts), or from ``source``: a local checkout or a source
     archive (``.tar.gz``, ``.zip``…, extracted safely: :func:`extract_source_archive`).
@@ -565,23 +587,26 @@ def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
 
         return _build("beellama", version, cuda, jobs, progress, unpack, build_number=None,
                       flavour=beellama_flavour(version), source_digest=sha,
-                      source_label=f"{archive} (sha256 {sha})")
+                      source_label=f"{archive} (sha256 {sha})", fa_all_quants=fa_all_quants)
     if source is not None:
         root = check_source(source)
         fingerprint = source_fingerprint(root)
         version = source_version(root, root.name) or f"src-{fingerprint}"
         return _build("beellama", version, cuda, jobs, progress, lambda work, log: root,
                       build_number=None, flavour=beellama_flavour(version),
-                      source_digest=fingerprint, source_label=str(root))
+                      source_digest=fingerprint, source_label=str(root),
+                      fa_all_quants=fa_all_quants)
     return _build("beellama", ref, cuda, jobs, progress,
                   lambda work, log: clone(git_url, ref, work / "src", log), build_number=None,
-                  flavour=beellama_flavour(ref), source_label=f"{git_url} at {ref}")
+                  flavour=beellama_flavour(ref), source_label=f"{git_url} at {ref}",
+                  fa_all_quants=fa_all_quants)
 
 
 def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
            progress: Progress | None, obtain: Callable[[Path, Path], Path],
            build_number: str | None = LLAMA_CPP_VERSION, flavour: str = "",
-           source_digest: str = "", source_label: str = "") -> Engine:
+           source_digest: str = "", source_label: str = "",
+           fa_all_quants: bool = True) -> Engine:
     """The shared recipe: key, lock, reuse, tool checks, obtain the source (into a temporary
     work dir), configure, build ``llama-server`` out of tree, install.
 
@@ -594,7 +619,7 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
         raise BuildError("configure", f"CUDA was requested but {missing} is missing (install "
                          "the CUDA toolkit and driver, or build with --cpu)")
     cpu = build_target(cpu_features())
-    flags = configure_flags(arch if cuda is not False else None, build_number, cpu)
+    flags = configure_flags(arch if cuda is not False else None, build_number, cpu, fa_all_quants)
     key = engine_key(name, version, flags, cpu.tag, flavour, source_digest)
     root = home().ensure().engines
     target = root / key

@@ -68,3 +68,20 @@ def launch_flags(plan: LaunchPlan, flavour: Flavour, devices: list[str]) -> tupl
         "BeeLlama <=0.3 puts a DFlash draft on GPU 0 unless told otherwise, and this build has "
         "no GPU device (the draft would fail to load: 'invalid value for main_gpu'); the "
         "command carries --spec-draft-device none")
+
+
+def kv_kernel_note(plan: LaunchPlan, configure_flags: list[str]) -> str | None:
+    """A warning when ``plan``'s KV cache types need CUDA flash-attention kernels that the engine
+    (its CMake ``configure_flags``) was built without (``--no-fa-all-quants``), else None."""
+    from backend.engines import needs_fa_all_quants
+
+    o = plan.options
+    if "-DGGML_CUDA=ON" not in configure_flags or "-DGGML_CUDA_FA_ALL_QUANTS=OFF" not in \
+            configure_flags or o.gpu_layers == "0" or o.flash_attn == "off" \
+            or not needs_fa_all_quants(o.cache_type_k, o.cache_type_v):
+        return None
+    return (f"this engine was built with --no-fa-all-quants, so K/V caches "
+            f"{o.cache_type_k or 'f16'}/{o.cache_type_v or 'f16'} have no GPU flash-attention "
+            "kernel (the seed's q5_0/q4_1 decoded at a third of the speed that way); rebuild "
+            "with `agent backend build ... --fa-all-quants` or use same-type f16/q8_0/q4_0 "
+            "caches")

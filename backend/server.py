@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -34,7 +35,7 @@ from backend.ggufinfo import GgufError, gguf_metadata
 from backend.helpfacts import check_argv
 from backend.home import home, private_open
 from backend.profiles import LaunchPlan, server_argv
-from backend.quirks import launch_flags, request_extra
+from backend.quirks import kv_kernel_note, launch_flags, request_extra
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
@@ -325,6 +326,17 @@ def stop(state: ServerState, timeout: float = 15.0) -> None:
         pass
 
 
+def _engine_flags(binary: Path) -> list[str]:
+    """The CMake flags of the managed engine ``binary`` belongs to (its ``engine.json``), or []
+    for a binary the product did not build."""
+    manifest = binary.parent.parent / "engine.json"
+    try:
+        flags = json.loads(manifest.read_text("utf-8")).get("configure_flags", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
+
+
 def _architecture(model: Path) -> str:
     """The model's ``general.architecture`` ('' when the file cannot be read: the server's own
     load error says why)."""
@@ -388,7 +400,8 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
         argv, flags_why = _launch_argv(plan, host, chosen)
         extra, why = request_extra(detect_flavour(plan.binary), plan.profile,
                                    _architecture(plan.model))
-        notes = [n for n in (flags_why, why) if n]
+        notes = [n for n in (flags_why, why, kv_kernel_note(plan, _engine_flags(plan.binary)))
+                 if n]
         log = root / f"{digest}.log"
         with private_open(log, "w", encoding="utf-8") as out:
             out.write(f"$ {' '.join(argv)}\n")

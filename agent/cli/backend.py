@@ -120,6 +120,12 @@ def build_cmd(
                                               "(default: CUDA when nvcc and a GPU exist).")]
     = None,
     jobs: Annotated[int | None, typer.Option(help="Parallel compile jobs.")] = None,
+    fa_all_quants: Annotated[bool, typer.Option(
+        "--fa-all-quants/--no-fa-all-quants",
+        help="CUDA: compile flash-attention kernels for every K/V cache type pair (the seed's "
+             "GGML_CUDA_FA_ALL_QUANTS; q5_0/q4_1 and mixed K/V types need it). Without it "
+             "the CUDA build is much shorter and only same-type f16/q4_0/q8_0/bf16/turbo "
+             "caches keep flash attention on the GPU.")] = True,
 ) -> None:
     """Build llama-server into the home (a no-op when already built), or register one."""
     if jobs is not None and jobs < 1:
@@ -140,11 +146,12 @@ def build_cmd(
                 found = engines.build_beellama(
                     ref or engines.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
                     progress=reporter.build_progress, source=source,
-                    git_url=git_url or engines.BEELLAMA_GIT)
+                    git_url=git_url or engines.BEELLAMA_GIT, fa_all_quants=fa_all_quants)
             else:
                 found = engines.build_llama_cpp(
                     sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
-                    source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT)
+                    source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT,
+                    fa_all_quants=fa_all_quants)
         finally:
             reporter.close()
     else:
