@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import shlex
 import sys
 import tempfile
@@ -468,6 +469,13 @@ class Group(BaseModel):
     plain_speedup: float | None = Field(description="The plain chain's speedup, same profile "
                                         "and scope.")
     of_plain: float | None = Field(description="speedup / plain_speedup.")
+    paired_speedup: float | None = Field(None, description="Geometric mean over the turns of "
+                                         "this profile's decode tok/s over the reference's "
+                                         "on the same turn (requests sent back to back), so "
+                                         "load that changes between turns cancels.")
+    paired_plain: float | None = Field(None, description="The plain chain's paired speedup, "
+                                       "same profile and scope.")
+    paired_of_plain: float | None = Field(None, description="paired_speedup / paired_plain.")
     reused: int = Field(description="cache_n over requests 2..N of each conversation.")
     prefilled: int = Field(description="prompt_n over requests 2..N of each conversation.")
     reuse: float | None = Field(description="reused / (reused + prefilled): new tool "
@@ -751,21 +759,43 @@ def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
     groups: list[Group] = []
     for protocol in chains:
         for scope, test in scopes.items():
-            row = [_group(protocol, p, scope, [s for s in samples if s.protocol == protocol
-                                                and s.profile == p and test(s)])
-                   for p in profiles]
+            picked = {p: [s for s in samples if s.protocol == protocol and s.profile == p
+                          and test(s)] for p in profiles}
+            row = [_group(protocol, p, scope, picked[p]) for p in profiles]
             base = next((g.decode_tok_s for g in row if g.profile == reference), None)
-            groups += [g.model_copy(update={"speedup": _ratio(g.decode_tok_s, base)
-                                            if g.decode_tok_s and base else None})
-                       for g in row if g.turns]
-    plain_of = {(g.profile, g.scope): g.speedup for g in groups if g.protocol == PLAIN}
+            groups += [g.model_copy(update={
+                "speedup": _ratio(g.decode_tok_s, base) if g.decode_tok_s and base else None,
+                "paired_speedup": paired_speedup(picked[g.profile], picked.get(reference, []))})
+                for g in row if g.turns]
+    plain_of = {(g.profile, g.scope): g for g in groups if g.protocol == PLAIN}
     out = []
     for g in groups:
-        plain_speedup = plain_of.get((g.profile, g.scope))
-        of_plain = _ratio(g.speedup, plain_speedup) \
-            if g.protocol != PLAIN and g.speedup and plain_speedup else None
-        out.append(g.model_copy(update={"plain_speedup": plain_speedup, "of_plain": of_plain}))
+        plain = plain_of.get((g.profile, g.scope))
+        tool = g.protocol != PLAIN and plain is not None
+        out.append(g.model_copy(update={
+            "plain_speedup": plain.speedup if plain else None,
+            "of_plain": _ratio(g.speedup, plain.speedup)
+            if tool and g.speedup and plain.speedup else None,
+            "paired_plain": plain.paired_speedup if plain else None,
+            "paired_of_plain": _ratio(g.paired_speedup, plain.paired_speedup)
+            if tool and g.paired_speedup and plain.paired_speedup else None}))
     return out
+
+
+def paired_speedup(samples: Sequence[TurnSample],
+                   reference: Sequence[TurnSample]) -> float | None:
+    """Geometric mean, over the turns both measured, of the decode rate in ``samples`` over
+    the rate of the same turn (session, turn) in ``reference``; None when no turn pairs."""
+    def rate(s: TurnSample) -> float | None:
+        return s.predicted_n / s.predicted_ms if s.predicted_n and s.predicted_ms > 0 else None
+
+    base = {(s.session, s.turn): rate(s) for s in reference}
+    logs = []
+    for s in samples:
+        mine, theirs = rate(s), base.get((s.session, s.turn))
+        if mine and theirs:
+            logs.append(math.log(mine / theirs))
+    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def check_targets(groups: Sequence[Group], reference: str = REFERENCE_PROFILE,
@@ -779,14 +809,15 @@ def check_targets(groups: Sequence[Group], reference: str = REFERENCE_PROFILE,
 
     checks = []
     edit = pick("text", fast, "edit")
-    value = edit.speedup if edit else None
-    checks.append(TargetCheck(name=f"text edit turns, {fast} over {reference}",
+    value = edit.paired_speedup if edit else None
+    checks.append(TargetCheck(name=f"text edit turns, {fast} over {reference} (paired)",
                               target=f">= {CPU_TARGETS['edit_speedup']}x", value=value,
                               met=None if value is None else
                               value >= CPU_TARGETS["edit_speedup"]))
-    value = edit.of_plain if edit else None
-    checks.append(TargetCheck(name=f"text edit turns, {fast}: fraction of plain-text speedup",
-                              target=f">= {CPU_TARGETS['of_plain']}", value=value,
+    value = edit.paired_of_plain if edit else None
+    checks.append(TargetCheck(name=f"text edit turns, {fast}: fraction of the plain-text "
+                              "speedup (paired)", target=f">= {CPU_TARGETS['of_plain']}",
+                              value=value,
                               met=None if value is None else value >= CPU_TARGETS["of_plain"]))
     reuses = [g.reuse for g in groups if g.protocol == "text" and g.scope == "all"]
     value = min((r for r in reuses if r is not None), default=None)
@@ -841,11 +872,11 @@ def result_tables(result: ReplayResult) -> list[Table]:
         f"{result.preset}, {result.flavour} {build}: all "
         f"{sum(result.sessions.values())} turns of {len(result.sessions)} session(s)",
         "tok generated; dec/s decode tok/s; acc% drafts accepted; a/d accepted tokens per "
-        f"draft; ×ref speed vs {result.reference_profile}; reuse: prompt share from cache, "
-        "requests 2..N; kept: share of the previous prompt + reply the next request reused; "
-        "miss: reply tokens prefilled again; bad: replies the agent cannot run per 100 turns "
-        "(format error, no call, cut)",
-        ["proto", "profile", "tok", "dec/s", "acc%", "a/d", "×ref", "reuse", "kept", "miss",
+        f"draft; ×ref total decode speed vs {result.reference_profile}; ×pair geometric mean "
+        "of per-turn ratios; reuse: prompt share from cache, requests 2..N; kept: share of "
+        "the previous prompt + reply the next request reused; bad: replies the agent cannot "
+        "run per 100 turns (format error, no call, cut)",
+        ["proto", "profile", "tok", "dec/s", "acc%", "a/d", "×ref", "×pair", "reuse", "kept",
          "bad"])
     for g in result.groups:
         if g.scope != "all":
@@ -853,17 +884,20 @@ def result_tables(result: ReplayResult) -> list[Table]:
         all_turns.add_row(g.protocol, g.profile, str(g.completion_tokens),
                           _rate(g.decode_tok_s), _pct(g.acceptance),
                           _num(g.accepted_per_draft, 1), _num(g.speedup),
-                          _num(g.reuse, 3), _num(g.kept_share, 3), str(g.reply_missed),
+                          _num(g.paired_speedup), _num(g.reuse, 3), _num(g.kept_share, 3),
                           _num(g.invalid_per_100, 0))
     edits = table(
         "edit turns (create, str_replace, fixes) vs the plain-text reference",
-        "×plain: the plain chain's speedup on the same turns; of plain: ×ref / ×plain",
-        ["proto", "profile", "turns", "tok", "dec/s", "acc%", "×ref", "×plain", "of plain"])
+        "×ref, ×pair as above; ×plain, of plain: the plain chain's ×pair on the same turns, "
+        "and ×pair / that",
+        ["proto", "profile", "turns", "tok", "dec/s", "acc%", "×ref", "×pair", "×plain",
+         "of plain"])
     for g in result.groups:
         if g.scope == "edit":
             edits.add_row(g.protocol, g.profile, str(g.turns), str(g.completion_tokens),
                           _rate(g.decode_tok_s), _pct(g.acceptance), _num(g.speedup),
-                          _num(g.plain_speedup), _num(g.of_plain))
+                          _num(g.paired_speedup), _num(g.paired_plain),
+                          _num(g.paired_of_plain))
     return [all_turns, edits]
 
 
@@ -877,8 +911,8 @@ def target_lines(result: ReplayResult) -> list[str]:
 
 
 def plot_result(result: ReplayResult, path: Path) -> Path:
-    """A PNG: speedup over the reference per protocol (every turn and edit turns, one bar
-    group per non-reference profile), and prefix reuse per protocol and profile.
+    """A PNG: paired speedup over the reference per protocol (every turn and edit turns, one
+    bar group per non-reference profile), and prefix reuse per protocol and profile.
 
     Raises :class:`BenchError` without matplotlib (the ``plot`` extra) or when the file
     cannot be written."""
@@ -890,14 +924,14 @@ def plot_result(result: ReplayResult, path: Path) -> Path:
     bars = [(p, scope) for p in fast for scope in ("all", "edit")]
     width = 0.8 / max(len(bars), 1)
     for j, (profile, scope) in enumerate(bars):
-        values = [next((g.speedup or 0.0 for g in result.groups if g.protocol == c
+        values = [next((g.paired_speedup or 0.0 for g in result.groups if g.protocol == c
                         and g.profile == profile and g.scope == scope), 0.0) for c in chains]
         xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(chains))]
         drawn = left.bar(xs, values, width, label=f"{profile}, {scope} turns")
         left.bar_label(drawn, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set_xticks(range(len(chains)), chains)
-    left.set_ylabel(f"decode speed vs {result.reference_profile}")
+    left.set_ylabel(f"decode speed vs {result.reference_profile} (paired, geometric mean)")
     left.set_title("speedup per protocol (plain: no tool format)", fontsize=9)
     left.legend(fontsize=7)
     tools = [c for c in chains if c != PLAIN] + ([PLAIN] if PLAIN in chains else [])

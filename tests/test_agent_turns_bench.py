@@ -242,9 +242,14 @@ def test_speedups_fractions_reuse_and_validity_from_recorded_numbers():
     assert edit.speedup == pytest.approx(2.5)
     assert edit.plain_speedup == pytest.approx(3.0)
     assert edit.of_plain == pytest.approx(2.5 / 3.0)
+    # One edit turn: the paired ratio is that turn's.
+    assert (edit.paired_speedup, edit.paired_plain) == (pytest.approx(2.5), pytest.approx(3.0))
+    assert edit.paired_of_plain == pytest.approx(2.5 / 3.0)
     assert (edit.acceptance, edit.accepted_per_draft) == (pytest.approx(0.75), 3.0)
     every = group(result, "text", "ngram", "all")
     assert every.speedup == pytest.approx((120 / 0.6) / (120 / 1.2))
+    # Per turn 1.0, 2.5 and 1.0: their geometric mean, not the ratio of the totals.
+    assert every.paired_speedup == pytest.approx(2.5 ** (1 / 3))
     # Reuse counts requests 2..N only: (510 + 640) / (510 + 640 + 30 + 5).
     assert (every.reused, every.prefilled) == (1150, 35)
     assert every.reuse == pytest.approx(1150 / 1185)
@@ -256,8 +261,9 @@ def test_speedups_fractions_reuse_and_validity_from_recorded_numbers():
     assert (base.format_errors, base.invalid_per_100) == (1, pytest.approx(100 / 3))
     assert group(result, "plain", "ngram", "all").invalid_per_100 is None
     checks = {c.name: c for c in result.targets}
-    assert checks["text edit turns, ngram over baseline"].met is True
-    assert checks["text edit turns, ngram: fraction of plain-text speedup"].met is False
+    assert checks["text edit turns, ngram over baseline (paired)"].met is True
+    assert checks["text edit turns, ngram: fraction of the plain-text speedup (paired)"].met \
+        is False
     assert checks["text prefix reuse, requests 2..N (lowest profile)"].met is False
     assert checks["text prefix reuse, requests 2..N (lowest profile)"].value == \
         pytest.approx(1150 / 1185)
@@ -314,7 +320,7 @@ def test_metrics_text_is_parsed():
 def test_a_broken_fixture_file_is_a_clear_error(tmp_path: Path, content: str, message: str):
     bad = tmp_path / "bad.json"
     bad.write_text(content, "utf-8")
-    proc = script("--sessions", str(bad), home=tmp_path / "home", timeout=120)
+    proc = script("--sessions", str(bad), home=tmp_path / "home", timeout=600)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
@@ -322,14 +328,14 @@ def test_a_broken_fixture_file_is_a_clear_error(tmp_path: Path, content: str, me
 
 
 def test_unknown_session_protocol_and_profile_are_usage_errors(tmp_path: Path):
-    proc = script("--sessions", "no-such-session", home=tmp_path / "home", timeout=120)
+    proc = script("--sessions", "no-such-session", home=tmp_path / "home", timeout=600)
     assert proc.returncode == 2 and "no session file no-such-session" in proc.stderr
     assert "inventory-report" in proc.stderr  # the sessions there are listed
     proc = script("--protocols", "text,xml", "--turns", "1", home=tmp_path / "home",
-                  timeout=120)
+                  timeout=600)
     assert proc.returncode == 2 and "--protocols 'text,xml'" in proc.stderr
     proc = script("--profiles", "baseline,dflash", "--turns", "1", home=tmp_path / "home",
-                  timeout=120)
+                  timeout=600)
     assert proc.returncode == 2 and "needs a draft model" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -398,12 +404,12 @@ def test_a_saved_result_is_reported_again_from_its_samples(tmp_path: Path):
     saved.write_text(json.dumps(data), "utf-8")
     png = tmp_path / "again.png"
     proc = script("--report", str(saved), "--plot", str(png), home=tmp_path / "home",
-                  timeout=120)
+                  timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "text    ngram" in proc.stdout and "MISSED" in proc.stdout
     assert png.read_bytes().startswith(PNG_MAGIC)
     saved.write_text("{}", "utf-8")
-    proc = script("--report", str(saved), home=tmp_path / "home", timeout=120)
+    proc = script("--report", str(saved), home=tmp_path / "home", timeout=600)
     assert proc.returncode == 3 and "not a readable agent-turns result" in proc.stderr
     assert "Traceback" not in proc.stderr
 
