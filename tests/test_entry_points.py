@@ -56,3 +56,22 @@ def test_host_entries_written_by_earlier_versions_still_start(entry: str, tmp_pa
     command, args = ((str(AGENT_SCRIPT), args) if entry == "script"
                      else (sys.executable, ["-m", "agent", *args]))
     assert "run_task" in _tools(command, args, agent_home)
+
+
+def test_version_from_a_source_tree_that_was_never_installed(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    # Seen on a machine without network, running the tree with PYTHONPATH: exit 4 before.
+    from importlib import metadata
+
+    from typer.testing import CliRunner
+
+    from agent.cli import main
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(main.metadata, "version", missing)
+    result = CliRunner().invoke(main.app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("dflash-agent ") and "source tree, not installed" in \
+        result.output

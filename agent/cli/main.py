@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 import time
+import tomllib
 import traceback
 from importlib import metadata
 from pathlib import Path
@@ -97,9 +98,23 @@ Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
 
 
+def _installed_version() -> str:
+    """The installed distribution's version; run from a source tree that was never installed
+    (a copy on a machine without network, ``PYTHONPATH=.``), the tree's ``pyproject.toml``."""
+    try:
+        return metadata.version("dflash-agent")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        try:
+            version = tomllib.loads(pyproject.read_text("utf-8"))["project"]["version"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return "unknown (not installed)"
+        return f"{version} (source tree, not installed)"
+
+
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"dflash-agent {metadata.version('dflash-agent')}")
+        typer.echo(f"dflash-agent {_installed_version()}")
         raise typer.Exit(EXIT_OK)
 
 
