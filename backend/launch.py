@@ -13,7 +13,7 @@ from backend.flavour import detect_flavour
 from backend.models import resolve_model
 from backend.presets import Preset, PresetError, get_preset
 from backend.profiles import LaunchPlan, Profile, get_profile
-from backend.server import DEFAULT_PORT, ServerState, up
+from backend.server import DEFAULT_PORT, ServerState, compatible, plan_differences, running, up
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
@@ -73,5 +73,14 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     preset = get_preset(preset_name)
     engine = ensure_engine(sdist, progress, note)
     plan = plan_for(preset, engine, profile, ctx_size, note)
+    serving = compatible(plan)
+    if serving is not None:
+        # The server that is up is the one sessions use, whatever its slot count.
+        return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note)
+    for other in running():
+        if other.preset == preset.name and note is not None:
+            note(f"the {preset.name} server at {other.base_url} runs with another "
+                 f"{', '.join(plan_differences(plan, other.plan))}; starting one for this "
+                 "session's")
     check_fit(plan, force=force, note=note)
     return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note)

@@ -540,6 +540,24 @@ def running() -> list[ServerState]:
     return alive
 
 
+SLOT_FIELDS = ("parallel", "idle_timeout")
+"""Plan fields a session does not care about: any number of slots serves it, asleep or not."""
+
+
+def plan_differences(wanted: LaunchPlan, running_plan: LaunchPlan) -> list[str]:
+    """Names of the plan fields (other than :data:`SLOT_FIELDS`) in which a running server
+    differs from ``wanted``; empty when that server can serve it."""
+    a, b = wanted.model_dump(), running_plan.model_dump()
+    return [name for name in a if name not in SLOT_FIELDS and a[name] != b[name]]
+
+
+def compatible(plan: LaunchPlan) -> ServerState | None:
+    """A running server of ours that serves ``plan`` though started with other slot settings
+    (``agent backend up --parallel 2`` serving a later ``agent run``), most slots first."""
+    fits = [s for s in running() if not plan_differences(plan, s.plan)]
+    return max(fits, key=lambda s: s.plan.parallel, default=None)
+
+
 def current() -> ServerState | None:
     """The server most recently started or reused, if it is still alive."""
     marker = home().servers / "current"
