@@ -178,14 +178,18 @@ def test_the_dflash_profile_without_a_draft_is_a_clear_error(engine, agent_home:
     assert "needs a draft model" in proc.stderr and "internal error" not in proc.stderr
 
 
-def test_crash_logs_never_overwrite_each_other(agent_home: Path, tmp_path: Path):
-    (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
-    for _ in range(3):
-        proc = run("backend", "convert-draft", str(tmp_path / "bad.gguf"),
-                   str(tmp_path / "out.gguf"), home=agent_home)
-        assert proc.returncode == 3 and "details: " in proc.stderr
-    logs = list((agent_home / "state" / "crashes").iterdir())
-    assert len(logs) == 3 and all("Traceback" in p.read_text() for p in logs)
+def test_crash_logs_never_overwrite_each_other(agent_home: Path):
+    from agent.errors import write_crash_log
+
+    paths = []
+    for n in range(3):  # within one second: the time stamp alone would collide
+        try:
+            raise RuntimeError(f"crash {n}")
+        except RuntimeError as exc:
+            paths.append(Path(write_crash_log(exc)))
+    assert len(set(paths)) == 3
+    assert [f"RuntimeError: crash {n}" in p.read_text() for n, p in enumerate(paths)] == [True] * 3
+    assert all("Traceback" in p.read_text() for p in paths)
 
 
 def test_output_is_not_hard_wrapped_when_piped(agent_home: Path, tmp_path: Path):

@@ -74,13 +74,16 @@ def test_a_users_mistake_is_one_line_without_a_crash_log(args: list[str], agent_
     assert crash_logs(agent_home) == []
 
 
-def test_a_failure_inside_a_file_parser_keeps_its_crash_log(agent_home: Path, tmp_path: Path):
+def test_a_file_that_is_not_gguf_is_one_error_line_without_a_crash_log(agent_home: Path,
+                                                                      tmp_path: Path):
+    # Field case 22: a wrong input file is an ordinary mistake, not a crash of the product.
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
     proc = agent("backend", "convert-draft", str(tmp_path / "bad.gguf"),
                  str(tmp_path / "out.gguf"), home=agent_home)
-    assert proc.returncode == 3 and "details: " in proc.stderr and "--debug" in proc.stderr
-    [log] = crash_logs(agent_home)
-    assert "Traceback" in log.read_text()
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a readable GGUF file" in lines[0], proc.stderr
+    assert crash_logs(agent_home) == [] and not (tmp_path / "out.gguf").exists()
 
 
 @pytest.mark.parametrize("command", ["run", "chat"])
