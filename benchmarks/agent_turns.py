@@ -862,15 +862,19 @@ def result_tables(result: ReplayResult) -> list[Table]:
     edit turns against the plain-text reference."""
     def table(title: str, caption: str, columns: list[str]) -> Table:
         t = Table(title=title, caption=caption, caption_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False, padding=(0, 1))
+                  show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
         for i, name in enumerate(columns):
             t.add_column(name, justify="left" if i < 2 else "right", no_wrap=True)
         return t
 
     build = result.build_info or result.engine_version
+    planned = sum(result.sessions.values()) * len({g.protocol for g in result.groups}) \
+        * len(result.profiles)
+    part = "" if result.complete else f" (partial: {len(result.samples)} of {planned} " \
+        "requests)"
     all_turns = table(
-        f"{result.preset}, {result.flavour} {build}: all "
-        f"{sum(result.sessions.values())} turns of {len(result.sessions)} session(s)",
+        f"{result.preset}, {result.flavour} {build}: "
+        f"{sum(result.sessions.values())} turns of {len(result.sessions)} session(s){part}",
         "tok generated; dec/s decode tok/s; acc% drafts accepted; a/d accepted tokens per "
         f"draft; ×ref total decode speed vs {result.reference_profile}; ×pair geometric mean "
         "of per-turn ratios; reuse: prompt share from cache, requests 2..N; kept: share of "
@@ -935,21 +939,29 @@ def plot_result(result: ReplayResult, path: Path) -> Path:
     left.set_title("speedup per protocol (plain: no tool format)", fontsize=9)
     left.legend(fontsize=7)
     tools = [c for c in chains if c != PLAIN] + ([PLAIN] if PLAIN in chains else [])
-    width = 0.8 / max(len(result.profiles), 1)
-    for j, profile in enumerate(result.profiles):
-        values = [next((g.reuse or 0.0 for g in result.groups if g.protocol == c
+    measures = [(p, m) for p in result.profiles for m in ("reuse", "kept_share")]
+    width = 0.8 / max(len(measures), 1)
+    for j, (profile, measure) in enumerate(measures):
+        values = [next((getattr(g, measure) or 0.0 for g in result.groups if g.protocol == c
                         and g.profile == profile and g.scope == "all"), 0.0) for c in tools]
-        xs = [i + (j - (len(result.profiles) - 1) / 2) * width for i in range(len(tools))]
-        drawn = right.bar(xs, values, width, label=profile)
-        right.bar_label(drawn, labels=[f"{v:.3f}" for v in values], fontsize=7, padding=2)
+        xs = [i + (j - (len(measures) - 1) / 2) * width for i in range(len(tools))]
+        label = f"{profile}: {'reuse' if measure == 'reuse' else 'kept'}"
+        drawn = right.bar(xs, values, width, label=label,
+                          hatch="//" if measure == "kept_share" else None)
+        right.bar_label(drawn, labels=[f"{v:.2f}" for v in values], fontsize=6, padding=2)
     right.axhline(CPU_TARGETS["reuse"], color="grey", linewidth=0.8, linestyle="--")
     right.set_xticks(range(len(tools)), tools)
-    right.set_ylim(0, 1.08)
-    right.set_ylabel("prompt tokens from cache, requests 2..N")
-    right.set_title("prefix reuse per protocol", fontsize=9)
-    right.legend(fontsize=7)
+    right.set_ylim(0, 1.1)
+    right.set_ylabel("requests 2..N")
+    right.set_title("reuse (prompt from cache) and kept (previous prompt + reply reused)",
+                    fontsize=8)
+    right.legend(fontsize=6, loc="lower left")
+    planned = sum(result.sessions.values()) * len(tools) * len(result.profiles)
+    part = "" if result.complete else f" (partial: {len(result.samples)} of {planned} " \
+        "requests)"
     fig.suptitle(f"{result.preset}: agent-turn replay, {sum(result.sessions.values())} turns "
-                 f"x {len(result.sessions)} sessions, {result.date:%Y-%m-%d}", fontsize=10)
+                 f"x {len(result.sessions)} sessions, {result.date:%Y-%m-%d}{part}",
+                 fontsize=10)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, format="png")
