@@ -445,7 +445,8 @@ class TurnSample(BaseModel):
                                 "reply): what this request could reuse; None for the first.")
     after_cut: bool = Field(False, description="The previous reply of this conversation was "
                             "cut at max_tokens (the agent keeps only its start, and would "
-                            "have stopped the task there).")
+                            "have stopped the task there; the plain chain keeps it the same "
+                            "way).")
 
 
 class Group(BaseModel):
@@ -640,7 +641,7 @@ def link_replies(samples: list[TurnSample]) -> list[TurnSample]:
             out[last[key]] = prev.model_copy(update={"reply_missed": missed})
             out[i] = s.model_copy(update={
                 "carried": prev.prompt_n + prev.cache_n + prev.predicted_n,
-                "after_cut": prev.outcome == "cut"})
+                "after_cut": prev.finish_reason == "length"})
         last[key] = i
     return out
 
