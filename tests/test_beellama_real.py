@@ -239,7 +239,7 @@ dflash_cross_ctx = 1024
     assert "(default: f16)" in text.split("--spec-draft-type-k", 1)[1].split("\n-", 1)[0]
     # And it launches: the DFlash contract is accepted and drafts are made.
     state = launch(plan)
-    body = chat(state, CODE_PROMPT, max_tokens=96)
+    body = chat(state, CODE_PROMPT, max_tokens=48)
     log = state.log.read_text("utf-8", errors="replace")
     assert "dflash: contract ok" in log and "target_layer_ids=[1,14,27]" in log
     assert body["timings"].get("draft_n", 0) > 0
@@ -264,12 +264,15 @@ def test_the_converted_trained_draft_drafts_on_bee_old(dflash_run):
     assert body["timings"].get("draft_n", 0) > 0, body["timings"]
 
 
-@pytest.mark.xfail(reason="measured on this 2-core CPU (benchmarks/RESULTS.md): BeeLlama v0.3.1's "
-                   "CPU DFlash path drafts but accepts ~nothing with the trained draft (0/398, "
-                   "1/2205 without adaptive draft-max), where b11434 on the same CPU accepts "
-                   "28/1800 with the same weights and the same converted file accepted 2.65 % on "
-                   "an H200 (shared/engines/README.md); acceptance is proven on the H200 run",
-                   strict=False)
+CPU_ACCEPTANCE = (
+    "measured on the 2-core dev CPU (benchmarks/RESULTS.md): BeeLlama v0.3.1's CPU DFlash path "
+    "drafts but accepts rarely with the trained draft (0 to 2 of ~400 drafted tokens per "
+    "answer), where b11434 on the same CPU accepts 1.6 % with the same weights and the same "
+    "converted file accepted 2.65 % on an H200 (shared/engines/README.md); acceptance is proven "
+    "on the H200 run")
+
+
+@pytest.mark.xfail(reason=CPU_ACCEPTANCE, strict=False)
 def test_the_converted_trained_draft_accepts_on_bee_old(dflash_run):
     _, body = dflash_run
     assert body["timings"].get("draft_n_accepted", 0) > 0, body["timings"]
@@ -319,10 +322,10 @@ def test_drafting_inside_a_json_schema_tool_call_vs_plain(bee_old: Engine, smoll
         "arguments": {"type": "object", "properties": {"path": {"type": "string"},
                                                         "file_text": {"type": "string"}},
                       "required": ["path", "file_text"]}}, "required": ["tool", "arguments"]}
-    grammar = chat(state, CODE_PROMPT + " Answer as a create tool call.", max_tokens=96,
+    grammar = chat(state, CODE_PROMPT + " Answer as a create tool call.", max_tokens=64,
                    response_format={"type": "json_schema",
                                     "json_schema": {"name": "call", "schema": schema}})
-    plain = chat(state, CODE_PROMPT, max_tokens=96)
+    plain = chat(state, CODE_PROMPT, max_tokens=64)
     assert grammar["choices"][0]["message"]["content"].lstrip().startswith("{")
     assert plain["timings"].get("draft_n", 0) > 0
     assert grammar["timings"].get("draft_n", 0) > 0
