@@ -444,3 +444,11 @@ def test_a_server_that_fails_mid_run_leaves_what_was_measured(registry):
         at.replay({"baseline": ServerClient(model.url)}, [session], ["text"], registry,
                   sampling={}, max_tokens=64, tool_role=True, into=measured)
     assert [(s.turn, s.outcome) for s in measured] == [(0, "ok"), (1, "ok")]
+
+
+def test_the_fraction_of_a_plain_speedup_that_is_no_speedup_is_not_judged():
+    slower_plain = [s if (s.protocol, s.profile, s.kind) != ("plain", "ngram", "edit")
+                    else s.model_copy(update={"predicted_ms": 2000.0}) for s in RECORDED]
+    groups = at.summarize(at.link_replies(slower_plain), ["baseline", "ngram"], ["text"])
+    check = next(c for c in at.check_targets(groups) if "fraction" in c.name)
+    assert check.met is None and "moot" in check.target and check.value == pytest.approx(5.0)
