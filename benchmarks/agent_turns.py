@@ -544,6 +544,12 @@ class ReplayResult(BaseModel):
     stopped: str | None = Field(None, description="Why an incomplete run stopped.")
     resumed: int = Field(0, description="Runs before this one whose complete conversations "
                          "this result carries on (--resume).")
+    plain: bool = Field(True, description="The plain-text reference chain was part of the run.")
+
+    def planned(self) -> int:
+        """Requests a complete run of this configuration sends."""
+        chains = len(self.protocols) + (1 if self.plain else 0)
+        return sum(self.sessions.values()) * chains * len(self.profiles)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -873,10 +879,8 @@ def result_tables(result: ReplayResult) -> list[Table]:
         return t
 
     build = result.build_info or result.engine_version
-    planned = sum(result.sessions.values()) * len({g.protocol for g in result.groups}) \
-        * len(result.profiles)
-    part = "" if result.complete else f" (partial: {len(result.samples)} of {planned} " \
-        "requests)"
+    part = "" if result.complete else f" (partial: {len(result.samples)} of " \
+        f"{result.planned()} requests)"
     all_turns = table(
         f"{result.preset}, {result.flavour} {build}: "
         f"{sum(result.sessions.values())} turns of {len(result.sessions)} session(s){part}",
@@ -961,9 +965,8 @@ def plot_result(result: ReplayResult, path: Path) -> Path:
     right.set_title("reuse (prompt from cache) and kept (previous prompt + reply reused)",
                     fontsize=8)
     right.legend(fontsize=6, loc="lower left")
-    planned = sum(result.sessions.values()) * len(tools) * len(result.profiles)
-    part = "" if result.complete else f" (partial: {len(result.samples)} of {planned} " \
-        "requests)"
+    part = "" if result.complete else f" (partial: {len(result.samples)} of " \
+        f"{result.planned()} requests)"
     fig.suptitle(f"{result.preset}: agent-turn replay, {sum(result.sessions.values())} turns "
                  f"x {len(result.sessions)} sessions, {result.date:%Y-%m-%d}{part}",
                  fontsize=10)
@@ -1099,7 +1102,7 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
         samples=samples, groups=groups, targets=check_targets(groups, reference, fast),
         wall_s=round(time.monotonic() - clock + (previous.wall_s if previous else 0.0), 1),
         complete=complete, stopped=stopped,
-        resumed=previous.resumed + 1 if previous else 0)
+        resumed=previous.resumed + 1 if previous else 0, plain=plain)
 
 
 def load_result(path: Path) -> ReplayResult:
