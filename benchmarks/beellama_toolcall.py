@@ -14,8 +14,8 @@ bee-old crash workaround of backend.quirks is applied as in a session). Modes, s
   ``--chat-template-file``), so BeeLlama's *lazy* tool-call grammar starts at ``<tool_call>``.
 
 Usage (repo root): python benchmarks/beellama_toolcall.py --home DIR [--repeats 2] [--json OUT]
-where DIR is a dflash-agent home holding the bee-old engine (tests use
-``~/.cache/dflash-agent-tests-beellama``).
+[--model GGUF] [--draft GGUF] [--ngl all] where DIR is a dflash-agent home holding the bee-old
+engine (tests use ``~/.cache/dflash-agent-tests-beellama``); ``--ngl all`` on a GPU.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from agent.protocol import json_response_format
 from backend.drafts import draft_for
 from backend.engines import list_engines
 from backend.models import resolve_model
-from backend.presets import get_preset
+from backend.presets import ServerOptions, get_preset
 from backend.profiles import LaunchPlan
 from backend.server import interrupt_on_termination, pick_port, stop, up
 from tools.registry import default_registry
@@ -85,22 +85,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=400)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--model", type=Path, help="Target GGUF (default: the smollm2-135m "
+                        "preset's, fetched into the home)")
+    parser.add_argument("--draft", type=Path, default=TRAINED,
+                        help="DFlash draft (either format; converted for bee-old)")
+    parser.add_argument("--ngl", default=None, help="gpu_layers for target and draft (a GPU)")
     args = parser.parse_args()
     os.environ["DFLASH_AGENT_HOME"] = str(args.home)
     engine = next(e for e in list_engines() if e.engine == "beellama" and e.flavour == "bee-old")
-    model = resolve_model(get_preset("smollm2-135m").model)
-    draft = draft_for(TRAINED, "bee-old", print)
+    model = args.model or resolve_model(get_preset("smollm2-135m").model)
+    draft = draft_for(args.draft, "bee-old", print)
+    options = ServerOptions(gpu_layers=args.ngl, draft_gpu_layers=args.ngl,
+                            flash_attn="on" if args.ngl else None)
     template = engine.templates / "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"
     plans = {
         "baseline": LaunchPlan(binary=engine.binary, model=model, profile="baseline",
-                               ctx_size=4096),
+                               ctx_size=4096, options=options),
         "dflash": LaunchPlan(binary=engine.binary, model=model, profile="dflash", ctx_size=4096,
-                             draft=draft),
+                             draft=draft, options=options),
         "baseline-hermes": LaunchPlan(binary=engine.binary, model=model, profile="baseline",
-                                      ctx_size=4096,
+                                      ctx_size=4096, options=options,
                                       extra_flags=("--chat-template-file", str(template))),
         "dflash-hermes": LaunchPlan(binary=engine.binary, model=model, profile="dflash",
-                                    ctx_size=4096, draft=draft,
+                                    ctx_size=4096, draft=draft, options=options,
                                     extra_flags=("--chat-template-file", str(template))),
     }
     rows: list[dict[str, Any]] = []
