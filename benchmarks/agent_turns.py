@@ -46,6 +46,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import shlex
 import sys
 import tempfile
@@ -434,6 +435,8 @@ class TurnSample(BaseModel):
                                     "model.")
     same_tool: bool | None = Field(None, description="The first call names the fixture's tool.")
     compacted: bool = False
+    load1: float | None = Field(None, description="The machine's 1-minute load average right "
+                                "after the request (other work on a shared machine).")
     reply_chars: int
     reply_sha1: str
     reply_head: str = Field(description="The reply's first 300 characters.")
@@ -630,6 +633,7 @@ def make_sample(index: int, session: FixtureSession, number: int, protocol: str,
         finish_reason=played.turn.finish_reason, outcome=outcome, error=played.error,
         calls=names, args_valid=names_ok if tool_turn else None,
         same_tool=same if tool_turn else None, compacted=played.compacted,
+        load1=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         reply_chars=len(content), reply_sha1=hashlib.sha1(content.encode()).hexdigest(),
         reply_head=content[:300])
 
