@@ -257,6 +257,8 @@ def test_speedups_fractions_reuse_and_validity_from_recorded_numbers():
     # of 540 + 100 (all kept).
     assert every.reply_missed == 0
     assert (every.carried, every.kept, every.kept_share) == (510 + 640, 1150, 1.0)
+    # Everything carried was kept: the reuse is all the new results left possible.
+    assert every.reuse_ceiling == pytest.approx(every.reuse)
     base = group(result, "text", "baseline", "all")
     assert (base.format_errors, base.invalid_per_100) == (1, pytest.approx(100 / 3))
     assert group(result, "plain", "ngram", "all").invalid_per_100 is None
@@ -265,6 +267,8 @@ def test_speedups_fractions_reuse_and_validity_from_recorded_numbers():
     assert checks["text edit turns, ngram: fraction of the plain-text speedup (paired)"].met \
         is False
     assert checks["text prefix reuse, requests 2..N (lowest profile)"].met is False
+    assert "0.97 possible with these results" in \
+        checks["text prefix reuse, requests 2..N (lowest profile)"].target
     assert checks["text prefix reuse, requests 2..N (lowest profile)"].value == \
         pytest.approx(1150 / 1185)
 
