@@ -117,6 +117,8 @@ PLAIN = "plain"
 KINDS = ("view", "create", "edit", "test", "fix", "final")
 EDIT_KINDS = ("create", "edit", "fix")
 """Turns that write file content: the issue's targets are about these."""
+EDIT_TURNS = "edit-turns"
+"""The scope of the :data:`EDIT_KINDS` turns together (``edit`` alone is the str_replace kind)."""
 NOT_REPLAYED = "not run: the replayed session has no result for this call"
 PLAIN_SYSTEM = ("You are a coding assistant working on the project in {workspace}. Answer in "
                 "plain text. When asked for code, write only the code.")
@@ -764,13 +766,13 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
 
 def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
               protocols: Sequence[str], reference: str = REFERENCE_PROFILE) -> list[Group]:
-    """Groups per protocol (then ``plain``), profile and scope (``all``, ``edit``, each kind
-    present), with speedups over ``reference`` and the fraction of the plain speedup."""
+    """Groups per protocol (then ``plain``), profile and scope (``all``, ``edit-turns``, each
+    kind present), with speedups over ``reference`` and the fraction of the plain speedup."""
     chains = [*protocols, PLAIN] if any(s.protocol == PLAIN for s in samples) \
         else list(protocols)
     kinds = [k for k in KINDS if any(s.kind == k for s in samples)]
     scopes: dict[str, Callable[[TurnSample], bool]] = {
-        "all": lambda s: True, "edit": lambda s: s.kind in EDIT_KINDS}
+        "all": lambda s: True, EDIT_TURNS: lambda s: s.kind in EDIT_KINDS}
     for kind in kinds:
         scopes[kind] = lambda s, kind=kind: s.kind == kind
     groups: list[Group] = []
@@ -825,7 +827,7 @@ def check_targets(groups: Sequence[Group], reference: str = REFERENCE_PROFILE,
                      == (protocol, profile, scope)), None)
 
     checks = []
-    edit = pick("text", fast, "edit")
+    edit = pick("text", fast, EDIT_TURNS)
     value = edit.paired_speedup if edit else None
     checks.append(TargetCheck(name=f"text edit turns, {fast} over {reference} (paired)",
                               target=f">= {CPU_TARGETS['edit_speedup']}x", value=value,
@@ -920,7 +922,7 @@ def result_tables(result: ReplayResult) -> list[Table]:
         ["proto", "profile", "turns", "tok", "dec/s", "acc%", "×ref", "×pair", "×plain",
          "of plain"])
     for g in result.groups:
-        if g.scope == "edit":
+        if g.scope == EDIT_TURNS:
             edits.add_row(g.protocol, g.profile, str(g.turns), str(g.completion_tokens),
                           _rate(g.decode_tok_s), _pct(g.acceptance), _num(g.speedup),
                           _num(g.paired_speedup), _num(g.paired_plain),
@@ -948,13 +950,14 @@ def plot_result(result: ReplayResult, path: Path) -> Path:
     fig = figure_mod.Figure(figsize=(10, 4.2), dpi=100, layout="constrained")
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     fast = [p for p in result.profiles if p != result.reference_profile]
-    bars = [(p, scope) for p in fast for scope in ("all", "edit")]
+    bars = [(p, scope) for p in fast for scope in ("all", EDIT_TURNS)]
     width = 0.8 / max(len(bars), 1)
     for j, (profile, scope) in enumerate(bars):
         values = [next((g.paired_speedup or 0.0 for g in result.groups if g.protocol == c
                         and g.profile == profile and g.scope == scope), 0.0) for c in chains]
         xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(chains))]
-        drawn = left.bar(xs, values, width, label=f"{profile}, {scope} turns")
+        drawn = left.bar(xs, values, width, label=f"{profile}, "
+                         f"{'all turns' if scope == 'all' else 'edit turns'}")
         left.bar_label(drawn, labels=[f"{v:.2f}" for v in values], fontsize=7, padding=2)
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set_xticks(range(len(chains)), chains)

@@ -237,7 +237,7 @@ def group(result: Any, protocol: str, profile: str, scope: str) -> Any:
 
 def test_speedups_fractions_reuse_and_validity_from_recorded_numbers():
     result = recorded_result()
-    edit = group(result, "text", "ngram", "edit")
+    edit = group(result, "text", "ngram", "edit-turns")
     assert edit.decode_tok_s == pytest.approx(250.0)
     assert edit.speedup == pytest.approx(2.5)
     assert edit.plain_speedup == pytest.approx(3.0)
@@ -375,7 +375,7 @@ def test_a_short_replay_through_real_llama_servers(engine: Engine, smollm2: Path
             first = next(f for f in result.samples if f.turn == 0 and
                          (f.protocol, f.profile) == (s.protocol, s.profile))
             assert s.cache_n >= first.cache_n + first.prompt_n - 3, (s, first)
-    assert {g.scope for g in result.groups} >= {"all", "edit", "view", "create"}
+    assert {g.scope for g in result.groups} >= {"all", "edit-turns", "view", "create"}
     assert png.read_bytes().startswith(PNG_MAGIC)
     table = proc.stdout.split("results:")[0]
     assert all(len(line) <= 80 for line in table.splitlines())
@@ -456,3 +456,14 @@ def test_the_fraction_of_a_plain_speedup_that_is_no_speedup_is_not_judged():
     groups = at.summarize(at.link_replies(slower_plain), ["baseline", "ngram"], ["text"])
     check = next(c for c in at.check_targets(groups) if "fraction" in c.name)
     assert check.met is None and "moot" in check.target and check.value == pytest.approx(5.0)
+
+
+def test_edit_turns_cover_creates_edits_and_fixes_apart_from_the_edit_kind():
+    samples = [sample(i, "text", p, t, kind, tokens=10, ms=10)
+               for i, (p, t, kind) in enumerate([("baseline", 0, "create"), ("ngram", 0, "create"),
+                                                 ("baseline", 1, "edit"), ("ngram", 1, "edit"),
+                                                 ("baseline", 2, "fix"), ("ngram", 2, "fix"),
+                                                 ("baseline", 3, "view"), ("ngram", 3, "view")])]
+    groups = at.summarize(at.link_replies(samples), ["baseline", "ngram"], ["text"])
+    turns = {g.scope: g.turns for g in groups if g.profile == "ngram"}
+    assert turns == {"all": 4, "edit-turns": 3, "create": 1, "edit": 1, "fix": 1, "view": 1}
