@@ -455,8 +455,8 @@ class TurnSample(BaseModel):
 
 
 class Group(BaseModel):
-    """Totals for one protocol and profile over a set of turns (``scope``: all, edit or a
-    turn kind)."""
+    """Totals for one protocol and profile over a set of turns (``scope``: all, edit-turns or
+    a turn kind)."""
 
     protocol: str
     profile: str
@@ -1185,8 +1185,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="carry on an incomplete run (same options): its complete "
                         "conversations are kept, the others measured")
     parser.add_argument("--report", type=Path, metavar="RESULT_JSON",
-                        help="run nothing: show a saved result (and --plot it), its numbers "
-                        "computed again from its samples")
+                        help="run nothing: show a saved result (and --plot it, --json: write "
+                        "it again), its numbers computed again from its samples")
     args = parser.parse_args(argv)
     if args.turns is not None and args.turns < 1:
         parser.error("--turns must be at least 1")
@@ -1211,6 +1211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report is not None:
         try:
             result = load_result(args.report)
+            if args.json is not None:
+                write_result(result, args.json)
             if args.plot is not None:
                 plot_result(result, args.plot)
         except BenchError as exc:
