@@ -379,7 +379,7 @@ def test_a_short_replay_through_real_llama_servers(engine: Engine, smollm2: Path
     assert png.read_bytes().startswith(PNG_MAGIC)
     table = proc.stdout.split("results:")[0]
     assert all(len(line) <= 80 for line in table.splitlines())
-    assert "every turn" in table and "of plain" in table
+    assert "2 turns of 1 session(s)" in table and "edit turns" in table and "of plain" in table
 
 
 def test_the_dflash_path_reports_drafts_per_verification(engine: Engine, tiny_dflash: dict,
