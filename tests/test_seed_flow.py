@@ -55,7 +55,8 @@ def test_a_hub_preset_with_an_old_format_draft_goes_from_nothing_to_drafting(
         up = _agent("backend", "up", "--preset", "tiny-seed", env=env)
         assert "converting it once" in up.stderr
         again = _agent("backend", "up", "--preset", "tiny-seed", "--print-cmd", env=env)
-        assert "/converted/" in again.stdout and "old 'dflash-draft' format" in again.stderr
+        assert "/converted/" in again.stdout
+        assert "in the 'dflash-draft' format, which upstream builds do not load" in again.stderr
     try:
         assert up.returncode == 0, up.stderr
         status = json.loads(_agent("backend", "status", "--json", env=env).stdout)
