@@ -496,6 +496,12 @@ class Group(BaseModel):
                                      "continues the cached prompt and reply byte for byte.")
     kept_share_uncut: float | None = Field(description="kept / carried over the requests "
                                            "that follow a reply not cut at max_tokens.")
+    kept_share_whole: float | None = Field(None, description="kept / carried over the "
+                                           "requests whose history the agent did not shorten "
+                                           "(the previous reply not cut at max_tokens, no "
+                                           "compaction): a loss here is the agent's own cache "
+                                           "miss (a request that does not continue the cached "
+                                           "prompt + reply byte for byte).")
     reply_missed: int = Field(description="Reply tokens the next request prefilled again.")
     cut_reply_missed: int = Field(description="Of those, tokens of replies cut at max_tokens "
                                   "(the agent keeps only their first 200 characters).")
@@ -738,6 +744,9 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
     uncut = [s for s in later if not s.after_cut]
     carried_uncut = sum(s.carried or 0 for s in uncut)
     kept_uncut = sum(min(s.cache_n, s.carried or 0) for s in uncut)
+    whole = [s for s in uncut if not s.compacted]
+    carried_whole = sum(s.carried or 0 for s in whole)
+    kept_whole = sum(min(s.cache_n, s.carried or 0) for s in whole)
     bad = [s for s in picked if s.outcome in ("format_error", "no_call", "cut")]
     return Group(
         protocol=protocol, profile=profile, scope=scope, turns=len(picked),
@@ -752,6 +761,7 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
                              reused + prefilled),
         carried=carried, kept=kept,
         kept_share=_ratio(kept, carried), kept_share_uncut=_ratio(kept_uncut, carried_uncut),
+        kept_share_whole=_ratio(kept_whole, carried_whole),
         reply_missed=sum(s.reply_missed or 0 for s in picked),
         cut_reply_missed=sum(s.reply_missed or 0 for s in picked if s.outcome == "cut"),
         format_errors=sum(s.outcome == "format_error" for s in picked),
@@ -859,6 +869,15 @@ def check_targets(groups: Sequence[Group], reference: str = REFERENCE_PROFILE,
     value = min((k for k in kept if k is not None), default=None)
     checks.append(TargetCheck(name="text: the same after replies not cut at max_tokens",
                               target="reported", value=value, met=None))
+    kept = [g.kept_share_whole for g in groups if g.protocol == "text" and g.scope == "all"]
+    value = min((k for k in kept if k is not None), default=None)
+    checks.append(TargetCheck(name="text: the same where the agent shortened nothing (no cut "
+                              "reply, no compaction)", target="reported", value=value,
+                              met=None))
+    if lowest is not None and lowest.reuse is not None and lowest.reuse_ceiling:
+        checks.append(TargetCheck(name="text prefix reuse as a share of what these results "
+                                  "left possible (lowest profile)", target="reported",
+                                  value=lowest.reuse / lowest.reuse_ceiling, met=None))
     for g in groups:
         if g.scope == "all" and g.protocol != PLAIN and g.profile == reference:
             checks.append(TargetCheck(name=f"{g.protocol}: replies the agent cannot run, "

@@ -283,6 +283,27 @@ def test_a_reply_the_next_request_prefilled_again_is_counted():
     assert (row.kept, row.carried) == (600, 640) and row.kept_share == pytest.approx(600 / 640)
 
 
+def test_a_compaction_is_told_apart_from_the_agents_own_cache_miss():
+    # Request 2 continues request 1 byte for byte; request 3 comes after the context keeper
+    # shortened the history (as on the H200 run: 735 of 4,592 kept), request 4 follows it.
+    samples = at.link_replies([
+        sample(0, "text", "baseline", 0, "view", tokens=100, ms=10, prompt=1000),
+        sample(1, "text", "baseline", 1, "view", tokens=100, ms=10, prompt=900, cache=1100),
+        sample(2, "text", "baseline", 2, "edit", tokens=100, ms=10, prompt=1500, cache=500)
+        .model_copy(update={"compacted": True}),
+        sample(3, "text", "baseline", 3, "test", tokens=10, ms=10, prompt=50, cache=2100)])
+    row = at.summarize(samples, ["baseline"], ["text"])[0]
+    assert row.kept_share_uncut == pytest.approx((1100 + 500 + 2100) / (1100 + 2100 + 2100))
+    assert row.kept_share_whole == pytest.approx(1.0)
+    checks = {c.name: c for c in at.check_targets(at.summarize(samples, ["baseline"],
+                                                               ["text"]), "baseline")}
+    assert checks["text: the same where the agent shortened nothing (no cut reply, no "
+                  "compaction)"].value == pytest.approx(1.0)
+    share = checks["text prefix reuse as a share of what these results left possible "
+                   "(lowest profile)"].value
+    assert share == pytest.approx(row.reuse / row.reuse_ceiling) and share < 1.0
+
+
 def test_the_tables_fit_80_columns_and_the_chart_is_a_png(tmp_path: Path):
     pytest.importorskip("matplotlib")
     result = recorded_result()
