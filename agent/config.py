@@ -57,6 +57,10 @@ class Settings(BaseModel):
                                    "is abandoned.")
     server_start_timeout: float = Field(gt=0, description="Seconds to wait for the server "
                                         "to load the model.")
+    new_project_recipe: Literal["auto", "simple", "full"] = Field(
+        "auto", description="new-project's recipe: full (the model plans any toolchain and "
+        "the ecosystem's layout), simple (one Python module and its tests, for weak models) "
+        "or auto (full for models of 3 B parameters and up, as the server reports them).")
 
 
 PROJECT_SAFE_KEYS = frozenset({"preset", "profile", "tool_protocol", "max_steps", "max_time",

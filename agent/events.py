@@ -136,6 +136,22 @@ class Checkpoint(_Event):
     sha: str
 
 
+class ProjectPlan(_Event):
+    """``new-project``'s plan: the recipe chosen and why, and each plan the model wrote with
+    the product's verdict on it (``accepted``, ``rejected`` with the problems sent back to the
+    model, ``refused`` when this machine lacks its toolchain). The simple recipe's fixed plan
+    is logged too, as attempt 0."""
+
+    type: Literal["project_plan"] = "project_plan"
+    recipe: str
+    recipe_reason: str = ""
+    attempt: int = Field(description="1-based; 0 for the simple recipe's fixed plan.")
+    status: Literal["accepted", "rejected", "refused"]
+    plan: dict[str, Any] | None = None
+    problems: list[str] = []
+    reply: str = Field("", description="The model's reply, as written (first 4000 characters).")
+
+
 class ProjectChecked(_Event):
     """``new-project``'s own verdict: the project's tests as the product ran them, and the
     commit it made."""
@@ -145,6 +161,8 @@ class ProjectChecked(_Event):
     detail: str = ""
     commit: str | None = None
     files: list[str] = []
+    runner: str = Field("", description="The test command the product ran ('' when none).")
+    recipe: str | None = None
 
 
 class ErrorEvent(_Event):
@@ -154,7 +172,7 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[SessionStart | Message | Compaction | TaskStart | Checkpoint | ModelTurn
-                  | ToolCall | ToolResult | FinalAnswer | ProjectChecked | ErrorEvent
+                  | ToolCall | ToolResult | FinalAnswer | ProjectPlan | ProjectChecked | ErrorEvent
                   | ProtocolChoice,
                   Field(discriminator="type")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import git
 
-from agent.newproject import _commit, _prepare, run_project_tests, slugify
+from agent.newproject import run_project_tests, slugify
+from agent.newproject.flow import _commit, _prepare
 
 
 def test_slugify_makes_short_directory_names():
@@ -51,7 +52,7 @@ def test_commit_takes_every_file_and_ignores_scratch(tmp_path: Path):
     (tmp_path / "p" / "a.py").write_text("x = 1\n")
     (tmp_path / "p" / ".dflash-agent").mkdir()
     (tmp_path / "p" / ".dflash-agent" / "out.txt").write_text("scratch")
-    sha, files = _commit(repo, "demo")
+    sha, files = _commit(repo, "New project: demo")
     assert sha and files == [".gitignore", "a.py"]
     assert git.Repo(tmp_path / "p").head.commit.message.startswith("New project: demo")
 

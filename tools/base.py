@@ -57,6 +57,9 @@ class ToolContext:
     workspace: Workspace
     edit_history: dict[Path, list[bytes | None]] = field(default_factory=dict)
     """Per file, the previous contents before each edit (None: the file did not exist)."""
+    env: dict[str, str | None] = field(default_factory=dict)
+    """Variables set (a string) or removed (None) for the processes the tools start, on top of
+    the filtered environment (a new project's own ``.venv`` first on PATH)."""
 
 
 class Tool(ABC):

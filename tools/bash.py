@@ -54,6 +54,17 @@ def tool_env(base: dict[str, str] | None = None, kind: str = "cmd") -> dict[str,
     return env
 
 
+def with_overrides(env: dict[str, str], overrides: dict[str, str | None]) -> dict[str, str]:
+    """``env`` with each of ``overrides`` set (a string) or removed (None); changes ``env``
+    in place and returns it."""
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
 def _kill_group(pid: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -134,7 +145,8 @@ class Bash(Tool):
             raise ToolError(f"cwd {args.cwd} is not a directory")
         self.counter[0] += 1
         out_path = self.ctx.workspace.scratch / f"bash-{os.getpid()}-{self.counter[0]}.out"
-        env = tool_env(kind="job" if args.background else "bash")
+        env = with_overrides(tool_env(kind="job" if args.background else "bash"),
+                             self.ctx.env)
         marker = env[reaper.OWNER_ENV]
         with out_path.open("wb") as out:
             proc = subprocess.Popen(["bash", "-c", args.command], cwd=cwd, env=env,

@@ -99,9 +99,11 @@ class Registry:
             self.jobs.stop_all()
 
 
-def default_registry(workspace: Workspace) -> Registry:
-    """The core tools bound to ``workspace``."""
-    ctx = ToolContext(workspace=workspace)
+def default_registry(workspace: Workspace,
+                     env: dict[str, str | None] | None = None) -> Registry:
+    """The core tools bound to ``workspace``; ``env``: variables set (a string) or removed
+    (None) for the commands they run (:attr:`tools.base.ToolContext.env`)."""
+    ctx = ToolContext(workspace=workspace, env=dict(env or {}))
     jobs = JobTable()
     # File tools first: small models lean towards the first options a grammar offers.
     tools: list[Tool] = [View(ctx), Create(ctx), StrReplace(ctx), Insert(ctx), UndoEdit(ctx),

@@ -149,13 +149,19 @@ def new_project_cmd(
     skill: Annotated[list[str] | None, typer.Option(
         "--skill", metavar="NAME", help="Activate this skill (see `agent skills list`) "
         "before the model starts; repeatable.")] = None,
+    recipe: Annotated[str | None, typer.Option(
+        "--recipe", metavar="RECIPE", help="full (the model plans the project: any toolchain "
+        "on PATH, the ecosystem's layout), simple (one Python module and its tests, for weak "
+        "models) or auto (default: by the model's size).")] = None,
 ) -> None:
-    """Create a project from a description: git init, the agent writes code and tests in
-    full-auto mode, dflash-agent then runs the project's tests itself and commits."""
+    """Create a project from a description: the model plans it (toolchain, files, install,
+    tests; checked against this machine), git init, the agent writes it in full-auto mode
+    inside the new folder with dependencies in the project (.venv, node_modules), then
+    dflash-agent runs the project's own tests itself and commits, saying how they went."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "base_url": base_url,
                                   "ctx_size": ctx_size, "tool_protocol": tool_protocol,
                                   "max_steps": max_steps, "max_time": max_time,
-                                  "approval": "full-auto"})
+                                  "approval": "full-auto", "new_project_recipe": recipe})
     target = dir or Path.cwd() / slugify(description)
     reporter = Reporter(json_mode=json_out)
     try:
@@ -164,17 +170,27 @@ def new_project_cmd(
     finally:
         reporter.close()
     stats = result.stats()
-    summary = {"directory": str(result.directory), "session": result.session_id,
+    summary = {"directory": str(result.directory), "created": result.created,
+               "session": result.session_id,
                "session_log": str(result.log), "stop_reason": result.loop.reason,
                "steps": result.loop.steps, "files": result.files, "commit": result.commit,
-               "tests": result.tests.status, **stats}
+               "tests": result.tests.status, "test_runner": result.tests.runner,
+               "recipe": result.recipe.name if result.recipe else None,
+               "plan": result.plan.model_dump() if result.plan else None, **stats}
     if json_out:
         print(json.dumps({"type": "summary", **summary}))
     else:
         out = Console(highlight=False, soft_wrap=True)
-        out.print(f"\n[bold]Project:[/bold] {result.directory}")
+        made = "" if result.created else " (not created: nothing was written)"
+        out.print(f"\n[bold]Project:[/bold] {result.directory}{made}", markup=True)
+        if result.recipe is not None:
+            out.print(f"Recipe: {result.recipe.name} ({result.recipe.reason})", markup=False)
+        if result.plan is not None:
+            out.print(f"Toolchain: {result.plan.toolchain} ({result.plan.language})",
+                      markup=False)
         out.print(f"Files: {', '.join(result.files) or '(none)'}")
-        out.print(f"Tests (run by dflash-agent): {result.tests.status}")
+        runner = f" ({result.tests.runner})" if result.tests.runner else ""
+        out.print(f"Tests (run by dflash-agent): {result.tests.status}{runner}", markup=False)
         if result.tests.detail and result.tests.status != "passed":
             out.print(result.tests.detail, markup=False)
         speed = f"{stats['decode_tok_s']} tok/s" if stats["decode_tok_s"] else "n/a"

@@ -1,0 +1,400 @@
+"""``agent new-project`` end to end: recipe, plan, a new directory with ``git init``, its
+isolated environment, the agent in full-auto inside it, the project's own tests run by the
+product, and a commit whose message says what exists and how the tests went."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from agent.client import ServerClient
+from agent.config import Settings
+from agent.context import DEFAULT_N_CTX, ContextKeeper
+from agent.errors import UsageError, UserError
+from agent.events import (
+    ErrorEvent,
+    Event,
+    FinalAnswer,
+    ModelTurn,
+    ProjectChecked,
+    ProjectPlan,
+    SessionStart,
+    TaskStart,
+    Timings,
+)
+from agent.loop import Agent, Limits, LoopResult
+from agent.newproject.environment import VENV, create_venv, find_python, project_env
+from agent.newproject.plan import Plan, parse_plan, refusal, simple_plan
+from agent.newproject.recipe import (
+    PLAN_FORMAT,
+    PLANNER_SYSTEM,
+    SIMPLE_TASK,
+    Recipe,
+    choose_recipe,
+    full_task,
+    plan_request,
+)
+from agent.newproject.runners import TestReport, run_project_tests
+from agent.newproject.toolchains import ECOSYSTEMS, available
+from agent.prompts import system_prompt
+from agent.protocol import tools_with_final
+from agent.protocol_choice import ProtocolDecision
+from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
+from agent.sessions.log import SessionLog, new_session_id
+from agent.sessions.slots import hold_slot
+from agent.ui import Reporter
+from skills.activation import TOOL_NAME as SKILL_TOOL
+from skills.loader import Discovery
+from skills.session import UnknownSkill, attach_skills, find_skills
+from tools import reaper
+from tools.base import ToolContext
+from tools.registry import default_registry
+from tools.workspace import SCRATCH_NAME, Workspace, hide_from_git
+
+MAX_PLAN_ATTEMPTS = 3
+"""Plans the model may write before the task stops (each rejected one is sent back with its
+problems)."""
+PLAN_MAX_TOKENS = 1024
+
+
+class ToolchainMissing(UserError):
+    """The plan needs a toolchain this machine lacks; nothing was written (exit 3)."""
+
+
+def slugify(description: str, limit: int = 40) -> str:
+    """A directory name from a description: lowercase words joined by hyphens."""
+    words = re.findall(r"[a-z0-9]+", description.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > limit:
+            break
+        slug = candidate
+    return slug or "new-project"
+
+
+@dataclass
+class ProjectResult:
+    """What ``new-project`` made: ``created`` is False when it stopped before writing
+    anything (no usable plan)."""
+
+    directory: Path
+    session_id: str
+    log: Path
+    loop: LoopResult
+    tests: TestReport
+    files: list[str] = field(default_factory=list)
+    commit: str | None = None
+    recipe: Recipe | None = None
+    plan: Plan | None = None
+    created: bool = True
+    environment: str = ""
+    """How the isolated environment was made (empty when none was)."""
+    plan_timings: list[Timings] = field(default_factory=list)
+
+    def stats(self) -> dict[str, float | int | None]:
+        """Totals over the session's turns (plan included): tokens, decode tok/s,
+        acceptance rate."""
+        return turn_stats(self.plan_timings + self.loop.timings)
+
+
+def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
+    """Prompt tokens processed/cached, decoded tokens, decode tok/s, draft acceptance rate."""
+    prompt = sum(t.prompt_n or 0 for t in timings)
+    cached = sum(t.cache_n or 0 for t in timings)
+    decoded = sum(t.predicted_n or 0 for t in timings)
+    ms = sum(t.predicted_ms or 0 for t in timings)
+    drafts = sum(t.draft_n or 0 for t in timings)
+    accepted = sum(t.draft_n_accepted or 0 for t in timings)
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "decoded_tokens": decoded,
+            "decode_tok_s": round(decoded / ms * 1000, 1) if ms else None,
+            "draft_tokens": drafts,
+            "acceptance_rate": round(accepted / drafts, 3) if drafts else None}
+
+
+def _check_target(directory: Path, force: bool) -> None:
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
+    if directory.is_dir() and any(directory.iterdir()) and not force:
+        raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
+
+
+def _prepare(directory: Path, toolchain: str = "python") -> git.Repo:
+    """``git init`` and a ``.gitignore`` for the toolchain; the isolated environment and the
+    tools' scratch folder are also excluded through ``.git/info/exclude``, so a ``.gitignore``
+    the model rewrites cannot put ``.venv`` or ``node_modules`` into the commit."""
+    directory.mkdir(parents=True, exist_ok=True)
+    repo = git.Repo.init(directory)
+    eco = ECOSYSTEMS[toolchain]
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("".join(f"{line}\n" for line in (*eco.ignore, f"{SCRATCH_NAME}/")),
+                             "utf-8")
+    for pattern in (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/"):
+        hide_from_git(directory, pattern)
+    return repo
+
+
+def commit_message(description: str, result: ProjectResult) -> str:
+    """The new project's commit message: what exists, the recipe, the product's own test
+    verdict (with its last lines when they did not pass) and how the agent's run ended."""
+    verdict = result.tests.status
+    subject = f"New project: {description[:60]}"
+    if verdict != "passed":
+        subject += f" (tests: {verdict})"
+    lines = [subject, ""]
+    if result.plan is not None:
+        lines.append(f"{result.plan.language} ({result.plan.toolchain}): "
+                     f"{result.plan.summary}")
+    lines.append(f"Files: {len(result.files)} ({', '.join(result.files[:12])}"
+                 f"{', ...' if len(result.files) > 12 else ''})")
+    if result.recipe is not None:
+        lines.append(f"Recipe: {result.recipe.name} ({result.recipe.reason})")
+    runner = f" with `{result.tests.runner}`" if result.tests.runner else ""
+    lines.append(f"Tests, run by dflash-agent{runner}: {verdict}")
+    if verdict != "passed" and result.tests.detail:
+        lines += ["", *("    " + line for line in result.tests.detail.splitlines()[-8:])]
+    if result.loop.reason != "done":
+        lines += ["", f"The agent stopped before finishing ({result.loop.reason}, "
+                  f"{result.loop.steps} steps)."]
+    lines += ["", "Created by dflash-agent."]
+    return "\n".join(lines)
+
+
+def _commit(repo: git.Repo, message: str) -> tuple[str | None, list[str]]:
+    repo.git.add(A=True)
+    if not repo.index.entries:
+        return None, []
+    reader = repo.config_reader()
+    has_identity = reader.has_option("user", "name") and reader.has_option("user", "email")
+    actor = None if has_identity else git.Actor("dflash-agent", "dflash-agent@localhost")
+    commit = repo.index.commit(message, author=actor, committer=actor)
+    return commit.hexsha, sorted(str(k[0]) for k in repo.index.entries)
+
+
+def _staged_files(repo: git.Repo) -> list[str]:
+    repo.git.add(A=True)
+    return sorted(str(k[0]) for k in repo.index.entries)
+
+
+def get_plan(client: ServerClient, description: str, recipe: Recipe, sampling: dict,
+             emit: Callable[[Event], None], reporter: Reporter, session_id: str,
+             path: str) -> tuple[Plan | None, list[Timings], str]:
+    """Ask the model for a plan, sending each broken one back with its problems, at most
+    :data:`MAX_PLAN_ATTEMPTS` times. Returns (plan or None, the turns' timings, the last
+    problems as one line). Each attempt is logged as a :class:`ProjectPlan` event.
+    ``path``: the PATH the project's commands will see (the toolchains offered)."""
+    messages = [{"role": "system", "content": PLANNER_SYSTEM},
+                {"role": "user", "content": plan_request(description, available(path))}]
+    timings: list[Timings] = []
+    problems: list[str] = []
+    reporter.note(f"planning the project (recipe: full, {recipe.reason})")
+    for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
+        reporter.request_started("json", client.idle_timeout)
+        try:
+            turn = client.complete(messages, response_format=PLAN_FORMAT, sampling=sampling,
+                                   max_tokens=PLAN_MAX_TOKENS, on_chunk=reporter.received)
+        finally:
+            reporter.request_done()
+        if turn.timings:
+            timings.append(turn.timings)
+        emit(ModelTurn(session_id=session_id, step=0, protocol="plan", content=turn.content,
+                       finish_reason=turn.finish_reason, usage=turn.usage,
+                       timings=turn.timings))
+        plan, problems = parse_plan(turn.content)
+        if turn.finish_reason == "length" and plan is None:
+            problems = [f"the plan was cut at {PLAN_MAX_TOKENS} tokens: write a shorter one "
+                        "(fewer files, no file contents)"]
+        emit(ProjectPlan(session_id=session_id, recipe=recipe.name,
+                         recipe_reason=recipe.reason, attempt=attempt,
+                         status="accepted" if plan else "rejected",
+                         plan=plan.model_dump() if plan else None, problems=problems,
+                         reply=turn.content[:4000]))
+        if plan is not None:
+            return plan, timings, ""
+        reporter.note(f"plan {attempt} rejected: {'; '.join(problems)}")
+        messages += [{"role": "assistant", "content": turn.content},
+                     {"role": "user", "content": "The plan cannot be used:\n"
+                      + "\n".join(f"- {p}" for p in problems)
+                      + "\nWrite the whole plan again as one JSON object."}]
+    return None, timings, "; ".join(problems)
+
+
+def new_project(description: str, directory: Path, settings: Settings, reporter: Reporter,
+                force: bool = False, session_id: str | None = None,
+                skills: Sequence[str] = ()) -> ProjectResult:
+    """Create the project in ``directory``.
+
+    Raises :class:`UsageError` (bad directory, description or skill), :class:`ToolchainMissing`
+    (the plan needs a toolchain that is not on PATH) or the backend's errors, each before
+    anything is written. A model that writes no usable plan in :data:`MAX_PLAN_ATTEMPTS`
+    tries ends the task with ``loop.reason == "plan_rejected"`` and ``created`` False.
+    ``session_id`` names the session in advance (the MCP server hands it out before the
+    backend is ready). The skill catalog (bundled and user skills) is offered to the model;
+    ``skills`` are activated first, then the plan's ecosystem skill (full recipe)."""
+    if not description.strip():
+        raise UsageError("the project description is empty; say what to build")
+    description = description.strip()
+    directory = directory.expanduser().resolve()
+    _check_target(directory, force)
+    try:
+        found = find_skills(directory, skills)
+    except UnknownSkill as exc:
+        raise UsageError(str(exc)) from exc
+    backend = connect(settings, reporter)
+    client = backend.client
+    session_id = session_id or new_session_id()
+    reaper.set_session(session_id)
+    recipe = choose_recipe(settings.new_project_recipe, client.base_url)
+    # `agent sessions` lists the user's words, not the prompt built around them.
+    log = SessionLog(session_id, description, directory)
+
+    def emit(event: Event) -> None:
+        log.append(event)
+        reporter.event(event)
+
+    env = project_env(directory)
+    path = str(env["PATH"])
+    protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
+    module = slugify(description, 24).replace("-", "_")
+    try:
+        emit(SessionStart(session_id=session_id, task=description, workspace=str(directory),
+                          base_url=client.base_url, protocol=protocol, preset=backend.preset,
+                          profile=backend.profile, model=client.props().get("model_path"),
+                          n_ctx=client.n_ctx()))
+        emit(TaskStart(session_id=session_id, task=1, text=description))
+        plan_timings: list[Timings] = []
+        if recipe.name == "simple":
+            plan = simple_plan(module)
+            emit(ProjectPlan(session_id=session_id, recipe=recipe.name,
+                             recipe_reason=recipe.reason, attempt=0, status="accepted",
+                             plan=plan.model_dump()))
+        else:
+            total = int(client.props().get("total_slots") or 1)
+            with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
+                client.id_slot = slot
+                got, plan_timings, why = get_plan(client, description, recipe,
+                                                  backend.sampling, emit, reporter,
+                                                  session_id, path)
+            if got is None:
+                text = (f"no usable plan after {MAX_PLAN_ATTEMPTS} attempts ({why}); nothing "
+                        "was written: try again, or use --recipe simple or a bigger model")
+                emit(FinalAnswer(session_id=session_id, text=text, reason="plan_rejected",
+                                 steps=MAX_PLAN_ATTEMPTS))
+                return ProjectResult(directory, session_id, log.path,
+                                     LoopResult(text, "plan_rejected", MAX_PLAN_ATTEMPTS),
+                                     TestReport("not run", "no usable plan"), recipe=recipe,
+                                     created=False, plan_timings=plan_timings)
+            plan = got
+        for line in plan.shown():
+            reporter.note(f"plan: {line}")
+        refused = refusal(plan, path) if recipe.name == "full" else None
+        if refused is not None:
+            emit(ProjectPlan(session_id=session_id, recipe=recipe.name,
+                             recipe_reason=recipe.reason, attempt=0, status="refused",
+                             plan=plan.model_dump(), problems=[refused]))
+            raise ToolchainMissing(refused)
+    except Exception as exc:
+        emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
+        client.close()
+        raise
+    reporter.note(f"recipe: {recipe.name} ({recipe.reason})")
+    return _build(_Accepted(description, directory, settings, reporter, backend, log, emit,
+                            recipe, plan, plan_timings, env, protocol, auto_switch, found,
+                            tuple(skills), module))
+
+
+@dataclass
+class _Accepted:
+    """A session whose plan was accepted, before anything is written."""
+
+    description: str
+    directory: Path
+    settings: Settings
+    reporter: Reporter
+    backend: Backend
+    log: SessionLog
+    emit: Callable[[Event], None]
+    recipe: Recipe
+    plan: Plan
+    plan_timings: list[Timings]
+    env: dict[str, str | None]
+    protocol: str
+    auto_switch: ProtocolDecision
+    found: Discovery
+    skills: tuple[str, ...]
+    module: str
+
+
+def _build(s: _Accepted) -> ProjectResult:
+    """Everything after the plan is accepted: directory, environment, the agent, tests,
+    commit."""
+    description, directory, settings, reporter = s.description, s.directory, s.settings, \
+        s.reporter
+    backend, log, emit, recipe, plan, env = s.backend, s.log, s.emit, s.recipe, s.plan, s.env
+    protocol, auto_switch, found, skills = s.protocol, s.auto_switch, s.found, s.skills
+    client = backend.client
+    session_id = log.id
+    repo = _prepare(directory, plan.toolchain)
+    environment = ""
+    if plan.toolchain == "python" and not (directory / VENV).exists():
+        python = find_python(str(env["PATH"]))
+        environment = create_venv(directory, python) if python else "no python3 for a .venv"
+        reporter.note(environment)
+    workspace = Workspace(directory)
+    registry = default_registry(workspace, env)
+    offered = attach_skills(registry, ToolContext(workspace), found,
+                            client.n_ctx() or settings.ctx_size or DEFAULT_N_CTX,
+                            lambda text: len(client.tokenize(text)), skills)
+    tools = registry.openai_tools()
+    listed = tools_with_final(tools) if protocol == "json" else tools
+    system = system_prompt(str(directory), protocol, listed)
+    if offered is not None and offered.catalog.text:
+        system += "\n" + offered.catalog.text
+    first = [*skills]
+    eco_skill = ECOSYSTEMS[plan.toolchain].skill
+    if recipe.name == "full" and offered is not None and eco_skill not in first \
+            and eco_skill in offered.catalog.text:
+        first.append(eco_skill)
+    task = (SIMPLE_TASK.format(description=description, module=s.module)
+            if recipe.name == "simple" else full_task(description, plan))
+    agent = Agent(client, registry, session_id=session_id, protocol=protocol,
+                  system=system, emit=emit,
+                  sampling=backend.sampling, auto_switch=auto_switch,
+                  tool_role=renders_tool_role(client),
+                  limits=Limits(settings.max_steps, settings.max_time),
+                  context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
+                                        max_output=2048),
+                  ui=reporter)
+    try:
+        total = int(client.props().get("total_slots") or 1)
+        with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
+            client.id_slot = slot
+            result = agent.run(task, first_calls=[(SKILL_TOOL, {"name": n}) for n in first])
+    except Exception as exc:
+        emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
+        raise
+    finally:
+        registry.close()
+        client.close()
+    project = ProjectResult(directory, session_id, log.path, result, TestReport("not run"),
+                            recipe=recipe, plan=plan, environment=environment,
+                            plan_timings=s.plan_timings)
+    if result.reason == "interrupted":
+        # The user asked to stop: the files stay as they are, uncommitted.
+        project.tests = TestReport("not run", "interrupted")
+        return project
+    reporter.note("running the project's tests")
+    project.tests = run_project_tests(directory, plan.toolchain, env)
+    project.files = _staged_files(repo)
+    sha, files = _commit(repo, commit_message(description, project))
+    project.commit, project.files = sha, files
+    emit(ProjectChecked(session_id=session_id, tests=project.tests.status,
+                        detail=project.tests.detail, commit=sha, files=files,
+                        runner=project.tests.runner, recipe=recipe.name))
+    return project
+

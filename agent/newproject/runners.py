@@ -1,0 +1,202 @@
+"""The project's own test runner, found from its files and run by the product itself.
+
+``pytest`` in the project's ``.venv``, ``npm test``, ``cargo test``, ``go test ./...``,
+``mvn test``, ``gradle test`` or ``make test``; the verdict is one of ``passed``, ``failed``,
+``no tests``, ``timeout``, ``not run`` (with the reason) or ``error (...)`` when the runner
+itself broke. Each verdict comes from the runner's exit code and, where a zero exit can still
+mean "ran nothing" (node's runner, cargo, go, maven), from its summary line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.newproject.environment import VENV, with_env
+from agent.newproject.toolchains import ECOSYSTEMS, have
+from tools import reaper
+from tools.ignore import walk
+
+TIMEOUT_S = 600.0
+TAIL_LINES = 15
+
+
+@dataclass
+class TestReport:
+    """What the product saw when it ran the project's tests."""
+
+    status: str
+    """passed, failed, no tests, timeout, not run or ``error (...)``."""
+    detail: str = ""
+    """The runner's last lines, or why nothing ran."""
+    runner: str = ""
+    """The command the product ran (empty when none ran)."""
+
+
+@dataclass
+class Runner:
+    """A test command and how to read its result."""
+
+    ecosystem: str
+    argv: list[str]
+    verdict: Callable[[int, str], str]
+    """(exit code, output) → status."""
+
+    @property
+    def shown(self) -> str:
+        return shlex.join(self.argv)
+
+
+_PYTEST_STATUS = {0: "passed", 1: "failed", 5: "no tests"}
+_PROJECT_INIS = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+_NPM_PLACEHOLDER = "no test specified"
+
+
+def _pytest_verdict(code: int, out: str) -> str:
+    return _PYTEST_STATUS.get(code, f"error (pytest exit {code})")
+
+
+def _node_verdict(code: int, out: str) -> str:
+    if code != 0:
+        return "failed"
+    # node --test prints TAP-like totals; 0 tests is not a pass.
+    return "no tests" if re.search(r"^[#ℹ] tests 0\b", out, re.M) else "passed"
+
+
+def _cargo_verdict(code: int, out: str) -> str:
+    if code != 0:
+        return "failed"
+    counts = [int(n) for n in re.findall(r"^running (\d+) tests?", out, re.M)]
+    return "passed" if any(counts) else "no tests"
+
+
+def _go_verdict(code: int, out: str) -> str:
+    if code != 0:
+        return "failed"
+    return "passed" if re.search(r"^ok\s", out, re.M) else "no tests"
+
+
+def _maven_verdict(code: int, out: str) -> str:
+    if code != 0:
+        return "failed"
+    runs = [int(n) for n in re.findall(r"Tests run: (\d+)", out)]
+    return "passed" if any(runs) else "no tests"
+
+
+def _exit_verdict(code: int, out: str) -> str:
+    return "passed" if code == 0 else "failed"
+
+
+def _python_runner(directory: Path) -> Runner:
+    venv_python = directory / VENV / "bin" / "python"
+    ini = next((directory / n for n in _PROJECT_INIS if (directory / n).is_file()), None)
+    # Confined to the project (its own config file or none), so a project made inside another
+    # is not judged by the outer project's pytest settings.
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(directory),
+            "-c", str(ini) if ini else os.devnull]
+    python = str(venv_python) if venv_python.is_file() else sys.executable
+    return Runner("python", [python, *args], _pytest_verdict)
+
+
+def _make_has_test(directory: Path) -> bool:
+    for name in ECOSYSTEMS["c-make"].markers:
+        path = directory / name
+        if path.is_file() and re.search(r"^test\s*:", path.read_text("utf-8", "replace"),
+                                        re.M):
+            return True
+    return False
+
+
+def _npm_has_test(directory: Path) -> bool:
+    try:
+        scripts = json.loads((directory / "package.json").read_text("utf-8")).get("scripts")
+    except (OSError, ValueError, AttributeError):
+        return False
+    test = scripts.get("test") if isinstance(scripts, dict) else None
+    return isinstance(test, str) and bool(test.strip()) and _NPM_PLACEHOLDER not in test
+
+
+def detect(directory: Path, preferred: str | None = None) -> Runner | str:
+    """The test runner of the project in ``directory`` (``preferred``: the plan's toolchain,
+    tried first), or why there is none (a sentence)."""
+    order = list(ECOSYSTEMS)
+    if preferred in ECOSYSTEMS:
+        order.remove(preferred)
+        order.insert(0, preferred)
+    for name in order:
+        eco = ECOSYSTEMS[name]
+        if name == "python":
+            if any((directory / m).is_file() for m in eco.markers) or any(
+                    p.suffix == ".py" for p in walk(directory, directory)):
+                return _python_runner(directory)
+            continue
+        if not any((directory / m).is_file() for m in eco.markers):
+            continue
+        if name == "node":
+            if not _npm_has_test(directory):
+                return "package.json has no \"test\" script: no tests to run"
+            return Runner(name, ["npm", "test"], _node_verdict)
+        if name == "rust":
+            return Runner(name, ["cargo", "test"], _cargo_verdict)
+        if name == "go":
+            return Runner(name, ["go", "test", "./..."], _go_verdict)
+        if name == "java-maven":
+            return Runner(name, ["mvn", "-B", "test"], _maven_verdict)
+        if name == "java-gradle":
+            wrapper = directory / "gradlew"
+            gradle = ["./gradlew"] if wrapper.is_file() else ["gradle"]
+            return Runner(name, [*gradle, "test", "--console=plain"], _exit_verdict)
+        if name == "c-make":
+            if not _make_has_test(directory):
+                return "the Makefile has no `test` target: no tests to run"
+            return Runner(name, ["make", "test"], _exit_verdict)
+    return ("no test runner detected (no pyproject.toml or .py files, package.json, "
+            "Cargo.toml, go.mod, pom.xml, build.gradle or Makefile)")
+
+
+def run_project_tests(directory: Path, preferred: str | None = None,
+                      env: dict[str, str | None] | None = None,
+                      timeout: float = TIMEOUT_S) -> TestReport:
+    """Find and run the tests of the project in ``directory`` and report honestly; never
+    raises. ``preferred``: the plan's toolchain; ``env``: the project's environment overrides
+    (:func:`agent.newproject.environment.project_env`); ``timeout`` in seconds."""
+    found = detect(directory, preferred)
+    if isinstance(found, str):
+        status = "no tests" if "no tests to run" in found else "not run"
+        return TestReport(status, found)
+    proc_env = with_env(env or {}, kind="tests")
+    executable = found.argv[0]
+    if "/" not in executable and have((executable,), proc_env.get("PATH")) is None:
+        return TestReport("not run", f"{executable} is not on PATH", found.shown)
+    if found.ecosystem == "python" and not _has_pytest(found.argv[0], proc_env):
+        return TestReport("not run", f"pytest is not installed in {VENV}; install it with "
+                          f"{VENV}/bin/python -m pip install pytest", found.shown)
+    try:
+        proc = subprocess.run(found.argv, cwd=directory, capture_output=True, text=True,
+                              timeout=timeout, env=proc_env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s",
+                          found.shown)
+    except OSError as exc:
+        return TestReport("not run", f"{found.shown} could not start: {exc}", found.shown)
+    finally:
+        # What the project's tests left running (a server fixture without teardown) goes too.
+        reaper.kill_tagged(proc_env[reaper.OWNER_ENV])
+    out = proc.stdout + proc.stderr
+    tail = "\n".join(out.strip().splitlines()[-TAIL_LINES:])
+    return TestReport(found.verdict(proc.returncode, out), tail, found.shown)
+
+
+def _has_pytest(python: str, env: dict[str, str]) -> bool:
+    try:
+        return subprocess.run([python, "-c", "import pytest"], capture_output=True,
+                              timeout=60, env=env, stdin=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
