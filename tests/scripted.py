@@ -48,6 +48,8 @@ class ScriptedModel:
         self.props = {"default_generation_settings": {"n_ctx": n_ctx},
                       "chat_template_caps": {"supports_tools": supports_tools},
                       "model_path": "/scripted/model.gguf"}
+        self.models: dict[str, Any] | None = None
+        """The ``GET /v1/models`` answer when set (llama-server's has ``meta.n_params``)."""
         model = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,6 +67,8 @@ class ScriptedModel:
             def do_GET(self) -> None:
                 if self.path == "/props":
                     self._json(200, model.props)
+                elif self.path == "/v1/models" and model.models is not None:
+                    self._json(200, model.models)
                 else:
                     self._json(200, {"status": "ok"})
 

@@ -157,7 +157,7 @@ def commit_message(description: str, result: ProjectResult) -> str:
     runner = f" with `{result.tests.runner}`" if result.tests.runner else ""
     lines.append(f"Tests, run by dflash-agent{runner}: {verdict}")
     if verdict != "passed" and result.tests.detail:
-        lines += ["", *("    " + line for line in result.tests.detail.splitlines()[-8:])]
+        lines += ["", *("    " + line for line in result.tests.detail.splitlines())]
     if result.loop.reason != "done":
         lines += ["", f"The agent stopped before finishing ({result.loop.reason}, "
                   f"{result.loop.steps} steps)."]

@@ -179,7 +179,9 @@ def run_project_tests(directory: Path, preferred: str | None = None,
         return TestReport("not run", f"pytest is not installed in {VENV}; install it with "
                           f"{VENV}/bin/python -m pip install pytest", found.shown)
     try:
-        proc = subprocess.run(found.argv, cwd=directory, capture_output=True, text=True,
+        # One stream, in the order it was written: the summary line comes last.
+        proc = subprocess.run(found.argv, cwd=directory, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace",
                               timeout=timeout, env=proc_env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s",
@@ -189,9 +191,23 @@ def run_project_tests(directory: Path, preferred: str | None = None,
     finally:
         # What the project's tests left running (a server fixture without teardown) goes too.
         reaper.kill_tagged(proc_env[reaper.OWNER_ENV])
-    out = proc.stdout + proc.stderr
-    tail = "\n".join(out.strip().splitlines()[-TAIL_LINES:])
-    return TestReport(found.verdict(proc.returncode, out), tail, found.shown)
+    out = proc.stdout
+    return TestReport(found.verdict(proc.returncode, out), summarise(out), found.shown)
+
+
+_SUMMARY = re.compile(r"^\s*(?:[#ℹ] (?:tests|pass|fail) \d+|test result:|Tests run:|ok\s|FAIL\b"
+                      r"|=+ .*\b(?:passed|failed|errors?|no tests ran)\b.* =+$"
+                      r"|\d+ (?:passed|failed)\b)")
+
+
+def summarise(out: str) -> str:
+    """The runner's summary lines (counts of passed and failed tests) followed by its last
+    :data:`TAIL_LINES` lines; runners that print failure details after their totals (node's)
+    would otherwise lose the totals."""
+    lines = out.strip().splitlines()
+    tail = lines[-TAIL_LINES:]
+    counts = [line for line in lines[:-TAIL_LINES] if _SUMMARY.match(line)][-6:]
+    return "\n".join(counts + tail)
 
 
 def _has_pytest(python: str, env: dict[str, str]) -> bool:
