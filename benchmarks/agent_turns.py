@@ -448,6 +448,11 @@ class TurnSample(BaseModel):
     carried: int | None = Field(None, description="Tokens the previous request of this "
                                 "conversation left in the cache (its whole prompt plus its "
                                 "reply): what this request could reuse; None for the first.")
+    reachable: int | None = Field(None, description="Of ``carried``, what this request "
+                                  "could reuse as the agent builds it: all of it, or after a "
+                                  "reply cut at max_tokens only the previous prompt (the "
+                                  "agent keeps a short stub of a runaway reply, by design); "
+                                  "None for the first.")
     after_cut: bool = Field(False, description="The previous reply of this conversation was "
                             "cut at max_tokens (the agent keeps only its start, and would "
                             "have stopped the task there; the plain chain keeps it the same "
@@ -487,8 +492,10 @@ class Group(BaseModel):
     reuse: float | None = Field(description="reused / (reused + prefilled): new tool "
                                 "results count as prefilled, so long results lower it.")
     reuse_ceiling: float | None = Field(None, description="The reuse if every request kept "
-                                        "all the previous one left in the cache: what the new "
-                                        "tool output each request adds leaves possible.")
+                                        "all the previous one left in the cache that the agent "
+                                        "keeps in its history (not a runaway reply cut at "
+                                        "max_tokens): what the new tool output each request "
+                                        "adds leaves possible.")
     carried: int = Field(description="Tokens the previous requests left in the cache "
                          "(prompt + reply), requests 2..N.")
     kept: int = Field(description="Of those, tokens the next request reused.")
@@ -662,6 +669,8 @@ def link_replies(samples: list[TurnSample]) -> list[TurnSample]:
             out[last[key]] = prev.model_copy(update={"reply_missed": missed})
             out[i] = s.model_copy(update={
                 "carried": prev.prompt_n + prev.cache_n + prev.predicted_n,
+                "reachable": prev.prompt_n + prev.cache_n + (
+                    0 if prev.finish_reason == "length" else prev.predicted_n),
                 "after_cut": prev.finish_reason == "length"})
         last[key] = i
     return out
@@ -757,7 +766,8 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
         accepted_per_draft=_ratio(accepted, drafts) if drafts else None,
         speedup=None, plain_speedup=None, of_plain=None, reused=reused, prefilled=prefilled,
         reuse=_ratio(reused, reused + prefilled),
-        reuse_ceiling=_ratio(sum(min(s.carried or 0, s.cache_n + s.prompt_n) for s in later),
+        reuse_ceiling=_ratio(sum(min(max(s.reachable or 0, s.cache_n), s.cache_n + s.prompt_n)
+                                 for s in later),
                              reused + prefilled),
         carried=carried, kept=kept,
         kept_share=_ratio(kept, carried), kept_share_uncut=_ratio(kept_uncut, carried_uncut),

@@ -304,6 +304,18 @@ def test_a_compaction_is_told_apart_from_the_agents_own_cache_miss():
     assert share == pytest.approx(row.reuse / row.reuse_ceiling) and share < 1.0
 
 
+def test_the_reuse_ceiling_leaves_out_a_runaway_reply_the_agent_cut():
+    # Request 1's 2,048-token reply hit max_tokens: the agent keeps a stub of it, so request 2
+    # (1,000 old prompt tokens + 60 new) could reuse at most the old prompt, not 1,060.
+    samples = at.link_replies([
+        sample(0, "text", "baseline", 0, "view", tokens=2048, ms=10, prompt=1000)
+        .model_copy(update={"finish_reason": "length", "outcome": "cut"}),
+        sample(1, "text", "baseline", 1, "edit", tokens=10, ms=10, prompt=60, cache=1000)])
+    assert (samples[1].carried, samples[1].reachable) == (3048, 1000)
+    row = at.summarize(samples, ["baseline"], ["text"])[0]
+    assert row.reuse_ceiling == pytest.approx(1000 / 1060) == row.reuse
+
+
 def test_the_tables_fit_80_columns_and_the_chart_is_a_png(tmp_path: Path):
     pytest.importorskip("matplotlib")
     result = recorded_result()
