@@ -4,6 +4,10 @@
 ``sessions/`` → ``loop.py`` → the core (every other module at the top of ``agent/``). A module may
 import its own layer and the layers below it, never one above. ``tools``, ``skills`` and
 ``backend`` never import ``agent``.
+
+``train`` (the draft trainer) is a leaf beside the product: nothing imports it, and it imports
+only ``backend``, except ``train.agent_requests``, which renders the agent's own requests
+through ``benchmarks/agent_turns.py`` and so imports ``agent`` and ``tools`` too.
 """
 
 from __future__ import annotations
@@ -76,6 +80,43 @@ def upward_imports(root: Path) -> list[str]:
 
 def test_no_import_runs_up() -> None:
     assert upward_imports(ROOT) == []
+
+
+TRAIN_RENDERER = "train.agent_requests"
+PRODUCT = ("agent", "tools", "skills", "backend")
+
+
+def train_imports(root: Path) -> list[str]:
+    """Imports of ``train`` from anywhere else, and imports from ``train`` of the product's
+    packages other than ``backend`` (its renderer module excepted)."""
+    found = []
+    for package in (*PRODUCT, "benchmarks"):
+        for path in sorted((root / package).rglob("*.py")):
+            found += [f"{module_name(path, root)} imports {name}" for name in imports(path)
+                      if name == "train" or name.startswith("train.")]
+    for path in sorted((root / "train").rglob("*.py")):
+        here = module_name(path, root)
+        if here == TRAIN_RENDERER:
+            continue
+        found += [f"{here} imports {name}" for name in imports(path)
+                  if name.split(".")[0] in ("agent", "tools", "skills", "benchmarks")]
+    return found
+
+
+def test_train_is_a_leaf_that_imports_only_backend() -> None:
+    assert (ROOT / "train" / "__init__.py").is_file()
+    assert train_imports(ROOT) == []
+
+
+def test_an_import_of_train_is_found(tmp_path: Path) -> None:
+    for rel, text in {"backend/x.py": "import train.cli\n",
+                      "train/fit.py": "from agent.loop import Agent\nimport backend.x\n",
+                      "train/agent_requests.py": "import agent.client\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert sorted(train_imports(tmp_path)) == ["backend.x imports train.cli",
+                                               "train.fit imports agent.loop",
+                                               "train.fit imports agent.loop.Agent"]
 
 
 def test_every_layer_exists_so_the_check_is_not_vacuous() -> None:

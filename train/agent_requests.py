@@ -1,0 +1,131 @@
+"""The agent's own requests as training prompts: every turn of every fixture session
+(``benchmarks/agent_sessions/*.json``), rendered by the agent's request code.
+
+The rendering is ``benchmarks/agent_turns.py``'s :class:`ReplayAgent` — an
+:class:`agent.loop.Agent` with the agent's system prompt, tool descriptions, protocol fields,
+history and result messages — so nothing of the agent's format is rebuilt here. The only
+difference from the replay benchmark is who answers: a stand-in model (:class:`FixtureModel`)
+records each request and replies with the fixture turn's own calls, written the way the agent
+writes calls in that protocol (``CallProtocol.injected``). The history is thus a competent
+session's, whatever the target would have written; the target's greedy reply to each request
+is what :mod:`train.server_gen` or :mod:`train.hf_gen` then generate as the label.
+
+This is the one module of ``train`` that imports ``agent`` (through the benchmark script).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from agent.client import Turn
+from tools.registry import default_registry
+from tools.workspace import Workspace
+from train.errors import InputError
+from train.requests import ChatRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "agent_turns.py"
+PROTOCOLS = ("text", "json", "native")
+
+
+def agent_turns() -> ModuleType:
+    """``benchmarks/agent_turns.py`` as a module (it is a script, not a package)."""
+    if "agent_turns" in sys.modules:
+        return sys.modules["agent_turns"]
+    spec = importlib.util.spec_from_file_location("agent_turns", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["agent_turns"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class FixtureModel:
+    """Stands in for :class:`agent.client.ServerClient`: keeps every request the agent sends
+    and answers with :attr:`reply`, set before each turn."""
+
+    idle_timeout = 600.0
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.reply = Turn()
+
+    def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
+                 response_format: dict | None = None, **_: Any) -> Turn:
+        self.requests.append({"messages": copy.deepcopy(messages), "tools": tools,
+                              "response_format": response_format})
+        return self.reply
+
+
+def _reply(agent: Any, protocol: str, turn: Any, number: int) -> Turn:
+    """The fixture turn's calls as the model's reply, rendered by the agent in ``protocol``."""
+    calls = turn.calls if protocol == "text" else turn.calls[:1]
+    if protocol == "native":
+        if turn.kind == "final":
+            return Turn(content=calls[0].arguments["text"], finish_reason="stop")
+        return Turn(finish_reason="tool_calls", tool_calls=[
+            {"id": f"call_{number}_{i}", "name": c.tool,
+             "arguments": json.dumps(c.arguments, ensure_ascii=False)}
+            for i, c in enumerate(calls)])
+    text = "\n".join(agent.calls.injected(c.tool, c.arguments)[1]["content"] for c in calls)
+    return Turn(content=text, finish_reason="stop")
+
+
+def session_requests(protocols: Sequence[str] = ("text",), holdout: Sequence[str] = (),
+                     sessions: Sequence[str] | None = None) -> list[ChatRequest]:
+    """One request per turn of each fixture session under each of ``protocols``; the
+    sessions named in ``holdout`` are flagged held out (all their turns).
+
+    ``sessions``: paths or names of session files (default: every fixture). Raises
+    :class:`InputError` for an unknown protocol, a missing or invalid session file, or a
+    holdout name that is no loaded session.
+    """
+    at = agent_turns()
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown or not protocols:
+        raise InputError(f"protocols must be among {', '.join(PROTOCOLS)} (got "
+                         f"{', '.join(protocols) or 'none'})")
+    with tempfile.TemporaryDirectory(prefix="train-render-") as tmp:
+        registry = default_registry(Workspace(Path(tmp)))
+        try:
+            try:
+                loaded = at.load_sessions(at.resolve_sessions(sessions), registry)
+            except at.FixtureError as exc:
+                raise InputError(str(exc)) from exc
+            names = {s.name for s in loaded}
+            missing = sorted(set(holdout) - names)
+            if missing:
+                raise InputError(f"held-out session(s) {', '.join(missing)} not among the "
+                                 f"sessions ({', '.join(sorted(names))})")
+            return [r for s in loaded for p in protocols
+                    for r in _render(at, registry, s, p, s.name in holdout)]
+        finally:
+            registry.close()
+
+
+def _render(at: ModuleType, registry: Any, session: Any, protocol: str,
+            heldout: bool) -> list[ChatRequest]:
+    model = FixtureModel()
+    agent = at.ReplayAgent(model, registry, session, protocol, sampling={}, max_tokens=2048,
+                           tool_role=True)
+    for number, turn in enumerate(session.turns):
+        model.reply = _reply(agent, protocol, turn, number)
+        agent.play(turn)
+    out = []
+    for number, request in enumerate(model.requests):
+        grammar = request["response_format"]
+        schema = (json.dumps(grammar["json_schema"]["schema"], sort_keys=True)
+                  if grammar else None)
+        out.append(ChatRequest(messages=request["messages"], tools=request["tools"],
+                               schema=schema, source=f"agent-{protocol}:{session.name}",
+                               heldout=heldout,
+                               meta={"turn": number, "kind": session.turns[number].kind}))
+    return out

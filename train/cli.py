@@ -1,0 +1,431 @@
+"""``python -m train STAGE ...``: the trainer's command line (train/README.md).
+
+Stages, each a separate command so GPU runs can be staged and resumed:
+
+- ``prompts``  — coding prompts (.jsonl) + the agent's fixture sessions → a prompt set (.npz),
+  rendered by a real llama-server's chat template (torch-free);
+- ``generate`` — a prompt set → target-greedy sequences (.npz shards), on llama-server with
+  many slots (``--engine server``) or transformers batches (``--engine hf``); prints tokens
+  per GPU minute;
+- ``fit``      — sequences → a trained draft (checkpoint, weights .npz, GGUF), held-out
+  acceptance; ``--resume`` continues a stopped run;
+- ``accept``   — torch-side acceptance of a draft (.npz or .gguf) on held-out sequences;
+- ``export``   — draft weights (.npz) → upstream ``dflash`` GGUF (numpy + gguf only);
+- ``info``     — what a sequences or prompt file holds.
+
+Exit codes: 0 done; 2 bad usage or input (a missing or broken file, a non-llama target);
+3 an error with a stated cause (a server that did not start, torch not installed); 130
+interrupted. Every failure is one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from train import runlog
+from train.errors import InputError, TrainError, need_torch
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _layers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer ids: {text}") from exc
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def group_of(source: str) -> str:
+    """``coding:stdlib-func`` → ``coding``; ``agent-text:todo`` → ``agent-text``."""
+    return source.split(":", 1)[0]
+
+
+# --- prompts ---------------------------------------------------------------------------------
+
+
+def cmd_prompts(a: argparse.Namespace) -> int:
+    from train import llama
+    from train.config import target_architecture
+    from train.render import render
+    from train.requests import load_coding_prompts
+    from train.seqs import save
+
+    target_architecture(a.target)
+    requests, dropped = [], 0
+    if a.coding:
+        requests, dropped = load_coding_prompts(a.coding, a.limit)
+        _say(f"{len(requests)} coding prompts from {a.coding} ({dropped} bench prompts held out)")
+    if a.protocols:
+        from train.agent_requests import session_requests
+
+        agent = session_requests(a.protocols, a.holdout_sessions, a.sessions or None)
+        _say(f"{len(agent)} agent requests ({', '.join(a.protocols)}; held-out sessions: "
+             f"{', '.join(a.holdout_sessions) or 'none'})")
+        requests += agent
+    if not requests:
+        raise InputError("no prompts: give --coding FILE and/or --protocols")
+    if a.server_url:
+        prompts, _ = render(a.server_url, requests, max_prompt=a.max_prompt, progress=_say)
+    else:
+        with llama.serve(_server_bin(a), a.target, parallel=1, ctx_per_slot=2048) as url:
+            prompts, _ = render(url, requests, max_prompt=a.max_prompt, progress=_say)
+    save(prompts, a.out)
+    _say(f"wrote {a.out}: {_summary(prompts)}")
+    runlog.append(a.runs, "prompts", {"out": str(a.out), "coding": str(a.coding or ""),
+                                      "bench_prompts_dropped": dropped,
+                                      "protocols": list(a.protocols),
+                                      "heldout_sessions": list(a.holdout_sessions),
+                                      "data": _data_record(prompts)})
+    return 0
+
+
+def _server_bin(a: argparse.Namespace) -> Path:
+    if a.server_bin:
+        return a.server_bin
+    from backend.engines import list_engines
+
+    engines = [e for e in list_engines() if e.engine == "llama.cpp" and e.binary.is_file()]
+    if not engines:
+        raise TrainError("no llama-server: build one (agent backend build), or pass "
+                         "--server-bin PATH or --server-url URL")
+    return engines[0].binary
+
+
+# --- generate --------------------------------------------------------------------------------
+
+
+def cmd_generate(a: argparse.Namespace) -> int:
+    from train.seqs import load_many, save_shards
+
+    prompts = load_many(a.prompts)
+    if a.limit:
+        prompts = prompts.select(range(min(a.limit, len(prompts))))
+    if a.engine == "server":
+        from train import llama, server_gen
+
+        width = int(prompts.lengths().max()) + a.max_new + 16
+        if a.server_url:
+            seqs, stats = server_gen.generate(a.server_url, prompts, max_new=a.max_new,
+                                              parallel=a.parallel, budget_s=a.budget_s,
+                                              progress=_say)
+        else:
+            with llama.serve(_server_bin(a), a.target, parallel=a.parallel,
+                             ctx_per_slot=width, gpu_layers=a.gpu_layers) as url:
+                seqs, stats = server_gen.generate(url, prompts, max_new=a.max_new,
+                                                  parallel=a.parallel, budget_s=a.budget_s,
+                                                  progress=_say)
+        skipped = 0
+    else:
+        need_torch()
+        from train import hf_gen
+        from train.target import load_target
+
+        target = load_target(a.target, a.device)
+        seqs, stats, skipped = hf_gen.generate(target, prompts, max_new=a.max_new,
+                                               batch=a.batch, budget_s=a.budget_s,
+                                               progress=_say)
+        if skipped:
+            _say(f"{skipped} json-protocol prompts skipped: their grammar needs the server "
+                 "engine")
+    paths = save_shards(seqs, a.out, a.shard_tokens)
+    _say(stats.line())
+    _say(f"wrote {', '.join(map(str, paths))}: {_summary(seqs)}")
+    runlog.append(a.runs, "generate", {"prompts": [str(p) for p in a.prompts],
+                                       "out": [str(p) for p in paths], "max_new": a.max_new,
+                                       "stats": stats.as_dict(), "skipped_json": skipped,
+                                       "data": _data_record(seqs)})
+    return 0
+
+
+# --- fit / accept ----------------------------------------------------------------------------
+
+
+def _split(seqs: Any, repeat_agent: int, eval_limit: int | None) -> tuple[list[int], list[int]]:
+    train = [i for i in range(len(seqs)) if not seqs.heldout[i]]
+    train += [i for i in train if group_of(seqs.source(i)).startswith("agent-")] * (
+        repeat_agent - 1)
+    held = [i for i in range(len(seqs)) if seqs.heldout[i]]
+    return train, held[:eval_limit] if eval_limit else held
+
+
+def _evaluate(draft: Any, target: Any, seqs: Any, held: list[int],
+              max_blocks: int | None) -> dict[str, Any]:
+    from train.accept import acceptance
+
+    groups: dict[str, list[int]] = {}
+    for i in held:
+        groups.setdefault(group_of(seqs.source(i)), []).append(i)
+    out = {}
+    for name, index in sorted(groups.items()):
+        result = acceptance(draft, target, seqs, index, max_blocks=max_blocks)
+        _say(f"[accept] {name} ({len(index)} held-out sequences): {result.line()}")
+        out[name] = result.as_dict() | {"sequences": len(index)}
+    return out
+
+
+def _load_draft(path: Path, target_gguf: Path, device: str) -> Any:
+    from train.config import draft_config
+    from train.draft import Draft
+    from train.export import load_weights, weights_from_gguf
+
+    if path.suffix == ".gguf":
+        try:
+            weights, keys = weights_from_gguf(path)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: not a readable draft GGUF ({exc})") from exc
+        if "dflash.target_layers" not in keys:
+            raise InputError(f"{path}: not an upstream dflash draft (no dflash.target_layers)")
+        config = draft_config(target_gguf, n_layer=int(keys["dflash.block_count"]),
+                              target_layers=tuple(keys["dflash.target_layers"]),
+                              block_size=int(keys["dflash.block_size"]),
+                              mask_id=int(keys["tokenizer.ggml.mask_token_id"]),
+                              rope_base=float(keys["dflash.rope.freq_base"]))
+    else:
+        weights, config = load_weights(path)
+    draft = Draft(config)
+    try:
+        draft.load_weights(weights)
+    except RuntimeError as exc:
+        raise InputError(f"{path}: its tensors do not fit the draft for this target ({exc})") \
+            from exc
+    return draft.to(device)
+
+
+def cmd_fit(a: argparse.Namespace) -> int:
+    need_torch()
+    import torch
+
+    from train.config import draft_config
+    from train.draft import Draft
+    from train.export import export_gguf
+    from train.fit import WEIGHTS, FitSettings, fit
+    from train.seqs import load_many
+    from train.target import load_target
+
+    seqs = load_many(a.data)
+    config = draft_config(a.target, n_layer=a.draft_layers, target_layers=a.layers or None)
+    torch.manual_seed(a.seed)
+    target = load_target(a.target, a.device)
+    draft = (_load_draft(a.init, a.target, a.device) if a.init
+             else Draft(config).to(a.device))
+    if draft.config != config:
+        raise InputError(f"--init {a.init} has another shape than --draft-layers/--layers ask")
+    train, held = _split(seqs, a.repeat_agent, a.eval_seqs)
+    settings = FitSettings(steps=a.steps, batch_seqs=a.batch_seqs, anchors=a.anchors, lr=a.lr,
+                           warmup=a.warmup, gamma=a.gamma, seed=a.seed,
+                           ckpt_every=a.ckpt_every, log_every=a.log_every,
+                           budget_s=a.budget_s, weight_decay=a.weight_decay)
+    train_tokens = int(sum(seqs.lengths()[i] for i in set(train)))
+    _say(f"[fit] {len(set(train))} training sequences ({train_tokens} tokens), {len(held)} "
+         f"held out; draft {sum(p.numel() for p in draft.parameters()) / 1e6:.2f} M params, "
+         f"{config.n_layer} layer(s), target layers {list(config.target_layers)}")
+    state = fit(draft, target, seqs, train, a.out, settings, resume=a.resume, log=_say)
+    passes = state.step * settings.batch_seqs / max(1, len(train))
+    results = _evaluate(draft, target, seqs, held, a.eval_blocks) if held else {}
+    gguf_path = export_gguf(draft.weights(), config, a.target, a.out / "draft.gguf",
+                            name=a.name)
+    _say(f"[fit] wrote {a.out / WEIGHTS} and {gguf_path}")
+    device = (torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device)
+    runlog.append(a.runs, "fit", {
+        "out": str(a.out), "data": [str(p) for p in a.data], "target": str(a.target),
+        "device": device, "config": config.to_json(), "settings": vars(settings),
+        "resumed": bool(a.resume), "init": str(a.init or ""), "repeat_agent": a.repeat_agent,
+        "train_sequences": len(set(train)), "train_tokens": train_tokens,
+        "heldout_sequences": len(held), "passes": round(passes, 3), "steps": state.step,
+        "seconds": round(state.seconds, 1), "loss_ema": state.loss_ema, "acc1": state.acc1,
+        "eval_blocks": a.eval_blocks, "heldout": results})
+    return 0
+
+
+def cmd_accept(a: argparse.Namespace) -> int:
+    need_torch()
+    from train.seqs import load_many
+    from train.target import load_target
+
+    seqs = load_many(a.data)
+    target = load_target(a.target, a.device)
+    draft = _load_draft(a.draft, a.target, a.device)
+    index = ([i for i in range(len(seqs)) if seqs.heldout[i]] if not a.all_sequences
+             else list(range(len(seqs))))
+    index = index[: a.eval_seqs] if a.eval_seqs else index
+    if not index:
+        raise InputError("no held-out sequences in the data (use --all-sequences)")
+    results = _evaluate(draft, target, seqs, index, a.eval_blocks)
+    runlog.append(a.runs, "accept", {"draft": str(a.draft), "data": [str(p) for p in a.data],
+                                     "all_sequences": a.all_sequences,
+                                     "eval_blocks": a.eval_blocks, "heldout": results})
+    return 0
+
+
+# --- export / info ---------------------------------------------------------------------------
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from train.config import target_architecture
+    from train.export import export_gguf, load_weights
+
+    target_architecture(a.target)
+    weights, config = load_weights(a.weights)
+    out = export_gguf(weights, config, a.target, a.out, name=a.name)
+    _say(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {config.n_layer} layer(s), "
+         f"target layers {list(config.target_layers)})")
+    return 0
+
+
+def _data_record(seqs: Any) -> dict[str, Any]:
+    lengths = seqs.lengths()
+    by_group: Counter[str] = Counter()
+    for i in range(len(seqs)):
+        by_group[group_of(seqs.source(i))] += int(lengths[i] - seqs.plens[i])
+    return {"sequences": len(seqs), "tokens": int(lengths.sum()),
+            "response_tokens": seqs.response_tokens(), "heldout": int(seqs.heldout.sum()),
+            "response_tokens_by_group": dict(sorted(by_group.items()))}
+
+
+def _summary(seqs: Any) -> str:
+    r = _data_record(seqs)
+    groups = ", ".join(f"{k} {v}" for k, v in r["response_tokens_by_group"].items())
+    return (f"{r['sequences']} sequences, {r['tokens']} tokens ({r['response_tokens']} after "
+            f"the prompts: {groups or 'none'}), {r['heldout']} held out")
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from train.seqs import load_many
+
+    seqs = load_many(a.data)
+    _say(_summary(seqs))
+    for name in sorted({seqs.source(i) for i in range(len(seqs))}):
+        index = [i for i in range(len(seqs)) if seqs.source(i) == name]
+        held = sum(bool(seqs.heldout[i]) for i in index)
+        _say(f"  {name}: {len(index)} sequences, {held} held out")
+    return 0
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="stage", required=True)
+
+    def stage(name: str, help_text: str) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help_text, description=help_text)
+        s.add_argument("--runs", type=Path, default=None,
+                       help=f"run log to append to (default {runlog.DEFAULT})")
+        return s
+
+    def server(s: argparse.ArgumentParser) -> None:
+        s.add_argument("--server-bin", type=Path, help="llama-server to start (default: the "
+                       "llama.cpp engine built in the dflash-agent home)")
+        s.add_argument("--server-url", help="use this running llama-server instead")
+
+    s = stage("prompts", "coding prompts and agent sessions -> a prompt set (.npz)")
+    s.add_argument("--target", type=Path, required=True, help="target GGUF")
+    s.add_argument("--coding", type=Path, help="coding prompts (.jsonl: {src, text} a line)")
+    s.add_argument("--limit", type=int, help="at most this many coding prompts")
+    s.add_argument("--protocols", type=_names, default=("text",),
+                   help="agent sessions rendered in these protocols (text,json,native; "
+                   "'' for none; default text)")
+    s.add_argument("--sessions", nargs="*", default=[], help="session files or names "
+                   "(default: every benchmarks/agent_sessions fixture)")
+    s.add_argument("--holdout-sessions", type=_names, default=("textstats-errors",),
+                   help="sessions held out whole (default textstats-errors)")
+    s.add_argument("--max-prompt", type=int, default=8192, help="drop longer prompts (tokens)")
+    s.add_argument("--out", type=Path, required=True)
+    server(s)
+    s.set_defaults(run=cmd_prompts)
+
+    s = stage("generate", "a prompt set -> target-greedy sequences (.npz shards)")
+    s.add_argument("--prompts", type=Path, nargs="+", required=True)
+    s.add_argument("--target", type=Path, required=True, help="target GGUF")
+    s.add_argument("--engine", choices=("server", "hf"), default="server")
+    s.add_argument("--out", type=Path, required=True, help="stem: STEM-000.npz, ...")
+    s.add_argument("--max-new", type=int, default=512, help="tokens per continuation")
+    s.add_argument("--limit", type=int, help="the first N prompts only")
+    s.add_argument("--budget-s", type=float, default=float("inf"),
+                   help="start nothing new after this many seconds")
+    s.add_argument("--shard-tokens", type=int, default=6_000_000,
+                   help="tokens per output file (uint16 ids: ~6 M tokens < 16 MiB)")
+    s.add_argument("--parallel", type=int, default=8, help="server slots (-np)")
+    s.add_argument("--gpu-layers", help="server -ngl (e.g. all)")
+    s.add_argument("--batch", type=int, default=192, help="hf batch size")
+    s.add_argument("--device", default="cuda", help="hf device")
+    server(s)
+    s.set_defaults(run=cmd_generate)
+
+    s = stage("fit", "sequences -> a trained draft (checkpoint, .npz, .gguf)")
+    s.add_argument("--target", type=Path, required=True, help="target GGUF")
+    s.add_argument("--data", type=Path, nargs="+", required=True, help="sequence files/folders")
+    s.add_argument("--out", type=Path, required=True, help="run folder")
+    s.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    s.add_argument("--init", type=Path, help="start from these draft weights (.npz/.gguf)")
+    s.add_argument("--layers", type=_layers, help="upstream target_layers, e.g. 2,15,28")
+    s.add_argument("--draft-layers", type=int, default=1)
+    s.add_argument("--steps", type=int, default=2000)
+    s.add_argument("--batch-seqs", type=int, default=32)
+    s.add_argument("--anchors", type=int, default=32, help="blocks per sequence per step")
+    s.add_argument("--lr", type=float, default=8e-4)
+    s.add_argument("--warmup", type=int, default=100)
+    s.add_argument("--weight-decay", type=float, default=0.01)
+    s.add_argument("--gamma", type=float, default=5.0, help="block position weight decay")
+    s.add_argument("--repeat-agent", type=int, default=1,
+                   help="each agent-request sequence counts this many times per pass")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--ckpt-every", type=int, default=500)
+    s.add_argument("--log-every", type=int, default=50)
+    s.add_argument("--budget-s", type=float, default=float("inf"))
+    s.add_argument("--eval-seqs", type=int, help="at most N held-out sequences")
+    s.add_argument("--eval-blocks", type=int, help="at most N blocks per held-out sequence")
+    s.add_argument("--device", default="cuda")
+    s.add_argument("--name", default="dflash-draft", help="general.name of the GGUF")
+    s.set_defaults(run=cmd_fit)
+
+    s = stage("accept", "torch-side acceptance of a draft on held-out sequences")
+    s.add_argument("--target", type=Path, required=True)
+    s.add_argument("--draft", type=Path, required=True, help="draft.npz or a dflash .gguf")
+    s.add_argument("--data", type=Path, nargs="+", required=True)
+    s.add_argument("--all-sequences", action="store_true", help="not only the held-out ones")
+    s.add_argument("--eval-seqs", type=int)
+    s.add_argument("--eval-blocks", type=int)
+    s.add_argument("--device", default="cuda")
+    s.set_defaults(run=cmd_accept)
+
+    s = stage("export", "draft weights (.npz) -> upstream dflash GGUF (no torch needed)")
+    s.add_argument("--weights", type=Path, required=True)
+    s.add_argument("--target", type=Path, required=True, help="target GGUF (tokenizer)")
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--name", default="dflash-draft")
+    s.set_defaults(run=cmd_export)
+
+    s = stage("info", "what a sequences or prompt file holds")
+    s.add_argument("data", type=Path, nargs="+")
+    s.set_defaults(run=cmd_info)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except TrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

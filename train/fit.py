@@ -1,0 +1,182 @@
+"""Training the draft: random anchors, the block loss, AdamW with warm-up and cosine decay,
+checkpoints that resume exactly.
+
+Loss (shared/dflash/README.md): cross-entropy of the draft's logits (through the target's
+frozen head) at block positions ``k = 1 … block_size − 1``, weighted ``exp(−(k − 1)/gamma)``
+so the first positions, which decide most of the acceptance, weigh most. Embeddings and head
+are the target's, frozen; only the draft's own tensors train.
+
+Data order: each pass over the training sequences is a fresh permutation (seeded by the pass
+number) cut into batches of ``batch_seqs``; the anchors of step ``s`` come from a generator
+seeded by ``(seed, s)``. A checkpoint therefore needs only the weights, the optimizer and the
+step to continue exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from train.batches import IGNORE, make_batch, random_anchors
+from train.config import DraftConfig
+from train.draft import Draft
+from train.errors import InputError
+from train.export import save_weights
+from train.seqs import Sequences
+from train.target import Target
+
+CHECKPOINT = "checkpoint.pt"
+WEIGHTS = "draft.npz"
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The knobs of one training run (logged with its results)."""
+
+    steps: int = 2000
+    batch_seqs: int = 32
+    anchors: int = 32
+    lr: float = 8e-4
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    gamma: float = 5.0
+    clip: float = 1.0
+    seed: int = 0
+    ckpt_every: int = 500
+    log_every: int = 50
+    budget_s: float = float("inf")
+    """Stop (with a checkpoint) after this many seconds of this invocation; ``--resume``
+    continues."""
+
+
+@dataclass
+class FitState:
+    """Where a run stands."""
+
+    step: int = 0
+    loss_ema: float | None = None
+    last_loss: float | None = None
+    acc1: float | None = None
+    seconds: float = 0.0
+
+
+def lr_at(step: int, s: FitSettings) -> float:
+    """Linear warm-up to ``lr``, then cosine down to ``min_lr_ratio · lr`` at ``steps``."""
+    warm = min(1.0, (step + 1) / max(1, s.warmup))
+    progress = min(1.0, step / max(1, s.steps))
+    cosine = s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return s.lr * warm * cosine
+
+
+def position_weights(c: DraftConfig, gamma: float, device: torch.device) -> torch.Tensor:
+    """``[block_size]``: 0 at the anchor, ``exp(−(k − 1)/gamma)`` at block position ``k``."""
+    return torch.tensor([0.0] + [math.exp(-(k - 1) / gamma) for k in range(1, c.block_size)],
+                        device=device)
+
+
+def batch_index(step: int, n_train: int, s: FitSettings) -> list[int]:
+    """The training positions (into the training index) that step ``step`` uses."""
+    per_pass = max(1, n_train // s.batch_seqs)
+    epoch, j = divmod(step, per_pass)
+    perm = np.random.default_rng((s.seed, epoch)).permutation(n_train)
+    return perm[j * s.batch_seqs:(j + 1) * s.batch_seqs].tolist()
+
+
+def block_loss(draft: Draft, target: Target, seqs: Sequences, index: list[int],
+               anchors: np.ndarray, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(weighted block loss, accuracy at block position 1) for one batch."""
+    c = draft.config
+    batch = make_batch(seqs, index, anchors, target, c)
+    cuda = target.device.type == "cuda"
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+        hidden = draft(batch.ctx, batch.ctx_pos, batch.blk, batch.blk_pos, batch.mask)
+        logits = hidden @ target.head.T.to(hidden.dtype)
+    labels = batch.labels
+    ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
+                         ignore_index=IGNORE).view(labels.shape)
+    w = weights.repeat(anchors.shape[1])[None].expand_as(labels) * (labels != IGNORE)
+    loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
+    with torch.no_grad():
+        first = labels.view(len(index), -1, c.block_size)[:, :, 1]
+        guess = logits.argmax(-1).view(len(index), -1, c.block_size)[:, :, 1]
+        valid = first != IGNORE
+        acc1 = float(((guess == first) & valid).sum() / valid.sum().clamp_min(1))
+    return loss, acc1
+
+
+def save_checkpoint(out: Path, draft: Draft, opt: torch.optim.Optimizer, state: FitState,
+                    settings: FitSettings) -> None:
+    """``checkpoint.pt`` (weights, optimizer, step) and ``draft.npz`` (weights for export)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (CHECKPOINT + ".tmp")
+    torch.save({"config": draft.config.to_json(), "draft": draft.state_dict(),
+                "optimizer": opt.state_dict(), "state": asdict(state),
+                "settings": asdict(settings)}, tmp)
+    tmp.replace(out / CHECKPOINT)
+    save_weights(draft.weights(), draft.config, out / WEIGHTS)
+
+
+def load_checkpoint(out: Path, draft: Draft, opt: torch.optim.Optimizer) -> FitState:
+    """Restore ``draft`` and ``opt`` from ``out/checkpoint.pt``; the state it was saved in.
+    Raises :class:`InputError` when the checkpoint is for another draft shape."""
+    data = torch.load(out / CHECKPOINT, map_location=draft.fc.weight.device, weights_only=True)
+    if DraftConfig.from_json(data["config"]) != draft.config:
+        raise InputError(f"{out / CHECKPOINT} is for another draft configuration; use a new "
+                         "--out folder or the same settings")
+    draft.load_state_dict(data["draft"])
+    opt.load_state_dict(data["optimizer"])
+    return FitState(**data["state"])
+
+
+def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], out: Path,
+        settings: FitSettings, *, resume: bool = False,
+        log: Callable[[str], None] = print) -> FitState:
+    """Train ``draft`` on the sequences at ``train_index`` to ``settings.steps`` (or the time
+    budget), checkpointing into ``out``; returns the final state."""
+    if not train_index:
+        raise InputError("no training sequences (every sequence is held out?)")
+    opt = torch.optim.AdamW(draft.parameters(), lr=settings.lr, betas=(0.9, 0.95),
+                            weight_decay=settings.weight_decay)
+    state = FitState()
+    if resume and (out / CHECKPOINT).is_file():
+        state = load_checkpoint(out, draft, opt)
+        log(f"[fit] resumed at step {state.step} from {out / CHECKPOINT}")
+    weights = position_weights(draft.config, settings.gamma, target.device)
+    draft.train()
+    run_started = time.monotonic()
+    before = state.seconds
+    while state.step < settings.steps:
+        if time.monotonic() - run_started > settings.budget_s:
+            log(f"[fit] time budget reached at step {state.step}; --resume continues")
+            break
+        lr = lr_at(state.step, settings)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        index = [train_index[i] for i in batch_index(state.step, len(train_index), settings)]
+        anchors = random_anchors(seqs, index, settings.anchors,
+                                 np.random.default_rng((settings.seed, state.step)))
+        loss, acc1 = block_loss(draft, target, seqs, index, anchors, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.clip)
+        opt.step()
+        state.step += 1
+        state.last_loss, state.acc1 = float(loss), acc1
+        state.loss_ema = (state.last_loss if state.loss_ema is None
+                          else 0.95 * state.loss_ema + 0.05 * state.last_loss)
+        state.seconds = before + time.monotonic() - run_started
+        if state.step == 1 or state.step % settings.log_every == 0:
+            log(f"[fit] step {state.step} loss {state.last_loss:.3f} ema {state.loss_ema:.3f} "
+                f"acc@1 {acc1:.3f} lr {lr:.2e} {state.seconds:.0f}s")
+        if settings.ckpt_every and state.step % settings.ckpt_every == 0:
+            save_checkpoint(out, draft, opt, state, settings)
+    save_checkpoint(out, draft, opt, state, settings)
+    return state
