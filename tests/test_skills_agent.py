@@ -72,7 +72,8 @@ def test_model_activates_a_skill_reads_a_reference_and_runs_its_script(home: Pat
               call("view", path=str(folder / "references" / "guide.md")),
               call("bash", command=f"python3 {folder}/scripts/greet.py Ada"),
               call("final_answer", text="greeted Ada")]
-    with ScriptedModel(script) as model:
+    # A context whose catalog share (5 %) holds every skill with its location.
+    with ScriptedModel(script, n_ctx=32768) as model:
         proc = agent_run("greet Ada", "--base-url", model.url, "--tool-protocol", "json",
                          home=home, cwd=repo)
     # auto-edit mode and no terminal: bash ran only because the skill's allowed-tools
@@ -84,8 +85,8 @@ def test_model_activates_a_skill_reads_a_reference_and_runs_its_script(home: Pat
         in system
     assert all(r["messages"][0]["content"] == system for r in model.requests)
     grammar = json.dumps(model.requests[0]["response_format"])
-    assert '"enum": ["focused-commit", "greeter", "python-project", "test-before-done"]' \
-        in grammar
+    assert '"enum": ["c-project", "focused-commit", "go-project", "greeter", "java-project", ' \
+        '"node-project", "python-project", "rust-project", "test-before-done"]' in grammar
     messages = results(model)
     activation = messages[3]
     assert activation[PROTECTED] is True and "# Greeter" in activation["content"]

@@ -156,7 +156,9 @@ def test_bundled_skills_are_valid_by_both_validators():
 
     from skills.validate import validate
     folders = skill_folders(BUNDLED_DIR)
-    assert {f.name for f in folders} == {"python-project", "test-before-done", "focused-commit"}
+    assert {f.name for f in folders} == {"python-project", "test-before-done", "focused-commit",
+                                         "node-project", "rust-project", "go-project",
+                                         "java-project", "c-project"}
     for folder in folders:
         assert validate(folder).errors == [] and skills_ref.validate(folder) == []
         assert load_skill(folder, "bundled").warnings == []
@@ -223,4 +225,4 @@ def test_validate_without_a_path_checks_every_discovered_skill_folder(tmp_path: 
     assert f"user invalid: {broken.resolve()}" in bad.stdout
     assert "project valid: " in bad.stdout and "elsewhere" in bad.stdout
     assert "my-skill" not in bad.stdout
-    assert bad.stdout.rstrip().endswith("6 skills checked, 2 invalid")
+    assert bad.stdout.rstrip().endswith("11 skills checked, 2 invalid")
