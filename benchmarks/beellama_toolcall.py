@@ -25,18 +25,19 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agent.client import ServerClient
+from agent.client import ServerClient, ServerUnavailable
 from agent.protocol import json_response_format
-from backend.drafts import draft_for
-from backend.engines import list_engines
-from backend.models import resolve_model
-from backend.presets import ServerOptions, get_preset
+from backend.drafts import DraftError, draft_for
+from backend.engines import Engine, list_engines
+from backend.models import ModelError, resolve_model
+from backend.presets import PresetError, ServerOptions, get_preset
 from backend.profiles import LaunchPlan
-from backend.server import interrupt_on_termination, pick_port, stop, up
+from backend.server import ServerError, interrupt_on_termination, pick_port, stop, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
@@ -79,7 +80,34 @@ def measure(client: ServerClient, mode: str, ask: str, max_tokens: int) -> dict[
     return out
 
 
-def main() -> None:
+def bee_old_engine() -> Engine:
+    """The bee-old engine built in the current home; raises :class:`LookupError` saying what
+    to build when there is none."""
+    found = next((e for e in list_engines() if e.engine == "beellama" and e.flavour == "bee-old"),
+                 None)
+    if found is None:
+        raise LookupError("no BeeLlama v0.3.1 (bee-old) engine in this home: build one "
+                         "with `DFLASH_AGENT_HOME=DIR agent backend build --engine beellama "
+                         "--source beellama.cpp-v0.3.1.tar.gz` and pass --home DIR")
+    return found
+
+
+def main() -> int:
+    """Parse the arguments, run :func:`run`; exit 2 on a missing engine, 1 on a failure of the
+    model, draft or servers (with its message)."""
+    try:
+        run()
+    except LookupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (DraftError, ModelError, PresetError, ServerError, ServerUnavailable, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run() -> None:
+    """Measure every server and mode (see the module docstring) and print/write the rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=2)
@@ -92,7 +120,7 @@ def main() -> None:
     parser.add_argument("--ngl", default=None, help="gpu_layers for target and draft (a GPU)")
     args = parser.parse_args()
     os.environ["DFLASH_AGENT_HOME"] = str(args.home)
-    engine = next(e for e in list_engines() if e.engine == "beellama" and e.flavour == "bee-old")
+    engine = bee_old_engine()
     model = args.model or resolve_model(get_preset("smollm2-135m").model)
     draft = draft_for(args.draft, "bee-old", print)
     options = ServerOptions(gpu_layers=args.ngl, draft_gpu_layers=args.ngl,
@@ -145,4 +173,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
