@@ -146,6 +146,14 @@ def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_
     checked = events[-1]
     assert checked.type == "project_checked" and checked.commit == repo.head.commit.hexsha
     assert f"Tests (run by dflash-agent): {checked.tests}" in proc.stdout
+    # The 135M default gets the simple recipe, chosen by its size and said in output and log;
+    # its tests run with pytest in the project's own .venv.
+    assert "Recipe: simple (the model has 0.13 B parameters" in proc.stdout
+    [plan] = [e for e in events if e.type == "project_plan"]
+    assert (plan.recipe, plan.status, plan.plan["toolchain"]) == ("simple", "accepted", "python")
+    assert checked.recipe == "simple"
+    assert checked.runner.startswith(str(project / ".venv" / "bin" / "python"))
+    assert not any(p.startswith(".venv/") for p in committed)
 
 
 def test_version_is_printed(agent_home: Path):

@@ -176,7 +176,8 @@ def new_project_cmd(
                "steps": result.loop.steps, "files": result.files, "commit": result.commit,
                "tests": result.tests.status, "test_runner": result.tests.runner,
                "recipe": result.recipe.name if result.recipe else None,
-               "plan": result.plan.model_dump() if result.plan else None, **stats}
+               "plan": result.plan.model_dump() if result.plan else None,
+               "unwritten": result.unwritten, **stats}
     if json_out:
         print(json.dumps({"type": "summary", **summary}))
     else:
@@ -189,6 +190,8 @@ def new_project_cmd(
             out.print(f"Toolchain: {result.plan.toolchain} ({result.plan.language})",
                       markup=False)
         out.print(f"Files: {', '.join(result.files) or '(none)'}")
+        if result.unwritten:
+            out.print(f"Planned but not written: {', '.join(result.unwritten)}", markup=False)
         runner = f" ({result.tests.runner})" if result.tests.runner else ""
         out.print(f"Tests (run by dflash-agent): {result.tests.status}{runner}", markup=False)
         if result.tests.detail and result.tests.status != "passed":

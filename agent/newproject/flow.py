@@ -94,6 +94,8 @@ class ProjectResult:
     created: bool = True
     environment: str = ""
     """How the isolated environment was made (empty when none was)."""
+    unwritten: list[str] = field(default_factory=list)
+    """Files of the plan that do not exist at the end."""
     plan_timings: list[Timings] = field(default_factory=list)
 
     def stats(self) -> dict[str, float | int | None]:
@@ -154,6 +156,8 @@ def commit_message(description: str, result: ProjectResult) -> str:
                  f"{', ...' if len(result.files) > 12 else ''})")
     if result.recipe is not None:
         lines.append(f"Recipe: {result.recipe.name} ({result.recipe.reason})")
+    if result.unwritten:
+        lines.append(f"Planned but not written: {', '.join(result.unwritten)}")
     runner = f" with `{result.tests.runner}`" if result.tests.runner else ""
     lines.append(f"Tests, run by dflash-agent{runner}: {verdict}")
     if verdict != "passed" and result.tests.detail:
@@ -390,6 +394,7 @@ def _build(s: _Accepted) -> ProjectResult:
         return project
     reporter.note("running the project's tests")
     project.tests = run_project_tests(directory, plan.toolchain, env)
+    project.unwritten = [f for f in plan.files if not (directory / f).exists()]
     project.files = _staged_files(repo)
     sha, files = _commit(repo, commit_message(description, project))
     project.commit, project.files = sha, files

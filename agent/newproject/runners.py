@@ -32,6 +32,7 @@ TAIL_LINES = 15
 class TestReport:
     """What the product saw when it ran the project's tests."""
 
+    __test__ = False  # not a pytest test class, though its name says Test
     status: str
     """passed, failed, no tests, timeout, not run or ``error (...)``."""
     detail: str = ""
