@@ -94,7 +94,7 @@ def test_the_run_shows_an_edit_numbered_like_the_file(tmp_path: Path, agent_home
             "+x5b = 6\n x6 = 6\n x7 = 7\n x8 = 8\n  ✓ edited calc.py\n" in proc.stderr), \
         proc.stderr
     assert ("insert into calc.py\n@@ -8,5 +8,6 @@\n x7 = 7\n x8 = 8\n x9 = 9\n+y = 0\n"
-            " x10 = 10\n x11 = 11\n  ✓ inserted 1 lines into calc.py\n" in proc.stderr), \
+            " x10 = 10\n x11 = 11\n  ✓ inserted 1 line into calc.py\n" in proc.stderr), \
         proc.stderr
 
 

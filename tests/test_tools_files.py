@@ -573,7 +573,7 @@ def test_insert_puts_text_after_the_given_line(reg: Registry, ws: Path, line: in
     (ws / "f.txt").write_text("one\ntwo\nthree\n")
     obs = reg.call("insert", {"path": "f.txt", "insert_line": line, "text": "zero"})
     assert not obs.is_error
-    assert obs.text.startswith("inserted 1 lines into f.txt:\n")
+    assert obs.text.startswith("inserted 1 line into f.txt:\n")
     assert f"{line + 1:6}\tzero" in obs.text
     assert (ws / "f.txt").read_text() == expected
 

@@ -27,7 +27,7 @@ class Insert(Tool):
         path, tf, text, added = self._insert(args)
         write_recorded(self.ctx, path, encode(tf, text))
         first = args.insert_line + 1
-        return Observation(text=f"inserted {added} lines into "
+        return Observation(text=f"inserted {added} line{'' if added == 1 else 's'} into "
                            f"{self.ctx.workspace.relative(path)}:\n"
                            + snippet(text, first, first + added - 1))
 
