@@ -37,5 +37,6 @@ def need_torch() -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise TrainError(f"this stage needs {' and '.join(missing)}, which is not installed; "
-                         f"run: {TORCH_HINT}")
+        verb = "is" if len(missing) == 1 else "are"
+        raise TrainError(f"this stage needs {' and '.join(missing)}, which {verb} not "
+                         f"installed; run: {TORCH_HINT}")

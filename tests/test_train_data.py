@@ -1,0 +1,242 @@
+"""The trainer's torch-free parts without a server: token-id files, coding prompts and their
+bench holdout, the agent's own requests rendered through ReplayAgent, and the command line's
+errors (train/README.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.prompts import system_prompt
+from backend.bench_prompts import BUILT_IN
+from tools.registry import default_registry
+from tools.workspace import Workspace
+from train.agent_requests import agent_turns, session_requests
+from train.errors import InputError
+from train.requests import is_bench_prompt, load_coding_prompts
+from train.seqs import build, heldout_by_hash, load, load_many, save, save_shards
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "dflash"
+
+
+def _seqs(n: int = 5, big: bool = False):
+    rng = np.random.default_rng(0)
+    top = 70_000 if big else 49_152
+    ids = [rng.integers(0, top, size=10 + 3 * i) for i in range(n)]
+    return build(ids, [4 + i for i in range(n)], ["coding:a", "agent-text:s"] * (n // 2)
+                 + ["coding:a"] * (n % 2), [i == 1 for i in range(n)],
+                 [None, '{"type": "object"}'] * (n // 2) + [None] * (n % 2))
+
+
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+# --- token-id files ---------------------------------------------------------------------------
+
+
+def test_sequences_round_trip_through_npz_with_uint16_ids(tmp_path: Path):
+    seqs = _seqs()
+    path = save(seqs, tmp_path / "s.npz")
+    with np.load(path) as z:
+        assert z["tokens"].dtype == np.uint16
+    back = load(path)
+    assert len(back) == 5
+    for i in range(5):
+        assert back.ids(i).tolist() == seqs.ids(i).tolist()
+        assert back.source(i) == seqs.source(i) and back.schema(i) == seqs.schema(i)
+    assert back.plens.tolist() == seqs.plens.tolist()
+    assert back.heldout.tolist() == [False, True, False, False, False]
+    assert back.response_tokens() == seqs.response_tokens()
+
+
+def test_ids_above_uint16_are_kept_as_int32(tmp_path: Path):
+    seqs = _seqs(big=True)
+    with np.load(save(seqs, tmp_path / "s.npz")) as z:
+        assert z["tokens"].dtype == np.int32
+    assert load(tmp_path / "s.npz").tokens.tolist() == seqs.tokens.tolist()
+
+
+def test_shards_split_between_sequences_and_load_back_in_order(tmp_path: Path):
+    seqs = _seqs(7)
+    paths = save_shards(seqs, tmp_path / "gen", max_tokens=40)
+    assert len(paths) > 2 and [p.name for p in paths][0] == "gen-000.npz"
+    assert all(int(load(p).lengths().sum()) <= 40 for p in paths)
+    merged = load_many([tmp_path])
+    assert merged.tokens.tolist() == seqs.tokens.tolist()
+    assert [merged.source(i) for i in range(7)] == [seqs.source(i) for i in range(7)]
+
+
+def test_the_v1_training_data_loads_with_a_stable_hash_holdout():
+    path = SHARED / "smollm2-greedy-seqs-v1.npz"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    seqs = load(path)
+    assert len(seqs) == 1659 and int(seqs.lengths().sum()) == 1031941
+    assert seqs.src_names == ("unknown",)
+    share = seqs.heldout.mean()
+    assert 0.02 < share < 0.09
+    assert seqs.heldout.tolist() == [heldout_by_hash(seqs.prompt(i)) for i in range(len(seqs))]
+
+
+@pytest.mark.parametrize("damage", ["not-npz", "no-offs", "offs-short", "plen-too-long",
+                                    "empty-sequence", "bad-src"])
+def test_a_broken_sequences_file_is_an_input_error_naming_it(tmp_path: Path, damage: str):
+    path = tmp_path / "bad.npz"
+    good = {"tokens": np.arange(20, dtype=np.int32), "offs": np.array([0, 8, 20]),
+            "plens": np.array([3, 4], dtype=np.int32)}
+    if damage == "not-npz":
+        path.write_text("hello")
+    else:
+        arrays = dict(good)
+        if damage == "no-offs":
+            del arrays["offs"]
+        elif damage == "offs-short":
+            arrays["offs"] = np.array([0, 8, 19])
+        elif damage == "plen-too-long":
+            arrays["plens"] = np.array([3, 13], dtype=np.int32)
+        elif damage == "empty-sequence":
+            arrays["offs"] = np.array([0, 0, 20])
+        elif damage == "bad-src":
+            arrays |= {"src": np.array([0, 5], dtype=np.int16), "src_names": np.array(["a"])}
+        np.savez(path, **arrays)
+    with pytest.raises(InputError, match="bad.npz"):
+        load(path)
+
+
+# --- coding prompts ---------------------------------------------------------------------------
+
+
+def test_every_bench_prompt_is_held_out_of_training(tmp_path: Path):
+    bench = [p.text for prompts in BUILT_IN.values() for p in prompts]
+    assert all(is_bench_prompt(t) for t in bench)
+    path = tmp_path / "p.jsonl"
+    other = "Write a complete Python parking lot module. Include a ParkingLot class."
+    path.write_text("\n".join(json.dumps({"src": "x", "text": t}) for t in [*bench, other]))
+    requests, dropped = load_coding_prompts(path)
+    assert dropped == len(bench)
+    assert [r.messages for r in requests] == [[{"role": "user", "content": other}]]
+    assert requests[0].source == "coding:x" and not requests[0].heldout
+
+
+def test_the_shared_training_prompts_load_without_bench_prompts():
+    path = SHARED / "train-prompts.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    requests, dropped = load_coding_prompts(path)
+    assert len(requests) + dropped == 1664
+    assert {r.source for r in requests} == {"coding:humaneval", "coding:stdlib-func",
+                                            "coding:stdlib-edit", "coding:module"}
+
+
+@pytest.mark.parametrize(("text", "match"), [("{not json", "line 2 is not JSON"),
+                                             ('{"src": "a"}', 'line 2 needs a non-empty'),
+                                             ('["text"]', "line 2 needs")])
+def test_a_broken_prompts_line_is_an_input_error_with_its_number(tmp_path: Path, text: str,
+                                                                 match: str):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"text": "Write a function."}) + "\n" + text + "\n")
+    with pytest.raises(InputError, match=match):
+        load_coding_prompts(path)
+
+
+# --- the agent's own requests -----------------------------------------------------------------
+
+
+def test_agent_requests_are_the_replay_agents_own_one_per_turn_with_a_session_held_out(
+        tmp_path: Path):
+    at = agent_turns()
+    registry = default_registry(Workspace(tmp_path))
+    try:
+        sessions = at.load_sessions(at.resolve_sessions(None), registry)
+        tools = registry.openai_tools()
+    finally:
+        registry.close()
+    requests = session_requests(("text", "json", "native"), holdout=("textstats-errors",))
+    assert len(requests) == 3 * sum(len(s.turns) for s in sessions)
+    for session in sessions:
+        for protocol in ("text", "json", "native"):
+            mine = [r for r in requests if r.source == f"agent-{protocol}:{session.name}"]
+            assert len(mine) == len(session.turns)
+            assert all(r.heldout == (session.name == "textstats-errors") for r in mine)
+            first = mine[0].messages
+            listed = at.tools_with_final(tools) if protocol == "json" else tools
+            assert first[0] == {"role": "system", "content": system_prompt(
+                session.workspace, protocol, listed)}
+            assert first[1] == {"role": "user", "content": session.task}
+            # Append-only, as the agent sends them; the fixture's calls are the replies.
+            for a, b in zip(mine, mine[1:], strict=False):
+                assert b.messages[: len(a.messages)] == a.messages
+            assert (mine[0].schema is not None) == (protocol == "json")
+            assert (mine[0].tools is not None) == (protocol == "native")
+    text = [r for r in requests if r.source == "agent-text:inventory-report"]
+    assert text[1].messages[2]["content"].startswith("<view>")
+    assert text[1].messages[3]["content"].startswith("[result of tool view]")
+    # Rendering twice gives the same bytes (stable call ids).
+    again = session_requests(("native",), holdout=())
+    assert [r.messages for r in again] == [r.messages for r in requests
+                                           if r.source.startswith("agent-native:")]
+
+
+def test_an_unknown_held_out_session_or_protocol_is_an_input_error():
+    with pytest.raises(InputError, match="not among the sessions"):
+        session_requests(("text",), holdout=("no-such-session",))
+    with pytest.raises(InputError, match="protocols must be among"):
+        session_requests(("yaml",))
+
+
+# --- the command line's errors ----------------------------------------------------------------
+
+
+def test_info_prints_what_a_file_holds(tmp_path: Path):
+    save(_seqs(), tmp_path / "s.npz")
+    proc = _run("info", str(tmp_path / "s.npz"))
+    assert proc.returncode == 0, proc.stderr
+    assert "5 sequences" in proc.stdout and "1 held out" in proc.stdout
+    assert "agent-text:s: 2 sequences" in proc.stdout
+
+
+def test_bad_inputs_exit_2_with_one_error_line(tmp_path: Path):
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really")
+    (tmp_path / "p.jsonl").write_text("{oops\n")
+    (tmp_path / "notgguf.gguf").write_text("text")
+    cases = [
+        (["info", str(tmp_path / "broken.npz")], "broken.npz"),
+        (["export", "--weights", str(tmp_path / "none.npz"), "--target",
+          str(tmp_path / "missing.gguf"), "--out", str(tmp_path / "o.gguf")], "missing.gguf"),
+        (["prompts", "--target", str(tmp_path / "notgguf.gguf"), "--coding",
+          str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "o.npz")], "not a GGUF"),
+    ]
+    v1 = SHARED / "smollm2-135m-dflash-v1.gguf"
+    if v1.is_file():  # a GGUF whose architecture is not llama
+        cases.append((["export", "--weights", str(tmp_path / "none.npz"), "--target", str(v1),
+                       "--out", str(tmp_path / "o.gguf")], "architecture is 'dflash'"))
+    for args, words in cases:
+        proc = _run(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+        assert words in lines[0]
+        assert "Traceback" not in proc.stderr
+
+
+def test_a_torch_stage_without_torch_says_how_to_install_it(tmp_path: Path):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("torch is installed here; the message is for installs without it")
+    save(_seqs(), tmp_path / "s.npz")
+    proc = _run("fit", "--target", "t.gguf", "--data", str(tmp_path / "s.npz"),
+                "--out", str(tmp_path / "run"))
+    assert proc.returncode == 3
+    assert proc.stderr.strip().startswith("error: this stage needs torch")
+    assert proc.stderr.strip().endswith("not installed; run: pip install -e '.[train]'")

@@ -1,0 +1,120 @@
+"""The trainer's torch-free stages against a real llama-server (upstream b11434 CPU, the
+suite's engine): prompts rendered by the server's chat template, greedy generation with
+several slots, and a GGUF exported from numpy weights loaded by the server as a DFlash draft."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import httpx2
+import numpy as np
+import pytest
+
+from backend.engines import Engine
+from backend.profiles import LaunchPlan
+from backend.server import pick_port, stop, up
+from train import llama
+from train.config import draft_config
+from train.export import export_gguf, load_weights, save_weights, weights_from_gguf
+from train.seqs import load, load_many
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "dflash"
+V1 = SHARED / "smollm2-135m-dflash-v1.gguf"
+
+pytestmark = pytest.mark.server
+
+
+def _train(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train", *args], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_prompts_then_generation_on_a_server_with_two_slots(engine: Engine, smollm2: Path,
+                                                            tmp_path: Path):
+    coding = tmp_path / "p.jsonl"
+    coding.write_text("\n".join(json.dumps({"src": "t", "text": t}) for t in (
+        "Write a Python function `add(a, b)` that returns the sum. Return only the code.",
+        "Write a Python function `is_even(n)`. Return only the code.",
+        "Write a Python class `Stack` with push and pop. Return only the code.")))
+    runs = tmp_path / "runs.jsonl"
+    prompts = tmp_path / "prompts.npz"
+    proc = _train("prompts", "--target", str(smollm2), "--coding", str(coding),
+                  "--sessions", "textstats-errors", "--holdout-sessions", "textstats-errors",
+                  "--server-bin", str(engine.binary), "--out", str(prompts), "--runs", str(runs))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rendered = load(prompts)
+    agent = [i for i in range(len(rendered)) if rendered.source(i).startswith("agent-text:")]
+    assert len(agent) == 10 and all(rendered.heldout[i] for i in agent)
+    assert (rendered.plens == rendered.lengths()).all()
+    # Three coding prompts and the first two agent turns: a quick run.
+    proc = _train("generate", "--prompts", str(prompts), "--target", str(smollm2),
+                  "--limit", "5", "--max-new", "12", "--parallel", "2",
+                  "--server-bin", str(engine.binary), "--out", str(tmp_path / "gen"),
+                  "--runs", str(runs))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[server -np 2]" in proc.stdout and "response tokens a minute" in proc.stdout
+    seqs = load_many([tmp_path / "gen-000.npz"])
+    assert len(seqs) == 5
+    assert ((seqs.lengths() - seqs.plens) == 12).all()
+    for i in range(5):
+        assert seqs.prompt(i).tolist() == rendered.prompt(i).tolist()
+    records = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert [r["stage"] for r in records] == ["prompts", "generate"]
+    assert records[1]["stats"]["engine"] == "server" and records[1]["stats"]["sequences"] == 5
+    # The continuation is the server's greedy one, and the server ran two slots.
+    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=8192,
+                      parallel=2)
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
+    try:
+        assert llama.slots(state.base_url) == 2
+        again = llama.complete_ids(state.base_url, seqs.prompt(0).tolist(), 12)
+    finally:
+        stop(state)
+    assert again == seqs.ids(0)[int(seqs.plens[0]):].tolist()
+
+
+def test_exporting_v1s_weights_gives_v1_back_byte_for_byte(smollm2: Path, tmp_path: Path):
+    if not V1.is_file():
+        pytest.skip(f"{V1} is not here")
+    weights, keys = weights_from_gguf(V1)
+    config = draft_config(smollm2)
+    assert list(config.target_layers) == keys["dflash.target_layers"] == [2, 15, 28]
+    saved = load_weights(save_weights(weights, config, tmp_path / "w.npz"))
+    out = export_gguf(*saved, smollm2, tmp_path / "again.gguf", name="smollm2-135m-dflash-draft")
+    a, b = gguf.GGUFReader(V1), gguf.GGUFReader(out)
+    assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+    for ta, tb in zip(a.tensors, b.tensors, strict=True):
+        assert ta.tensor_type == tb.tensor_type and ta.data.tobytes() == tb.data.tobytes()
+    assert {t.name: t.tensor_type.name for t in b.tensors}["fc.weight"] == "F32"
+    assert {k: f.contents() for k, f in a.fields.items() if not k.startswith("GGUF.")} == \
+        {k: f.contents() for k, f in b.fields.items() if not k.startswith("GGUF.")}
+
+
+def test_a_draft_exported_from_numpy_weights_drafts_on_the_real_server(
+        engine: Engine, smollm2: Path, tmp_path: Path):
+    config = draft_config(smollm2)
+    rng = np.random.default_rng(0)
+    weights = {name: (rng.standard_normal(shape) * 0.02 if len(shape) == 2
+                      else np.ones(shape)).astype(np.float32)
+               for name, shape in config.tensor_shapes().items()}
+    draft = tmp_path / "draft.gguf"
+    proc = _train("export", "--weights", str(save_weights(weights, config, tmp_path / "w.npz")),
+                  "--target", str(smollm2), "--out", str(draft))
+    assert proc.returncode == 0, proc.stderr
+    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="dflash", draft=draft,
+                      ctx_size=2048)
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
+    try:
+        resp = httpx2.post(state.base_url + "/v1/chat/completions", timeout=300, json={
+            "messages": [{"role": "user", "content": "Write a Python function that adds."}],
+            "max_tokens": 24, "temperature": 0})
+        resp.raise_for_status()
+        timings = resp.json()["timings"]
+    finally:
+        stop(state)
+    assert timings["draft_n"] > 0
