@@ -116,6 +116,10 @@ def check_cuda(has_gpu: bool) -> Check:
     if proc.returncode != 0 or not match:
         return Check("cuda", "fail", f"nvcc --version failed: {_first_line(proc)}",
                      "reinstall the CUDA toolkit")
+    if not has_gpu:
+        # An "ok" nvcc alone read as "CUDA works here" on a machine with no GPU.
+        return Check("cuda", "ok", f"nvcc {match.group(1)} ({exe}); no GPU here, so builds "
+                     "default to CPU (`agent backend build --cuda` makes a CUDA build anyway)")
     return Check("cuda", "ok", f"nvcc {match.group(1)} ({exe})")
 
 

@@ -218,3 +218,15 @@ def test_config_files_are_checked_as_the_commands_load_them(agent_home: Path, tm
     (config / "mcp.json").write_text('{"mcpServers": {}}')
     code, checks, _ = doctor(home=agent_home)
     assert [checks[n]["status"] for n in ("presets", "config", "mcp config")] == ["ok"] * 3
+
+
+def test_nvcc_without_a_gpu_says_builds_default_to_cpu(tmp_path: Path):
+    path = bare_path(tmp_path)
+    nvcc = Path(path) / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
+    _, checks, _ = doctor(home=tmp_path / "home", path=path)
+    assert checks["gpu"]["status"] == "warn"
+    assert checks["cuda"]["status"] == "ok"
+    assert "nvcc 13.0" in checks["cuda"]["detail"]
+    assert "no GPU here, so builds default to CPU" in checks["cuda"]["detail"]
