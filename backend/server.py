@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -163,7 +164,13 @@ def diagnose(log_text: str) -> str:
     for needles, message in _DIAGNOSES:
         if any(n in lower for n in needles):
             return message
-    return "no known cause in its log; read its last lines"
+    return _NO_KNOWN_CAUSE
+
+
+_NO_KNOWN_CAUSE = "no known cause in its log; read its last lines"
+_ERROR_LINE = re.compile(r"(^|\s)error:|^error\b", re.IGNORECASE)
+"""A line the engine printed as an error (``error: ...``, ``main: error: ...``), not one of
+the benign ``failed to find ...`` lines every llama.cpp start prints."""
 
 
 _REBUILD = ("rebuild the engine for this CPU (`agent backend cache list`, `agent backend cache "
@@ -222,6 +229,17 @@ def exit_cause(returncode: int | None, log_text: str,
         if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             return (f"llama-server was stopped by {sig.name} from outside dflash-agent",
                     "start it again (`agent backend up`)")
+        known = diagnose(log_text)
+        if known != _NO_KNOWN_CAUSE:
+            # It refused something first and crashed on its way out (BeeLlama v0.3.1 does on
+            # a configuration it rejects): the refusal is the cause, not the signal's usual one.
+            why, _, fix = known.partition("; ")
+            return f"llama-server crashed with {sig.name} after it failed: {why}", fix
+        error = next((line.strip() for line in log_text.splitlines()
+                      if _ERROR_LINE.search(line)), None)
+        if error is not None:
+            return (f"llama-server crashed with {sig.name} right after it logged an error: "
+                    f"'{error[:200]}'", "fix what that line names, then start it again")
         cause, fix = _SIGNAL_CAUSES.get(sig, (sig.name, "read the log lines"))
         return f"llama-server crashed with {sig.name}, {cause}", fix
     known = diagnose(log_text)

@@ -195,3 +195,19 @@ def test_an_ordinary_mistake_is_one_error_line_without_a_crash_log(
     assert expected in proc.stderr
     assert "details:" not in proc.stderr
     assert not list((agent_home / "state" / "crashes").glob("*.log"))
+
+
+def test_a_crash_after_a_refusal_names_the_refusal_not_the_signals_usual_cause():
+    # BeeLlama v0.3.1 rejects some configurations and then segfaults on its way out: the
+    # report had blamed AMX and -march=native.
+    why, fix = exit_cause(-11, "main: error: the draft model failed to load\n"
+                                "srv    operator(): cleaning up before exit...\n")
+    assert why == ("llama-server crashed with SIGSEGV right after it logged an error: "
+                   "'main: error: the draft model failed to load'")
+    assert "AMX" not in why + fix
+    why, fix = exit_cause(-11, "error while handling argument \"-ctk\": unsupported type\n")
+    assert why.startswith("llama-server crashed with SIGSEGV after it failed: llama-server "
+                          "rejected a command-line flag") and "extra_flags" in fix
+    # No error line: the signal's own cause (the AMX note) stays.
+    benign = "load_backend: failed to find ggml_backend_init in libggml-cpu.so\nwarmup\n"
+    assert "AMX" in exit_cause(-11, benign)[0]
