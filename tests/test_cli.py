@@ -152,7 +152,7 @@ def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_
     [plan] = [e for e in events if e.type == "project_plan"]
     assert (plan.recipe, plan.status, plan.plan["toolchain"]) == ("simple", "accepted", "python")
     assert checked.recipe == "simple"
-    assert checked.runner.startswith(str(project / ".venv" / "bin" / "python"))
+    assert checked.runner.startswith(".venv/bin/python -m pytest")
     assert not any(p.startswith(".venv/") for p in committed)
 
 

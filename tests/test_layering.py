@@ -1,6 +1,6 @@
 """The package layering stated in agent/README.md, checked on every import in the source.
 
-``agent`` is layered top to bottom: ``cli/`` → ``mcp_server/`` → ``newproject.py`` →
+``agent`` is layered top to bottom: ``cli/`` → ``mcp_server/`` → ``newproject/`` →
 ``sessions/`` → ``loop.py`` → the core (every other module at the top of ``agent/``). A module may
 import its own layer and the layers below it, never one above. ``tools``, ``skills`` and
 ``backend`` never import ``agent``.

@@ -146,7 +146,7 @@ def test_a_python_project_gets_its_dependency_in_its_own_venv_and_passes(tmp_pat
     assert str(target / ".venv") in prefix
     # The product's own run of the project's runner, and its verdict.
     [checked] = [e for e in events if isinstance(e, ProjectChecked)]
-    assert checked.tests == "passed" and checked.runner.startswith(str(venv_python))
+    assert checked.tests == "passed" and checked.runner.startswith(".venv/bin/python -m pytest")
     assert "-m pytest" in checked.runner and "1 passed" in checked.detail
     assert f"Tests (run by dflash-agent): passed ({checked.runner})" in proc.stdout
     # The commit: what exists and the verdict; the environment stays out of it.
@@ -183,8 +183,9 @@ def test_a_node_project_is_run_with_npm_test_and_a_failure_is_committed_as_faili
         call("final_answer", text="adder"),
     ]
     with ScriptedModel(script) as model:
+        # Five steps: the four files and the final answer, none left to fix the failure.
         proc = new_project("a node library that adds numbers", target, model, agent_home,
-                           node_path)
+                           node_path, "--max-steps", "5")
     assert proc.returncode == 1, proc.stderr + proc.stdout
     [checked] = [e for e in log_of(proc) if isinstance(e, ProjectChecked)]
     assert (checked.tests, checked.runner) == ("failed", "npm test")
@@ -210,8 +211,10 @@ tests/test_wc: src/wc.c tests/test_wc.c
 """
 
 
-def test_a_c_project_is_run_with_make_test_after_a_broken_plan_was_sent_back(
+def test_a_c_project_is_run_with_make_test_after_a_broken_plan_and_a_failure_went_back(
         tmp_path: Path, agent_home: Path):
+    """The plan comes back once (no test command); the model says it is done while the
+    product's own ``make test`` fails, gets that run back and fixes the code."""
     target = tmp_path / "wc"
     good = dict(toolchain="c-make", language="C", summary="counts words",
                 files=["Makefile", "src/wc.c", "tests/test_wc.c", "README.md"], install=[],
@@ -221,7 +224,7 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_was_sent_back(
         plan_reply(**good),
         call("create", path="Makefile", file_text=MAKEFILE),
         call("create", path="src/wc.c",
-             file_text="#include <ctype.h>\nint words(const char *s) {\n  int n = 0, in = 0;\n"
+             file_text="#include <ctype.h>\nint words(const char *s) {\n  int n = 1, in = 0;\n"
                        "  for (; *s; s++) {\n    if (isspace((unsigned char)*s)) in = 0;\n"
                        "    else if (!in) { in = 1; n++; }\n  }\n  return n;\n}\n"),
         call("create", path="tests/test_wc.c",
@@ -229,7 +232,9 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_was_sent_back(
                        "int main(void) {\n  assert(words(\"a bb  c\") == 3);\n"
                        "  puts(\"1 test passed\");\n  return 0;\n}\n"),
         call("create", path="README.md", file_text="# wc\n\n`make test`\n"),
-        call("final_answer", text="wc"),
+        call("final_answer", text="wc, all done"),
+        call("str_replace", path="src/wc.c", old_str="int n = 1", new_str="int n = 0"),
+        call("final_answer", text="wc, fixed"),
     ]
     with ScriptedModel(script) as model:
         proc = new_project("a C word counter", target, model, agent_home)
@@ -239,6 +244,10 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_was_sent_back(
     events = log_of(proc)
     assert [(e.attempt, e.status) for e in events if isinstance(e, ProjectPlan)] == \
         [(1, "rejected"), (2, "accepted")]
+    fix = model.requests[-2]["messages"][-1]["content"]
+    assert fix.startswith("dflash-agent ran the project's tests itself with `make test`: failed")
+    assert "Assertion" in fix
+    assert "tests failed: sending dflash-agent's own run back" in proc.stderr
     [checked] = [e for e in events if isinstance(e, ProjectChecked)]
     assert (checked.tests, checked.runner) == ("passed", "make test")
     assert "1 test passed" in checked.detail

@@ -5,6 +5,7 @@ product, and a commit whose message says what exists and how the tests went."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,14 @@ MAX_PLAN_ATTEMPTS = 3
 """Plans the model may write before the task stops (each rejected one is sent back with its
 problems)."""
 PLAN_MAX_TOKENS = 1024
+MAX_FIX_ROUNDS = 2
+"""Times the product's own failing test run is sent back to a model that said it was done."""
+FIX_TASK = """dflash-agent ran the project's tests itself with `{runner}`: {status}.
+
+{detail}
+
+Fix the code (the tests only when they are wrong), run the tests with bash, and finish with a \
+short summary when they pass."""
 
 
 class ToolchainMissing(UserError):
@@ -287,12 +296,9 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
             if got is None:
                 text = (f"no usable plan after {MAX_PLAN_ATTEMPTS} attempts ({why}); nothing "
                         "was written: try again, or use --recipe simple or a bigger model")
-                emit(FinalAnswer(session_id=session_id, text=text, reason="plan_rejected",
-                                 steps=MAX_PLAN_ATTEMPTS))
-                return ProjectResult(directory, session_id, log.path,
-                                     LoopResult(text, "plan_rejected", MAX_PLAN_ATTEMPTS),
-                                     TestReport("not run", "no usable plan"), recipe=recipe,
-                                     created=False, plan_timings=plan_timings)
+                client.close()
+                return _unmade(directory, log, emit, recipe, "plan_rejected", text,
+                               plan_timings)
             plan = got
         for line in plan.shown():
             reporter.note(f"plan: {line}")
@@ -302,6 +308,10 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                              recipe_reason=recipe.reason, attempt=0, status="refused",
                              plan=plan.model_dump(), problems=[refused]))
             raise ToolchainMissing(refused)
+    except KeyboardInterrupt:
+        # Ctrl-C while planning: nothing was written; the log says how the session ended.
+        client.close()
+        return _unmade(directory, log, emit, recipe, "interrupted", "", [])
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         client.close()
@@ -310,6 +320,45 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     return _build(_Accepted(description, directory, settings, reporter, backend, log, emit,
                             recipe, plan, plan_timings, env, protocol, auto_switch, found,
                             tuple(skills), module))
+
+
+def _work(agent: Agent, task: str, first: list[str], s: _Accepted
+          ) -> tuple[LoopResult, TestReport]:
+    """Run the agent on ``task``, then the project's tests; while the model says it is done
+    but the tests do not pass, and steps and time are left, send it the product's own result
+    (at most :data:`MAX_FIX_ROUNDS` times). Returns the whole run and the last verdict."""
+    started = time.monotonic()
+    result = agent.run(task, first_calls=[(SKILL_TOOL, {"name": n}) for n in first])
+    steps = result.steps
+    for round_ in range(MAX_FIX_ROUNDS + 1):
+        if result.reason == "interrupted":
+            return LoopResult(result.text, result.reason, steps, result.timings), \
+                TestReport("not run", "interrupted")
+        s.reporter.note("running the project's tests")
+        tests = run_project_tests(s.directory, s.plan.toolchain, s.env)
+        steps_left = s.settings.max_steps - steps
+        time_left = s.settings.max_time - (time.monotonic() - started)
+        if tests.status == "passed" or result.reason != "done" or round_ == MAX_FIX_ROUNDS \
+                or steps_left < 1 or time_left <= 0:
+            break
+        s.reporter.note(f"tests {tests.status}: sending dflash-agent's own run back to the "
+                        f"model ({steps_left} steps left)")
+        agent.limits = Limits(steps_left, time_left)
+        result = agent.run(FIX_TASK.format(runner=tests.runner or "(none)",
+                                           status=tests.status, detail=tests.detail))
+        steps += result.steps
+    # The agent's timings list grows over its runs: the last result holds them all.
+    return LoopResult(result.text, result.reason, steps, result.timings), tests
+
+
+def _unmade(directory: Path, log: SessionLog, emit: Callable[[Event], None], recipe: Recipe,
+            reason: str, text: str, timings: list[Timings]) -> ProjectResult:
+    """The result of a session that ended before writing anything (``reason``: the
+    :class:`FinalAnswer` reason)."""
+    steps = MAX_PLAN_ATTEMPTS if reason == "plan_rejected" else 0
+    emit(FinalAnswer(session_id=log.id, text=text, reason=reason, steps=steps))
+    return ProjectResult(directory, log.id, log.path, LoopResult(text, reason, steps, timings),
+                         TestReport("not run", text or reason), recipe=recipe, created=False)
 
 
 @dataclass
@@ -378,22 +427,19 @@ def _build(s: _Accepted) -> ProjectResult:
         total = int(client.props().get("total_slots") or 1)
         with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
             client.id_slot = slot
-            result = agent.run(task, first_calls=[(SKILL_TOOL, {"name": n}) for n in first])
+            result, tests = _work(agent, task, first, s)
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         raise
     finally:
         registry.close()
         client.close()
-    project = ProjectResult(directory, session_id, log.path, result, TestReport("not run"),
+    project = ProjectResult(directory, session_id, log.path, result, tests,
                             recipe=recipe, plan=plan, environment=environment,
                             plan_timings=s.plan_timings)
     if result.reason == "interrupted":
         # The user asked to stop: the files stay as they are, uncommitted.
-        project.tests = TestReport("not run", "interrupted")
         return project
-    reporter.note("running the project's tests")
-    project.tests = run_project_tests(directory, plan.toolchain, env)
     project.unwritten = [f for f in plan.files if not (directory / f).exists()]
     project.files = _staged_files(repo)
     sha, files = _commit(repo, commit_message(description, project))

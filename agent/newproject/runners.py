@@ -49,10 +49,17 @@ class Runner:
     argv: list[str]
     verdict: Callable[[int, str], str]
     """(exit code, output) → status."""
+    directory: Path | None = None
+    """The project root; paths under it are shown relative to it."""
 
     @property
     def shown(self) -> str:
-        return shlex.join(self.argv)
+        """The command as the user would type it in the project folder."""
+        if self.directory is None:
+            return shlex.join(self.argv)
+        root = str(self.directory)
+        return shlex.join("." if a == root else a.removeprefix(root + os.sep)
+                          for a in self.argv)
 
 
 _PYTEST_STATUS = {0: "passed", 1: "failed", 5: "no tests"}
@@ -103,7 +110,7 @@ def _python_runner(directory: Path) -> Runner:
     args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(directory),
             "-c", str(ini) if ini else os.devnull]
     python = str(venv_python) if venv_python.is_file() else sys.executable
-    return Runner("python", [python, *args], _pytest_verdict)
+    return Runner("python", [python, *args], _pytest_verdict, directory)
 
 
 def _make_has_test(directory: Path) -> bool:
