@@ -325,8 +325,9 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
 def _work(agent: Agent, task: str, first: list[str], s: _Accepted
           ) -> tuple[LoopResult, TestReport]:
     """Run the agent on ``task``, then the project's tests; while the model says it is done
-    but the tests do not pass, and steps and time are left, send it the product's own result
-    (at most :data:`MAX_FIX_ROUNDS` times). Returns the whole run and the last verdict."""
+    but tests fail (or time out, or the runner breaks), and steps and time are left, send it
+    the product's own result (at most :data:`MAX_FIX_ROUNDS` times). Returns the whole run and
+    the last verdict."""
     started = time.monotonic()
     result = agent.run(task, first_calls=[(SKILL_TOOL, {"name": n}) for n in first])
     steps = result.steps
@@ -338,7 +339,7 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
         tests = run_project_tests(s.directory, s.plan.toolchain, s.env)
         steps_left = s.settings.max_steps - steps
         time_left = s.settings.max_time - (time.monotonic() - started)
-        if tests.status == "passed" or result.reason != "done" or round_ == MAX_FIX_ROUNDS \
+        if not _fixable(tests) or result.reason != "done" or round_ == MAX_FIX_ROUNDS \
                 or steps_left < 1 or time_left <= 0:
             break
         s.reporter.note(f"tests {tests.status}: sending dflash-agent's own run back to the "
@@ -349,6 +350,11 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
         steps += result.steps
     # The agent's timings list grows over its runs: the last result holds them all.
     return LoopResult(result.text, result.reason, steps, result.timings), tests
+
+
+def _fixable(tests: TestReport) -> bool:
+    """Whether the model could act on this verdict: tests that exist and do not pass."""
+    return tests.status in ("failed", "timeout") or tests.status.startswith("error")
 
 
 def _unmade(directory: Path, log: SessionLog, emit: Callable[[Event], None], recipe: Recipe,
