@@ -11,7 +11,6 @@ from pathlib import Path
 
 import gguf
 import httpx2
-import numpy as np
 import pytest
 
 from backend.engines import Engine
@@ -19,7 +18,7 @@ from backend.profiles import LaunchPlan
 from backend.server import pick_port, stop, up
 from train import llama
 from train.config import draft_config
-from train.export import export_gguf, load_weights, save_weights, weights_from_gguf
+from train.export import save_weights, weights_from_gguf
 from train.seqs import load, load_many
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,21 +50,21 @@ def test_prompts_then_generation_on_a_server_with_two_slots(engine: Engine, smol
     agent = [i for i in range(len(rendered)) if rendered.source(i).startswith("agent-text:")]
     assert len(agent) == 10 and all(rendered.heldout[i] for i in agent)
     assert (rendered.plens == rendered.lengths()).all()
-    # Three coding prompts and the first two agent turns: a quick run.
+    # The three coding prompts: a quick run (agent turns are thousands of tokens to prefill).
     proc = _train("generate", "--prompts", str(prompts), "--target", str(smollm2),
-                  "--limit", "5", "--max-new", "12", "--parallel", "2",
+                  "--limit", "3", "--max-new", "12", "--parallel", "2",
                   "--server-bin", str(engine.binary), "--out", str(tmp_path / "gen"),
                   "--runs", str(runs))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[server -np 2]" in proc.stdout and "response tokens a minute" in proc.stdout
     seqs = load_many([tmp_path / "gen-000.npz"])
-    assert len(seqs) == 5
+    assert len(seqs) == 3
     assert ((seqs.lengths() - seqs.plens) == 12).all()
-    for i in range(5):
+    for i in range(3):
         assert seqs.prompt(i).tolist() == rendered.prompt(i).tolist()
     records = [json.loads(line) for line in runs.read_text().splitlines()]
     assert [r["stage"] for r in records] == ["prompts", "generate"]
-    assert records[1]["stats"]["engine"] == "server" and records[1]["stats"]["sequences"] == 5
+    assert records[1]["stats"]["engine"] == "server" and records[1]["stats"]["sequences"] == 3
     # The continuation is the server's greedy one, and the server ran two slots.
     plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=8192,
                       parallel=2)
@@ -78,41 +77,36 @@ def test_prompts_then_generation_on_a_server_with_two_slots(engine: Engine, smol
     assert again == seqs.ids(0)[int(seqs.plens[0]):].tolist()
 
 
-def test_exporting_v1s_weights_gives_v1_back_byte_for_byte(smollm2: Path, tmp_path: Path):
+def test_v1s_weights_exported_again_are_v1_byte_for_byte_and_draft_on_the_server(
+        engine: Engine, smollm2: Path, tmp_path: Path):
+    """numpy weights (v1's, read back from its GGUF) → ``python -m train export`` → the same
+    file v1's own trainer wrote, which the real server loads as a DFlash draft and drafts with."""
     if not V1.is_file():
         pytest.skip(f"{V1} is not here")
     weights, keys = weights_from_gguf(V1)
     config = draft_config(smollm2)
     assert list(config.target_layers) == keys["dflash.target_layers"] == [2, 15, 28]
-    saved = load_weights(save_weights(weights, config, tmp_path / "w.npz"))
-    out = export_gguf(*saved, smollm2, tmp_path / "again.gguf", name="smollm2-135m-dflash-draft")
-    a, b = gguf.GGUFReader(V1), gguf.GGUFReader(out)
+    draft = tmp_path / "again.gguf"
+    proc = _train("export", "--weights", str(save_weights(weights, config, tmp_path / "w.npz")),
+                  "--target", str(smollm2), "--out", str(draft),
+                  "--name", "smollm2-135m-dflash-draft")
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and "target layers [2, 15, 28]" in proc.stdout
+    a, b = gguf.GGUFReader(V1), gguf.GGUFReader(draft)
     assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
     for ta, tb in zip(a.tensors, b.tensors, strict=True):
         assert ta.tensor_type == tb.tensor_type and ta.data.tobytes() == tb.data.tobytes()
     assert {t.name: t.tensor_type.name for t in b.tensors}["fc.weight"] == "F32"
     assert {k: f.contents() for k, f in a.fields.items() if not k.startswith("GGUF.")} == \
         {k: f.contents() for k, f in b.fields.items() if not k.startswith("GGUF.")}
-
-
-def test_a_draft_exported_from_numpy_weights_drafts_on_the_real_server(
-        engine: Engine, smollm2: Path, tmp_path: Path):
-    config = draft_config(smollm2)
-    rng = np.random.default_rng(0)
-    weights = {name: (rng.standard_normal(shape) * 0.02 if len(shape) == 2
-                      else np.ones(shape)).astype(np.float32)
-               for name, shape in config.tensor_shapes().items()}
-    draft = tmp_path / "draft.gguf"
-    proc = _train("export", "--weights", str(save_weights(weights, config, tmp_path / "w.npz")),
-                  "--target", str(smollm2), "--out", str(draft))
-    assert proc.returncode == 0, proc.stderr
     plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="dflash", draft=draft,
                       ctx_size=2048)
     state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
     try:
         resp = httpx2.post(state.base_url + "/v1/chat/completions", timeout=300, json={
-            "messages": [{"role": "user", "content": "Write a Python function that adds."}],
-            "max_tokens": 24, "temperature": 0})
+            "messages": [{"role": "user", "content": "Write a Python function `add(a, b)` "
+                          "that returns a + b. Return only the code."}],
+            "max_tokens": 32, "temperature": 0})
         resp.raise_for_status()
         timings = resp.json()["timings"]
     finally:
