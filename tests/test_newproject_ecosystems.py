@@ -11,6 +11,7 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,12 @@ def plan_reply(**plan: Any) -> dict[str, Any]:
 
 
 def new_project(description: str, target: Path, model: ScriptedModel, home: Path,
-                path: str | None = None, *extra: str) -> subprocess.CompletedProcess:
-    """``agent new-project DESCRIPTION --dir TARGET --recipe full`` against ``model``."""
+                path: str | None = None, *extra: str,
+                **variables: str) -> subprocess.CompletedProcess:
+    """``agent new-project DESCRIPTION --dir TARGET --recipe full`` against ``model``, with
+    ``PATH`` set to ``path`` and other ``variables`` when given."""
     env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1",
-           "HOME": str(home.parent / "user")}
+           "HOME": str(home.parent / "user"), **variables}
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
@@ -70,6 +73,11 @@ def tiny_wheel(folder: Path) -> Path:
 def imports_in(python: str, module: str) -> bool:
     return subprocess.run([python, "-c", f"import {module}"], capture_output=True,
                           timeout=60).returncode == 0
+
+
+def installed() -> list[str]:
+    """The distributions of the interpreter running the tests (dflash-agent's own)."""
+    return sorted(f"{d.metadata['Name']} {d.version}" for d in metadata.distributions())
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +127,14 @@ def test_a_python_project_gets_its_dependency_in_its_own_venv_and_passes(tmp_pat
         call("final_answer", text="doubler with tests"),
     ]
     assert not imports_in(sys.executable, "tinydep")
+    before = installed()
+    # Run the way a user does from dflash-agent's activated virtual environment: its bin
+    # first on PATH. Before the project had its own environment, bash's `python -m pip` was
+    # that venv's, and the dependency went into dflash-agent's own interpreter.
+    own = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     with ScriptedModel(script) as model:
-        proc = new_project("a python library that doubles numbers", target, model, agent_home)
+        proc = new_project("a python library that doubles numbers", target, model, agent_home,
+                           own, VIRTUAL_ENV=sys.prefix)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     # The plan: asked for first, with the toolchains this machine has, shown and logged.
     asked = model.requests[0]
@@ -139,7 +153,7 @@ def test_a_python_project_gets_its_dependency_in_its_own_venv_and_passes(tmp_pat
     # and the product's own interpreter did not change.
     venv_python = target / ".venv" / "bin" / "python"
     assert imports_in(str(venv_python), "tinydep")
-    assert not imports_in(sys.executable, "tinydep")
+    assert not imports_in(sys.executable, "tinydep") and installed() == before
     [asked_prefix] = [e.call_id for e in events if e.type == "tool_call"
                       and "sys.prefix" in str(e.arguments)]
     [prefix] = [e.text for e in events if e.type == "tool_result" and e.call_id == asked_prefix]

@@ -201,3 +201,18 @@ def test_the_commit_message_says_what_exists_and_how_the_tests_went(tmp_path: Pa
     message = commit_message("a calculator", passing)
     assert message.splitlines()[0] == "New project: a calculator"
     assert "2 passed" not in message and "stopped" not in message
+
+
+def test_without_pytest_in_the_venv_only_the_simple_recipe_falls_back_to_the_products(
+        tmp_path: Path):
+    venv_python = tmp_path / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    # A Python without site-packages: a venv nothing was installed into.
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    venv_python.write_text(f'#!/bin/sh\nexec "{base}" -S "$@"\n')
+    venv_python.chmod(0o755)
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
+    report = run_project_tests(tmp_path, "python")
+    assert report.status == "not run" and "pytest is not installed in .venv" in report.detail
+    own = run_project_tests(tmp_path, "python", own_pytest=True)
+    assert own.status == "passed" and own.runner.startswith(sys.executable)

@@ -336,7 +336,8 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
             return LoopResult(result.text, result.reason, steps, result.timings), \
                 TestReport("not run", "interrupted")
         s.reporter.note("running the project's tests")
-        tests = run_project_tests(s.directory, s.plan.toolchain, s.env)
+        tests = run_project_tests(s.directory, s.plan.toolchain, s.env,
+                                  own_pytest=s.recipe.name == "simple")
         steps_left = s.settings.max_steps - steps
         time_left = s.settings.max_time - (time.monotonic() - started)
         if not _fixable(tests) or result.reason != "done" or round_ == MAX_FIX_ROUNDS \

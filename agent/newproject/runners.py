@@ -171,10 +171,12 @@ def detect(directory: Path, preferred: str | None = None) -> Runner | str:
 
 def run_project_tests(directory: Path, preferred: str | None = None,
                       env: dict[str, str | None] | None = None,
-                      timeout: float = TIMEOUT_S) -> TestReport:
+                      timeout: float = TIMEOUT_S, own_pytest: bool = False) -> TestReport:
     """Find and run the tests of the project in ``directory`` and report honestly; never
     raises. ``preferred``: the plan's toolchain; ``env``: the project's environment overrides
-    (:func:`agent.newproject.environment.project_env`); ``timeout`` in seconds."""
+    (:func:`agent.newproject.environment.project_env`); ``timeout`` in seconds.
+    ``own_pytest``: when the project's ``.venv`` has no pytest, run dflash-agent's own (the
+    simple recipe, which installs nothing) instead of reporting ``not run``."""
     found = detect(directory, preferred)
     if isinstance(found, str):
         status = "no tests" if "no tests to run" in found else "not run"
@@ -184,8 +186,10 @@ def run_project_tests(directory: Path, preferred: str | None = None,
     if "/" not in executable and have((executable,), proc_env.get("PATH")) is None:
         return TestReport("not run", f"{executable} is not on PATH", found.shown)
     if found.ecosystem == "python" and not _has_pytest(found.argv[0], proc_env):
-        return TestReport("not run", f"pytest is not installed in {VENV}; install it with "
-                          f"{VENV}/bin/python -m pip install pytest", found.shown)
+        if not own_pytest:
+            return TestReport("not run", f"pytest is not installed in {VENV}; install it "
+                              f"with {VENV}/bin/python -m pip install pytest", found.shown)
+        found.argv[0] = sys.executable
     try:
         # One stream, in the order it was written: the summary line comes last.
         proc = subprocess.run(found.argv, cwd=directory, stdout=subprocess.PIPE,
