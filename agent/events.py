@@ -145,7 +145,8 @@ class ProjectPlan(_Event):
     type: Literal["project_plan"] = "project_plan"
     recipe: str
     recipe_reason: str = ""
-    attempt: int = Field(description="1-based; 0 for the simple recipe's fixed plan.")
+    attempt: int = Field(description="The model's plans count from 1; 0 marks the product's "
+                         "own verdicts (the simple recipe's fixed plan, a refusal).")
     status: Literal["accepted", "rejected", "refused"]
     plan: dict[str, Any] | None = None
     problems: list[str] = []

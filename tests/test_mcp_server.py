@@ -397,5 +397,7 @@ def test_new_project_runs_the_projects_tests_and_commits(root: Path):
     result = out["result"]
     assert result["state"] == "done" and result["tests"] == "passed"
     assert result["files"] == [".gitignore", "calc.py", "tests/test_calc.py"]
+    assert result["recipe"] == "simple" and result["created"] is True
+    assert result["test_runner"].startswith(".venv/bin/python -m pytest")
     assert git.Repo(root / "calc").head.commit.hexsha == result["commit"]
     assert any(m.endswith("project tests: passed") for m in progress)

@@ -102,8 +102,10 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
         result = new_project(spec.text, path, settings, reporter, session_id=spec.session_id)
         return {"type": "done", "reason": result.loop.reason, "text": result.loop.text,
                 "steps": result.loop.steps, "tests": result.tests.status,
-                "tests_detail": result.tests.detail, "commit": result.commit,
-                "files": result.files}
+                "tests_detail": result.tests.detail, "test_runner": result.tests.runner,
+                "commit": result.commit, "files": result.files, "created": result.created,
+                "recipe": result.recipe.name if result.recipe else None,
+                "unwritten": result.unwritten}
     settings = load_settings(project=path, cli={**spec.settings, "approval": spec.approval})
     session = RepoSession(settings, path, reporter, ask=ask_parent, interactive=True,
                           session_id=spec.session_id)
