@@ -56,6 +56,10 @@ def test_each_broken_plan_says_what_to_fix():
         json.dumps({**GOOD, "colour": "red"}): "'colour' is not a plan key",
         json.dumps({**GOOD, "install": ["npm install -g left-pad"]}): "installs outside",
         json.dumps({**GOOD, "install": "npm install"}): "'install'",
+        json.dumps({**GOOD, "files": [7]}): "'files.0'",
+        json.dumps({**GOOD, "test": "npm\u0000test"}): "NUL character",
+        json.dumps({**GOOD, "files": ["a" * 300]}): "not a path inside the project",
+        json.dumps({**GOOD, "toolchain": None}): "'toolchain'",
     }
     for text, expected in cases.items():
         plan, problems = parse_plan(text)

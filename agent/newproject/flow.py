@@ -353,6 +353,13 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
     return LoopResult(result.text, result.reason, steps, result.timings), tests
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name the file system refuses was never written
+        return False
+
+
 def _fixable(tests: TestReport) -> bool:
     """Whether the model could act on this verdict: tests that exist and do not pass."""
     return tests.status in ("failed", "timeout") or tests.status.startswith("error")
@@ -447,7 +454,7 @@ def _build(s: _Accepted) -> ProjectResult:
     if result.reason == "interrupted":
         # The user asked to stop: the files stay as they are, uncommitted.
         return project
-    project.unwritten = [f for f in plan.files if not (directory / f).exists()]
+    project.unwritten = [f for f in plan.files if not _exists(directory / f)]
     project.files = _staged_files(repo)
     sha, files = _commit(repo, commit_message(description, project))
     project.commit, project.files = sha, files

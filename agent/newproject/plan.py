@@ -103,6 +103,11 @@ def check(plan: Plan) -> list[str]:
     """What is wrong with ``plan`` regardless of this machine: unknown toolchain, no test
     command, unsafe file paths, installs outside the project."""
     problems = []
+    texts = [plan.toolchain, plan.language, plan.summary, *plan.files, *plan.install, plan.test,
+             plan.run]
+    if any("\x00" in text for text in texts):
+        # A NUL byte cannot be in a path or a command line; os calls would raise on it.
+        problems.append("the plan contains a NUL character (\\u0000): remove it")
     if plan.toolchain not in ECOSYSTEMS:
         problems.append(f"unknown toolchain '{plan.toolchain}'; use one of: "
                         f"{', '.join(ECOSYSTEMS)}")
@@ -116,7 +121,7 @@ def check(plan: Plan) -> list[str]:
     for name in plan.files:
         path = PurePosixPath(name)
         if not name.strip() or path.is_absolute() or ".." in path.parts or (
-                path.parts and path.parts[0] == ".git"):
+                path.parts and path.parts[0] == ".git") or len(name) > 255:
             problems.append(f"file '{name}' is not a path inside the project: use a relative "
                             "path such as src/main.py")
     for command in [*plan.install, plan.test]:
