@@ -220,3 +220,11 @@ def test_without_pytest_in_the_venv_only_the_simple_recipe_falls_back_to_the_pro
     assert report.status == "not run" and "pytest is not installed in .venv" in report.detail
     own = run_project_tests(tmp_path, "python", own_pytest=True)
     assert own.status == "passed" and own.runner.startswith(sys.executable)
+
+
+def test_a_name_the_file_system_refuses_counts_as_not_written(tmp_path: Path):
+    from agent.newproject.flow import _exists
+
+    assert not _exists(tmp_path / ("a" * 300))  # Path.exists raises ENAMETOOLONG here
+    assert not _exists(tmp_path / "a\x00b")
+    assert _exists(tmp_path)
