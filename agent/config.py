@@ -35,7 +35,7 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     preset: str = Field(description="Model preset to serve (see `agent backend status`).")
-    profile: Literal["baseline", "ngram", "dflash"] | None = Field(
+    profile: Literal["baseline", "ngram", "dflash", "dflash+ngram"] | None = Field(
         None, description="Speculation profile; None uses the preset's.")
     tool_protocol: Literal["auto", "text", "json", "native"] = Field(
         description="How tool calls are requested from the model (auto: see "
@@ -62,6 +62,9 @@ class Settings(BaseModel):
         "the ecosystem's layout), simple (one Python module and its tests, for weak models) "
         "or auto (full for models of 3 B parameters and up, as the server reports them).")
 
+
+FLAGS = {"new_project_recipe": "--recipe"}
+"""Settings whose command-line flag is not ``--`` + the key with hyphens."""
 
 PROJECT_SAFE_KEYS = frozenset({"preset", "profile", "tool_protocol", "max_steps", "max_time",
                                "ctx_size", "tool_temperature"})
@@ -132,7 +135,7 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
                 err = next(e for e in exc.errors() if str(e["loc"][0]) in data)
                 key = str(err["loc"][0])
                 if origin == "command line":
-                    flag = "--" + key.replace("_", "-")
+                    flag = FLAGS.get(key, "--" + key.replace("_", "-"))
                     raise FlagError(f"{flag} {data[key]}: {err['msg']}") from exc
                 where = f"{ENV_PREFIX}{key.upper()}" if origin == "environment" else \
                     f"{origin}: {key}"

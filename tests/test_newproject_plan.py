@@ -9,9 +9,12 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
+from agent.config import FlagError, load_settings
 from agent.loop import LoopResult
 from agent.newproject.environment import project_env, seed_packages
-from agent.newproject.flow import ProjectResult, commit_message
+from agent.newproject.flow import ProjectResult, _exists, commit_message
 from agent.newproject.plan import (
     Plan,
     executables,
@@ -223,8 +226,11 @@ def test_without_pytest_in_the_venv_only_the_simple_recipe_falls_back_to_the_pro
 
 
 def test_a_name_the_file_system_refuses_counts_as_not_written(tmp_path: Path):
-    from agent.newproject.flow import _exists
-
     assert not _exists(tmp_path / ("a" * 300))  # Path.exists raises ENAMETOOLONG here
     assert not _exists(tmp_path / "a\x00b")
     assert _exists(tmp_path)
+
+
+def test_a_bad_recipe_flag_is_named_as_the_user_typed_it():
+    with pytest.raises(FlagError, match=r"^--recipe foo: Input should be 'auto', 'simple' or "):
+        load_settings(cli={"new_project_recipe": "foo"})
