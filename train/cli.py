@@ -230,9 +230,14 @@ def cmd_fit(a: argparse.Namespace) -> int:
     _say(f"[fit] {len(set(train))} training sequences ({train_tokens} tokens), {len(held)} "
          f"held out; draft {sum(p.numel() for p in draft.parameters()) / 1e6:.2f} M params, "
          f"{config.n_layer} layer(s), target layers {list(config.target_layers)}")
-    state = fit(draft, target, seqs, train, a.out, settings, resume=a.resume, log=_say)
+    state = fit(draft, target, seqs, train, a.out, settings, resume=a.resume,
+                stop_at=a.stop_at, log=_say)
     passes = state.step * settings.batch_seqs / max(1, len(train))
-    results = _evaluate(draft, target, seqs, held, a.eval_blocks) if held else {}
+    finished = state.step >= settings.steps
+    if not finished:
+        _say(f"[fit] stopped at step {state.step} of {settings.steps}; held-out acceptance "
+             "is measured when the run finishes (--resume)")
+    results = _evaluate(draft, target, seqs, held, a.eval_blocks) if held and finished else {}
     gguf_path = export_gguf(draft.weights(), config, a.target, a.out / "draft.gguf",
                             name=a.name)
     _say(f"[fit] wrote {a.out / WEIGHTS} and {gguf_path}")
@@ -243,6 +248,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
         "resumed": bool(a.resume), "init": str(a.init or ""), "repeat_agent": a.repeat_agent,
         "train_sequences": len(set(train)), "train_tokens": train_tokens,
         "heldout_sequences": len(held), "passes": round(passes, 3), "steps": state.step,
+        "finished": finished,
         "seconds": round(state.seconds, 1), "loss_ema": state.loss_ema, "acc1": state.acc1,
         "eval_blocks": a.eval_blocks, "heldout": results})
     return 0
@@ -385,7 +391,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--ckpt-every", type=int, default=500)
     s.add_argument("--log-every", type=int, default=50)
-    s.add_argument("--budget-s", type=float, default=float("inf"))
+    s.add_argument("--budget-s", type=float, default=float("inf"),
+                   help="stop after this many seconds (checkpointed; --resume continues)")
+    s.add_argument("--stop-at", type=int, help="stop after this step (checkpointed; "
+                   "--resume continues; the schedule still runs to --steps)")
     s.add_argument("--eval-seqs", type=int, help="at most N held-out sequences")
     s.add_argument("--eval-blocks", type=int, help="at most N blocks per held-out sequence")
     s.add_argument("--device", default="cuda")

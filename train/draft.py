@@ -141,5 +141,5 @@ class Draft(nn.Module):
 
     def load_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Load tensors named as :meth:`weights` gives them (e.g. an exported draft's)."""
-        self.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32))
+        self.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32))
                               for k, v in weights.items()})

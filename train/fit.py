@@ -137,10 +137,11 @@ def load_checkpoint(out: Path, draft: Draft, opt: torch.optim.Optimizer) -> FitS
 
 
 def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], out: Path,
-        settings: FitSettings, *, resume: bool = False,
+        settings: FitSettings, *, resume: bool = False, stop_at: int | None = None,
         log: Callable[[str], None] = print) -> FitState:
     """Train ``draft`` on the sequences at ``train_index`` to ``settings.steps`` (or the time
-    budget), checkpointing into ``out``; returns the final state."""
+    budget, or step ``stop_at`` for a run staged over several calls), checkpointing into
+    ``out``; returns the final state."""
     if not train_index:
         raise InputError("no training sequences (every sequence is held out?)")
     opt = torch.optim.AdamW(draft.parameters(), lr=settings.lr, betas=(0.9, 0.95),
@@ -153,7 +154,7 @@ def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], o
     draft.train()
     run_started = time.monotonic()
     before = state.seconds
-    while state.step < settings.steps:
+    while state.step < min(settings.steps, stop_at or settings.steps):
         if time.monotonic() - run_started > settings.budget_s:
             log(f"[fit] time budget reached at step {state.step}; --resume continues")
             break
@@ -169,7 +170,7 @@ def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], o
         torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.clip)
         opt.step()
         state.step += 1
-        state.last_loss, state.acc1 = float(loss), acc1
+        state.last_loss, state.acc1 = loss.item(), acc1
         state.loss_ema = (state.last_loss if state.loss_ema is None
                           else 0.95 * state.loss_ema + 0.05 * state.last_loss)
         state.seconds = before + time.monotonic() - run_started
