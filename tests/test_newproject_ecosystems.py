@@ -38,15 +38,17 @@ def plan_reply(**plan: Any) -> dict[str, Any]:
 def new_project(description: str, target: Path, model: ScriptedModel, home: Path,
                 path: str | None = None, *extra: str,
                 **variables: str) -> subprocess.CompletedProcess:
-    """``agent new-project DESCRIPTION --dir TARGET --recipe full`` against ``model``, with
-    ``PATH`` set to ``path`` and other ``variables`` when given."""
+    """``agent new-project DESCRIPTION --dir TARGET`` against ``model`` (``--recipe full``
+    unless the model reports its size), with ``PATH`` set to ``path`` and other
+    ``variables`` when given."""
     env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1",
            "HOME": str(home.parent / "user"), **variables}
     if path is not None:
         env["PATH"] = path
+    recipe = [] if model.models else ["--recipe", "full"]  # else the size decides (auto)
     return subprocess.run(
         [sys.executable, "-m", "agent", "new-project", description, "--dir", str(target),
-         "--base-url", model.url, "--tool-protocol", "json", "--recipe", "full", *extra],
+         "--base-url", model.url, "--tool-protocol", "json", *recipe, *extra],
         capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
 
 
@@ -251,6 +253,7 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_and_a_failure_wen
         call("final_answer", text="wc, fixed"),
     ]
     with ScriptedModel(script) as model:
+        model.models = {"data": [{"meta": {"n_params": 30_700_000_000}}]}  # auto: full
         proc = new_project("a C word counter", target, model, agent_home)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     feedback = model.requests[1]["messages"][-1]["content"]
@@ -265,8 +268,9 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_and_a_failure_wen
     [checked] = [e for e in events if isinstance(e, ProjectChecked)]
     assert (checked.tests, checked.runner) == ("passed", "make test")
     assert "1 test passed" in checked.detail
-    assert "Tests, run by dflash-agent with `make test`: passed" in \
-        git.Repo(target).head.commit.message
+    message = git.Repo(target).head.commit.message
+    assert "Tests, run by dflash-agent with `make test`: passed" in message
+    assert "Recipe: full (the model has 30.70 B parameters)" in message
 
 
 def test_a_plan_needing_a_missing_toolchain_is_refused_before_anything_is_written(
