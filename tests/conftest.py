@@ -150,10 +150,24 @@ def real_server(shared_home: Path, engine: Engine, smollm2: Path) -> Iterator:
         stop(state)
 
 
+TRAIN_EXTRA = ("torch", "transformers")
+"""The [train] extra's imports: CI installs only ``.[test]``, so the trainer's torch tests
+(marker ``train``) skip there by design (train/README.md)."""
+
+
+def _expected_skip(report: pytest.TestReport) -> bool:
+    """A trainer torch test skipped because the [train] extra is not installed."""
+    text = str(report.longrepr)
+    return report.nodeid.startswith("tests/test_train_") and any(
+        f"could not import '{name}'" in text for name in TRAIN_EXTRA)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under CI a skipped test is a failure: a green run must not hide untested parts."""
+    """Under CI a skipped test is a failure: a green run must not hide untested parts (the
+    trainer's torch tests without the [train] extra excepted)."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = reporter.stats.get("skipped", []) if reporter else []
+    skipped = [r for r in (reporter.stats.get("skipped", []) if reporter else [])
+               if not _expected_skip(r)]
     if CI and skipped and exitstatus == 0:
         names = ", ".join(r.nodeid for r in skipped[:5])
         reporter.write_line(f"CI: {len(skipped)} test(s) skipped ({names}); failing the run")
