@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from backend.home import home
 
-ProfileName = Literal["baseline", "ngram", "dflash"]
+ProfileName = Literal["baseline", "ngram", "dflash", "dflash+ngram"]
 DEFAULT_PRESET = "smollm2-135m"
 
 

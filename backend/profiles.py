@@ -32,6 +32,11 @@ PROFILES: dict[str, Profile] = {
     # b11434 defaults --spec-draft-n-max to 3; DFlash drafts 16-token blocks (block - 1 = 15).
     "dflash": Profile(name="dflash", spec_types=("draft-dflash",), draft_n_max=15,
                       needs_draft=True),
+    # Both: upstream tries its n-gram drafters first and the draft model when they find no
+    # match (common/speculative.cpp, common_speculative_init's order of preference), so text
+    # copied from the context costs no draft pass.
+    "dflash+ngram": Profile(name="dflash+ngram", spec_types=("draft-dflash", "ngram-mod"),
+                            draft_n_max=15, needs_draft=True),
 }
 
 
@@ -82,6 +87,11 @@ def _options(o: ServerOptions, flavour: Flavour) -> list[str]:
 
 def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[str]:
     argv: list[str] = []
+    if profile.name == "dflash+ngram" and flavour == "bee-old":
+        # v0.3.1 runs DFlash on a path of its own, keyed on the last --spec-type; whether it
+        # also consults ngram-mod there was never run: refuse rather than guess.
+        raise ValueError("the dflash+ngram profile is not proven on BeeLlama <= 0.3 (bee-old): "
+                         "use the dflash profile there")
     if profile.needs_draft:
         if plan.draft is None:
             raise ValueError(f"profile '{profile.name}' needs a draft model; the preset has none")
@@ -113,8 +123,9 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
     ``--no-mmap --mlock`` on bee-old and ``--load-mode mlock`` elsewhere; ``--fit`` is set
     explicitly on upstream. Check the result with :func:`backend.helpfacts.check_argv`.
 
-    Raises ``ValueError`` when the profile needs a draft model and the plan has none, or when
-    DFlash is asked with more than one slot (it crashed with ``-np > 1`` on bee-old CUDA).
+    Raises ``ValueError`` when the profile needs a draft model and the plan has none, when
+    DFlash is asked with more than one slot (it crashed with ``-np > 1`` on bee-old CUDA), or
+    for ``dflash+ngram`` on bee-old.
     """
     profile = get_profile(plan.profile)
     if profile.needs_draft and plan.parallel > 1:

@@ -139,3 +139,42 @@ def test_convert_draft_refuses_bad_inputs(tiny_dflash: dict[str, Path], tmp_path
     with pytest.raises(ConvertError, match="exists"):
         convert_draft(tiny_dflash["old"], taken)
     assert taken.read_bytes() == b"keep me"
+
+
+def test_the_dflash_ngram_profile_runs_both_drafters_on_cpu(
+        engine: Engine, tiny_dflash: dict[str, Path]):
+    state = _launch(engine, tiny_dflash["target"], "dflash+ngram", draft=tiny_dflash["draft"])
+    try:
+        assert "--spec-type draft-dflash,ngram-mod --spec-draft-n-max 15" in " ".join(state.argv)
+        # The random tiny target falls into a loop at temperature 0: the random draft accepts
+        # nothing of it (measured: 0 of 4,365 with the dflash profile), n-gram lookup copies it.
+        resp = httpx2.post(state.base_url + "/v1/chat/completions", timeout=600, json={
+            "messages": [{"role": "user", "content": "Write a short poem about the sea."}],
+            "max_tokens": 200, "temperature": 0})
+        resp.raise_for_status()
+        timings = resp.json()["timings"]
+        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0
+        assert "adding speculative implementation 'draft-dflash'" in \
+            state.log.read_text("utf-8", errors="replace")
+        metrics = httpx2.get(state.base_url + "/metrics", timeout=30).text
+        # Tokens accepted past position 14 came from ngram-mod: DFlash drafts 15 at most.
+        late = [line for line in metrics.splitlines()
+                if line.startswith("llamacpp:spec_decode_num_accepted_tokens_per_pos_total")
+                and int(line.split('position="')[1].split('"')[0]) >= 15
+                and float(line.rsplit(" ", 1)[1]) > 0]
+        assert late, metrics
+    finally:
+        stop(state)
+
+
+def test_the_dflash_ngram_profile_is_refused_on_bee_old_with_the_reason(
+        tiny_dflash: dict[str, Path]):
+    from backend.profiles import server_argv
+
+    plan = LaunchPlan(binary=Path("llama-server"), model=tiny_dflash["target"],
+                      profile="dflash+ngram", draft=tiny_dflash["old"], ctx_size=1024)
+    with pytest.raises(ValueError, match="not proven on BeeLlama <= 0.3 .*use the dflash "
+                       "profile"):
+        server_argv(plan, "127.0.0.1", 8080, "bee-old")
+    assert "--spec-type dflash " in " ".join(server_argv(
+        plan.model_copy(update={"profile": "dflash"}), "127.0.0.1", 8080, "bee-old")) + " "

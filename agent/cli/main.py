@@ -94,7 +94,7 @@ CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailab
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
 Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram, "
-                                             "dflash.")]
+                                             "dflash, dflash+ngram.")]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
 
 
