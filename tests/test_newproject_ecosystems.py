@@ -164,14 +164,15 @@ def test_a_python_project_gets_its_dependency_in_its_own_venv_and_passes(tmp_pat
     [checked] = [e for e in events if isinstance(e, ProjectChecked)]
     assert checked.tests == "passed" and checked.runner.startswith(".venv/bin/python -m pytest")
     assert "-m pytest" in checked.runner and "1 passed" in checked.detail
-    assert f"Tests (run by dflash-agent): passed ({checked.runner})" in proc.stdout
+    assert f"Tests (run by dflash-agent): passed ({checked.runner}; 1 passed in" in proc.stdout
     # The commit: what exists and the verdict; the environment stays out of it.
     head = git.Repo(target).head.commit
     assert head.hexsha == checked.commit
     assert head.message.startswith("New project: a python library that doubles numbers\n")
     assert "Python 3.11 (python): doubles numbers" in head.message
     assert "Recipe: full (chosen by the new_project_recipe setting (--recipe))" in head.message
-    assert f"Tests, run by dflash-agent with `{checked.runner}`: passed" in head.message
+    assert f"Tests, run by dflash-agent with `{checked.runner}`: passed (1 passed in" \
+        in head.message
     committed = {item.path for item in head.tree.traverse()}
     assert "src/doubler/__init__.py" in committed and "README.md" in committed
     assert not any(p.startswith(".venv") for p in committed)
@@ -213,7 +214,8 @@ def test_a_node_project_is_run_with_npm_test_and_a_failure_is_committed_as_faili
         "New project: a node library that adds numbers (tests: failed)"
     assert "Tests, run by dflash-agent with `npm test`: failed" in head.message
     assert "fail 1" in head.message
-    assert "Tests (run by dflash-agent): failed (npm test)" in proc.stdout
+    assert "Tests (run by dflash-agent): failed (npm test; ℹ tests 1; ℹ pass 0; ℹ fail 1)" \
+        in proc.stdout
     assert (target / ".gitignore").read_text().startswith("node_modules/\n")
 
 

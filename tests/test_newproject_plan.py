@@ -30,6 +30,7 @@ from agent.newproject.runners import (
     _go_verdict,
     _maven_verdict,
     _node_verdict,
+    counts,
     detect,
     run_project_tests,
     summarise,
@@ -184,6 +185,9 @@ def test_the_summary_keeps_totals_printed_before_the_failure_details():
     out = "\n".join(["ℹ tests 3", "ℹ pass 2", "ℹ fail 1"] + [f"detail {i}" for i in range(30)])
     lines = summarise(out).splitlines()
     assert lines[:3] == ["ℹ tests 3", "ℹ pass 2", "ℹ fail 1"] and lines[-1] == "detail 29"
+    assert counts(out) == "ℹ tests 3; ℹ pass 2; ℹ fail 1"
+    assert counts("..\n===== 2 passed, 1 failed in 0.1s =====\n") == "2 passed, 1 failed in 0.1s"
+    assert counts("test result: ok. 3 passed; 0 failed\n") == "test result: ok. 3 passed; 0 failed"
 
 
 def test_the_commit_message_says_what_exists_and_how_the_tests_went(tmp_path: Path):

@@ -192,7 +192,8 @@ def new_project_cmd(
         out.print(f"Files: {', '.join(result.files) or '(none)'}")
         if result.unwritten:
             out.print(f"Planned but not written: {', '.join(result.unwritten)}", markup=False)
-        runner = f" ({result.tests.runner})" if result.tests.runner else ""
+        runner = "; ".join(x for x in (result.tests.runner, result.tests.counts) if x)
+        runner = f" ({runner})" if runner else ""
         out.print(f"Tests (run by dflash-agent): {result.tests.status}{runner}", markup=False)
         if result.tests.detail and result.tests.status != "passed":
             out.print(result.tests.detail, markup=False)

@@ -168,7 +168,8 @@ def commit_message(description: str, result: ProjectResult) -> str:
     if result.unwritten:
         lines.append(f"Planned but not written: {', '.join(result.unwritten)}")
     runner = f" with `{result.tests.runner}`" if result.tests.runner else ""
-    lines.append(f"Tests, run by dflash-agent{runner}: {verdict}")
+    totals = f" ({result.tests.counts})" if result.tests.counts else ""
+    lines.append(f"Tests, run by dflash-agent{runner}: {verdict}{totals}")
     if verdict != "passed" and result.tests.detail:
         lines += ["", *("    " + line for line in result.tests.detail.splitlines())]
     if result.loop.reason != "done":

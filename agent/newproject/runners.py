@@ -39,6 +39,8 @@ class TestReport:
     """The runner's last lines, or why nothing ran."""
     runner: str = ""
     """The command the product ran (empty when none ran)."""
+    counts: str = ""
+    """The runner's own totals (``1 passed in 0.01s``; ``# tests 3; # pass 3``), or empty."""
 
 
 @dataclass
@@ -204,12 +206,20 @@ def run_project_tests(directory: Path, preferred: str | None = None,
         # What the project's tests left running (a server fixture without teardown) goes too.
         reaper.kill_tagged(proc_env[reaper.OWNER_ENV])
     out = proc.stdout
-    return TestReport(found.verdict(proc.returncode, out), summarise(out), found.shown)
+    return TestReport(found.verdict(proc.returncode, out), summarise(out), found.shown,
+                      counts(out))
 
 
 _SUMMARY = re.compile(r"^\s*(?:[#ℹ] (?:tests|pass|fail) \d+|test result:|Tests run:|ok\s|FAIL\b"
                       r"|=+ .*\b(?:passed|failed|errors?|no tests ran)\b.* =+$"
                       r"|\d+ (?:passed|failed)\b)")
+
+
+def counts(out: str) -> str:
+    """The runner's totals: its last summary lines (at most three), joined with ``; ``."""
+    found = [line.strip().strip("=").strip() for line in out.splitlines()
+             if _SUMMARY.match(line)]
+    return "; ".join(found[-3:])
 
 
 def summarise(out: str) -> str:
