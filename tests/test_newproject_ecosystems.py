@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -281,8 +282,11 @@ def test_a_plan_needing_a_missing_toolchain_is_refused_before_anything_is_writte
     script = [plan_reply(toolchain="rust", language="Rust", summary="counts words",
                          files=["Cargo.toml", "src/main.rs"], install=[], test="cargo test",
                          run="cargo run")]
-    path = os.pathsep.join(p for p in ("/usr/bin", "/bin") if Path(p).is_dir())
-    assert not any((Path(p) / "cargo").exists() for p in path.split(os.pathsep))
+    # A PATH with git only (GitPython looks for it on import): no cargo on any machine.
+    only_git = tmp_path / "bin"
+    only_git.mkdir()
+    (only_git / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    path = str(only_git)
     with ScriptedModel(script) as model:
         proc = new_project("a Rust CLI that counts words", target, model, agent_home, path)
     assert proc.returncode == 3, proc.stderr
