@@ -164,6 +164,8 @@ class ProjectChecked(_Event):
     files: list[str] = []
     runner: str = Field("", description="The test command the product ran ('' when none).")
     recipe: str | None = None
+    environment: str = Field("", description="How the project's isolated environment was "
+                             "made ('' when the product made none).")
 
 
 class ErrorEvent(_Event):

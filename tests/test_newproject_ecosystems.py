@@ -164,6 +164,7 @@ def test_a_python_project_gets_its_dependency_in_its_own_venv_and_passes(tmp_pat
     # The product's own run of the project's runner, and its verdict.
     [checked] = [e for e in events if isinstance(e, ProjectChecked)]
     assert checked.tests == "passed" and checked.runner.startswith(".venv/bin/python -m pytest")
+    assert "created .venv with" in checked.environment and "pytest" in checked.environment
     assert "-m pytest" in checked.runner and "1 passed" in checked.detail
     assert f"Tests (run by dflash-agent): passed ({checked.runner}; 1 passed in" in proc.stdout
     # The commit: what exists and the verdict; the environment stays out of it.

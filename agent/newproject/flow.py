@@ -426,7 +426,7 @@ def _build(s: _Accepted) -> ProjectResult:
     first = [*skills]
     eco_skill = ECOSYSTEMS[plan.toolchain].skill
     if recipe.name == "full" and offered is not None and eco_skill not in first \
-            and eco_skill in offered.catalog.text:
+            and eco_skill in offered.catalog.names:
         first.append(eco_skill)
     task = (SIMPLE_TASK.format(description=description, module=s.module)
             if recipe.name == "simple" else full_task(description, plan))
@@ -461,6 +461,7 @@ def _build(s: _Accepted) -> ProjectResult:
     project.commit, project.files = sha, files
     emit(ProjectChecked(session_id=session_id, tests=project.tests.status,
                         detail=project.tests.detail, commit=sha, files=files,
-                        runner=project.tests.runner, recipe=recipe.name))
+                        runner=project.tests.runner, recipe=recipe.name,
+                        environment=environment))
     return project
 
