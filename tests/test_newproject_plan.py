@@ -130,6 +130,7 @@ def test_the_projects_environment_puts_its_venv_first_and_hides_the_products(tmp
     assert path[-1] == "/usr/bin"
     assert env["VIRTUAL_ENV"] == str(tmp_path / ".venv")
     assert env["PIP_REQUIRE_VIRTUALENV"] == "1"
+    assert project_env(tmp_path, {"PATH": "/usr/bin"}, python=False)["VIRTUAL_ENV"] is None
 
 
 def test_seeding_copies_a_distribution_and_its_requirements(tmp_path: Path):

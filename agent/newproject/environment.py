@@ -34,18 +34,20 @@ def _product_bin() -> Path | None:
     return Path(sys.prefix) / "bin"
 
 
-def project_env(directory: Path, base: dict[str, str] | None = None) -> dict[str, str | None]:
+def project_env(directory: Path, base: dict[str, str] | None = None,
+                python: bool = True) -> dict[str, str | None]:
     """Variables to set (a string) or remove (None) for every process run for the project in
     ``directory``: PATH with ``.venv/bin`` and ``node_modules/.bin`` first and without
-    dflash-agent's own virtual environment, ``VIRTUAL_ENV`` naming the project's, and
-    ``PIP_REQUIRE_VIRTUALENV=1``. ``base``: the environment to start from (default
-    ``os.environ``)."""
+    dflash-agent's own virtual environment, ``VIRTUAL_ENV`` naming the project's (``python``;
+    else removed) and ``PIP_REQUIRE_VIRTUALENV=1``. ``base``: the environment to start from
+    (default ``os.environ``)."""
     source = os.environ if base is None else base
     own = _product_bin()
     kept = [p for p in source.get("PATH", os.defpath).split(os.pathsep)
             if p and not (own is not None and _same(Path(p), own))]
     first = [str(directory / VENV / "bin"), str(directory / "node_modules" / ".bin")]
-    return {"PATH": os.pathsep.join(first + kept), "VIRTUAL_ENV": str(directory / VENV),
+    return {"PATH": os.pathsep.join(first + kept),
+            "VIRTUAL_ENV": str(directory / VENV) if python else None,
             "PIP_REQUIRE_VIRTUALENV": "1", "PYTHONHOME": None}
 
 

@@ -318,6 +318,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
         client.close()
         raise
     reporter.note(f"recipe: {recipe.name} ({recipe.reason})")
+    env = project_env(directory, python=plan.toolchain == "python")
     return _build(_Accepted(description, directory, settings, reporter, backend, log, emit,
                             recipe, plan, plan_timings, env, protocol, auto_switch, found,
                             tuple(skills), module))
