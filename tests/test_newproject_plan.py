@@ -188,7 +188,9 @@ def test_the_summary_keeps_totals_printed_before_the_failure_details():
     assert lines[:3] == ["ℹ tests 3", "ℹ pass 2", "ℹ fail 1"] and lines[-1] == "detail 29"
     assert counts(out) == "ℹ tests 3; ℹ pass 2; ℹ fail 1"
     assert counts("..\n===== 2 passed, 1 failed in 0.1s =====\n") == "2 passed, 1 failed in 0.1s"
-    assert counts("test result: ok. 3 passed; 0 failed\n") == "test result: ok. 3 passed; 0 failed"
+    cargo = ("test result: ok. 3 passed; 0 failed; 0 ignored\n"
+             "test result: FAILED. 1 passed; 2 failed; 0 ignored\n")
+    assert counts(cargo) == "4 passed, 2 failed (2 test targets)"
 
 
 def test_the_commit_message_says_what_exists_and_how_the_tests_went(tmp_path: Path):

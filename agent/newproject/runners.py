@@ -216,7 +216,12 @@ _SUMMARY = re.compile(r"^\s*(?:[#ℹ] (?:tests|pass|fail) \d+|test result:|Tests
 
 
 def counts(out: str) -> str:
-    """The runner's totals: its last summary lines (at most three), joined with ``; ``."""
+    """The runner's totals: its last summary lines (at most three), joined with ``; ``; cargo's
+    one line per test target is summed up instead."""
+    suites = re.findall(r"^test result: \w+\. (\d+) passed; (\d+) failed", out, re.M)
+    if suites:
+        passed, failed = (sum(int(n[i]) for n in suites) for i in (0, 1))
+        return f"{passed} passed, {failed} failed ({len(suites)} test targets)"
     found = [line.strip().strip("=").strip() for line in out.splitlines()
              if _SUMMARY.match(line)]
     return "; ".join(found[-3:])
