@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from agent.config import FlagError, load_settings
@@ -241,3 +242,12 @@ def test_a_name_the_file_system_refuses_counts_as_not_written(tmp_path: Path):
 def test_a_bad_recipe_flag_is_named_as_the_user_typed_it():
     with pytest.raises(FlagError, match=r"^--recipe foo: Input should be 'auto', 'simple' or "):
         load_settings(cli={"new_project_recipe": "foo"})
+
+
+def test_a_test_run_past_its_time_is_a_timeout_and_leaves_nothing_running(tmp_path: Path):
+    (tmp_path / "Makefile").write_text("test:\n\tsleep 31.7 & sleep 31.7\n")
+    report = run_project_tests(tmp_path, "c-make", timeout=1)
+    assert report.status == "timeout" and "did not finish within 1 s" in report.detail
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] == ["sleep", "31.7"]]
+    assert left == []
