@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import git
 
@@ -195,7 +196,7 @@ def _staged_files(repo: git.Repo) -> list[str]:
     return sorted(str(k[0]) for k in repo.index.entries)
 
 
-def get_plan(client: ServerClient, description: str, recipe: Recipe, sampling: dict,
+def get_plan(client: ServerClient, description: str, recipe: Recipe, sampling: dict[str, Any],
              emit: Callable[[Event], None], reporter: Reporter, session_id: str,
              path: str) -> tuple[Plan | None, list[Timings], str]:
     """Ask the model for a plan, sending each broken one back with its problems, at most

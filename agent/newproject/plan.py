@@ -92,8 +92,9 @@ def parse_plan(text: str) -> tuple[Plan | None, list[str]]:
 
 def _field_problem(error: Any) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "the plan"
-    if error["type"] == "missing":
-        return f"'{where}' is missing: {Plan.model_fields[where].description}"
+    field = Plan.model_fields.get(where)
+    if error["type"] == "missing" and field is not None:
+        return f"'{where}' is missing: {field.description}"
     if error["type"] == "extra_forbidden":
         return f"'{where}' is not a plan key; use only: {', '.join(Plan.model_fields)}"
     return f"'{where}': {error['msg']}"
