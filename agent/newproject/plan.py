@@ -94,7 +94,7 @@ def _field_problem(error: Any) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "the plan"
     field = Plan.model_fields.get(where)
     if error["type"] == "missing" and field is not None:
-        return f"'{where}' is missing: {field.description}"
+        return f"'{where}' is missing: {(field.description or '').rstrip('.')}"
     if error["type"] == "extra_forbidden":
         return f"'{where}' is not a plan key; use only: {', '.join(Plan.model_fields)}"
     return f"'{where}': {error['msg']}"
