@@ -111,7 +111,7 @@ def test_a_python_project_gets_its_dependency_in_its_own_venv_and_passes(tmp_pat
                                                                         agent_home: Path):
     wheel = tiny_wheel(tmp_path)
     target = tmp_path / "doubler"
-    install = f"python -m pip install --no-index {wheel}"
+    install = f"pip install --no-index {wheel}"  # the .venv's own pip, first on PATH
     script = [
         plan_reply(toolchain="python", language="Python 3.11", summary="doubles numbers",
                    files=["pyproject.toml", "src/doubler/__init__.py", "tests/test_core.py",

@@ -142,6 +142,16 @@ def test_seeding_copies_a_distribution_and_its_requirements(tmp_path: Path):
     assert not list(tmp_path.rglob("__pycache__"))
 
 
+def test_seeded_console_scripts_run_with_the_venvs_python(tmp_path: Path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seed_packages(tmp_path / "lib", ("pytest",), bin_dir)
+    script = (bin_dir / "pytest").read_text()
+    assert script.startswith(f"#!{bin_dir / 'python'}\n")
+    assert "from _pytest.config import _console_main" in script
+    assert os.access(bin_dir / "pytest", os.X_OK)
+
+
 def test_runner_verdicts_tell_no_tests_from_passed():
     assert _node_verdict(0, "ℹ tests 0\nℹ pass 0\n") == "no tests"
     assert _node_verdict(0, "# tests 2\n# pass 2\n") == "passed"

@@ -100,7 +100,7 @@ def create_venv(directory: Path, python: str, timeout: float = 300.0) -> str:
     purelib = _purelib(venv)
     if purelib is None:
         return f"created {VENV} with {python}; could not find its site-packages"
-    copied = seed_packages(purelib, SEEDED)
+    copied = seed_packages(purelib, SEEDED, venv / "bin")
     return f"created {VENV} with {python}; {', '.join(copied)} copied in from dflash-agent"
 
 
@@ -126,12 +126,14 @@ def _purelib(venv: Path) -> Path | None:
     return path if out.returncode == 0 and path.is_dir() else None
 
 
-def seed_packages(purelib: Path, names: tuple[str, ...]) -> list[str]:
+def seed_packages(purelib: Path, names: tuple[str, ...], bin_dir: Path | None = None
+                  ) -> list[str]:
     """Copy the installed distributions ``names`` and what they require (for this Python) into
     ``purelib``, each with its ``.dist-info`` so the venv's pip knows them; returns the names
-    copied (``name version``). Files outside site-packages (console scripts) are left out:
-    ``python -m pytest`` and ``python -m pip`` need none. Only pure-Python code is expected
-    here; a distribution that is not installed is skipped."""
+    copied (``name version``). Their console scripts (``pip``, ``pytest``) are written anew
+    into ``bin_dir`` for the venv's own ``python`` there (the installed ones name
+    dflash-agent's interpreter); none when ``bin_dir`` is None. Only pure-Python code is
+    expected here; a distribution that is not installed is skipped."""
     done: dict[str, str] = {}
     todo = list(names)
     while todo:
@@ -144,6 +146,9 @@ def seed_packages(purelib: Path, names: tuple[str, ...]) -> list[str]:
         except metadata.PackageNotFoundError:
             continue
         done[key] = f"{dist.metadata['Name']} {dist.version}"
+        if bin_dir is not None:
+            for entry in dist.entry_points.select(group="console_scripts"):
+                _script(bin_dir / entry.name, bin_dir / "python", entry.module, entry.attr)
         for rel in dist.files or []:
             if rel.parts[0] == ".." or "__pycache__" in rel.parts:
                 continue
@@ -157,3 +162,10 @@ def seed_packages(purelib: Path, names: tuple[str, ...]) -> list[str]:
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 todo.append(req.name)
     return sorted(done.values())
+
+
+def _script(path: Path, python: Path, module: str, attr: str) -> None:
+    """A console script as pip writes one: run ``module:attr`` with ``python``."""
+    path.write_text(f"#!{python}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
+                    f"if __name__ == '__main__':\n    sys.exit({attr}())\n", "utf-8")
+    path.chmod(0o755)
