@@ -154,10 +154,11 @@ def new_project_cmd(
         "on PATH, the ecosystem's layout), simple (one Python module and its tests, for weak "
         "models) or auto (default: by the model's size).")] = None,
 ) -> None:
-    """Create a project from a description: the model plans it (toolchain, files, install,
-    tests; checked against this machine), git init, the agent writes it in full-auto mode
-    inside the new folder with dependencies in the project (.venv, node_modules), then
-    dflash-agent runs the project's own tests itself and commits, saying how they went."""
+    """Create a project from a description: a plan (toolchain, files, install, tests; the
+    model's under the full recipe, checked against this machine), git init, the agent writes
+    it in full-auto mode inside the new folder with dependencies in the project (.venv,
+    node_modules), then dflash-agent runs the project's own tests itself and commits, saying
+    how they went."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "base_url": base_url,
                                   "ctx_size": ctx_size, "tool_protocol": tool_protocol,
                                   "max_steps": max_steps, "max_time": max_time,
