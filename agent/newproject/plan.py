@@ -40,6 +40,8 @@ class Plan(BaseModel):
         if self.install:
             lines.append(f"install: {' && '.join(self.install)}")
         lines.append(f"test: {self.test}")
+        if self.run:
+            lines.append(f"run: {self.run}")
         return lines
 
 
