@@ -62,6 +62,15 @@ def test_prompts_then_generation_on_a_server_with_two_slots(engine: Engine, smol
     assert ((seqs.lengths() - seqs.plens) == 12).all()
     for i in range(3):
         assert seqs.prompt(i).tolist() == rendered.prompt(i).tolist()
+    # Generating again with --done skips the prompts already done.
+    proc = _train("generate", "--prompts", str(prompts), "--target", str(smollm2),
+                  "--done", str(tmp_path / "gen-000.npz"), "--limit", "1", "--max-new", "4",
+                  "--server-bin", str(engine.binary), "--out", str(tmp_path / "more"),
+                  "--runs", str(tmp_path / "more.jsonl"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 prompts already generated in 3 sequences: skipped" in proc.stdout
+    more = load(tmp_path / "more-000.npz")
+    assert len(more) == 1 and more.source(0).startswith("agent-text:")
     records = [json.loads(line) for line in runs.read_text().splitlines()]
     assert [r["stage"] for r in records] == ["prompts", "generate"]
     assert records[1]["stats"]["engine"] == "server" and records[1]["stats"]["sequences"] == 3

@@ -83,6 +83,16 @@ def test_hf_generation_continues_every_prompt_and_measures_its_rate(tiny):
     assert seqs.heldout.sum() == 3
 
 
+def test_hf_batches_stay_within_their_row_and_token_limits(tiny):
+    _, _, seqs, _, _ = tiny
+    index = list(range(len(seqs)))
+    cut = hf_gen.batches(seqs, index, batch=5, batch_tokens=4 * 90, max_new=40)
+    assert sorted(i for b in cut for i in b) == index
+    for b in cut:
+        width = max(int(seqs.plens[i]) for i in b) + 40
+        assert len(b) <= 5 and (len(b) == 1 or len(b) * width <= 4 * 90)
+
+
 def test_a_few_training_steps_lower_the_block_loss(tiny, tmp_path: Path):
     path, target, seqs, _, _ = tiny
     draft = _draft(path)

@@ -2,6 +2,7 @@
 
 Stages, each a separate command so GPU runs can be staged and resumed:
 
+- ``coding-prompts`` — coding prompts (.jsonl) built from Python source on this machine;
 - ``prompts``  — coding prompts (.jsonl) + the agent's fixture sessions → a prompt set (.npz),
   rendered by a real llama-server's chat template (torch-free);
 - ``generate`` — a prompt set → target-greedy sequences (.npz shards), on llama-server with
@@ -54,6 +55,26 @@ def group_of(source: str) -> str:
 # --- prompts ---------------------------------------------------------------------------------
 
 
+def cmd_coding_prompts(a: argparse.Namespace) -> int:
+    import json
+
+    from train.coding_prompts import build_prompts, stdlib_root
+
+    roots = a.source or [stdlib_root()]
+    missing = [str(r) for r in roots if not Path(r).is_dir()]
+    if missing:
+        raise InputError(f"no such source folder: {', '.join(missing)}")
+    prompts = build_prompts(roots, seed=a.seed, modules=a.modules, limit=a.limit)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    with a.out.open("w", encoding="utf-8") as fh:
+        for p in prompts:
+            fh.write(json.dumps(p, ensure_ascii=False) + "\n")
+    kinds = Counter(p["src"] for p in prompts)
+    _say(f"wrote {a.out}: {len(prompts)} prompts ("
+         + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")")
+    return 0
+
+
 def cmd_prompts(a: argparse.Namespace) -> int:
     from train import llama
     from train.config import target_architecture
@@ -63,9 +84,11 @@ def cmd_prompts(a: argparse.Namespace) -> int:
 
     target_architecture(a.target)
     requests, dropped = [], 0
-    if a.coding:
-        requests, dropped = load_coding_prompts(a.coding, a.limit)
-        _say(f"{len(requests)} coding prompts from {a.coding} ({dropped} bench prompts held out)")
+    for path in a.coding or []:
+        found, bench = load_coding_prompts(path, a.limit)
+        requests += found
+        dropped += bench
+        _say(f"{len(found)} coding prompts from {path} ({bench} bench prompts held out)")
     if a.protocols:
         from train.agent_requests import session_requests
 
@@ -82,7 +105,8 @@ def cmd_prompts(a: argparse.Namespace) -> int:
             prompts, _ = render(url, requests, max_prompt=a.max_prompt, progress=_say)
     save(prompts, a.out)
     _say(f"wrote {a.out}: {_summary(prompts)}")
-    runlog.append(a.runs, "prompts", {"out": str(a.out), "coding": str(a.coding or ""),
+    runlog.append(a.runs, "prompts", {"out": str(a.out),
+                                      "coding": [str(p) for p in a.coding or []],
                                       "bench_prompts_dropped": dropped,
                                       "protocols": list(a.protocols),
                                       "heldout_sessions": list(a.holdout_sessions),
@@ -109,6 +133,13 @@ def cmd_generate(a: argparse.Namespace) -> int:
     from train.seqs import load_many, save_shards
 
     prompts = load_many(a.prompts)
+    if a.done:
+        done = load_many(a.done)
+        seen = {done.prompt(i).tobytes() for i in range(len(done))}
+        left = [i for i in range(len(prompts)) if prompts.prompt(i).tobytes() not in seen]
+        _say(f"{len(prompts) - len(left)} prompts already generated in {len(done)} sequences: "
+             "skipped")
+        prompts = prompts.select(left)
     if a.limit:
         prompts = prompts.select(range(min(a.limit, len(prompts))))
     if a.engine == "server":
@@ -133,8 +164,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
         target = load_target(a.target, a.device)
         seqs, stats, skipped = hf_gen.generate(target, prompts, max_new=a.max_new,
-                                               batch=a.batch, budget_s=a.budget_s,
-                                               progress=_say)
+                                               batch=a.batch, batch_tokens=a.batch_tokens,
+                                               budget_s=a.budget_s, progress=_say)
         if skipped:
             _say(f"{skipped} json-protocol prompts skipped: their grammar needs the server "
                  "engine")
@@ -233,7 +264,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
     state = fit(draft, target, seqs, train, a.out, settings, resume=a.resume,
                 stop_at=a.stop_at, log=_say)
     passes = state.step * settings.batch_seqs / max(1, len(train))
-    finished = state.step >= settings.steps
+    finished = state.stopped != "stop_at"
     if not finished:
         _say(f"[fit] stopped at step {state.step} of {settings.steps}; held-out acceptance "
              "is measured when the run finishes (--resume)")
@@ -248,7 +279,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
         "resumed": bool(a.resume), "init": str(a.init or ""), "repeat_agent": a.repeat_agent,
         "train_sequences": len(set(train)), "train_tokens": train_tokens,
         "heldout_sequences": len(held), "passes": round(passes, 3), "steps": state.step,
-        "finished": finished,
+        "finished": finished, "stopped": state.stopped,
         "seconds": round(state.seconds, 1), "loss_ema": state.loss_ema, "acc1": state.acc1,
         "eval_blocks": a.eval_blocks, "heldout": results})
     return 0
@@ -337,9 +368,19 @@ def parser() -> argparse.ArgumentParser:
                        "llama.cpp engine built in the dflash-agent home)")
         s.add_argument("--server-url", help="use this running llama-server instead")
 
+    s = stage("coding-prompts", "coding prompts (.jsonl) from Python source trees")
+    s.add_argument("--source", type=Path, action="append",
+                   help="a folder of Python source (repeatable; default: the stdlib)")
+    s.add_argument("--modules", type=int, default=1000, help="seed-like module prompts")
+    s.add_argument("--limit", type=int, help="at most N prompts")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", type=Path, required=True)
+    s.set_defaults(run=cmd_coding_prompts)
+
     s = stage("prompts", "coding prompts and agent sessions -> a prompt set (.npz)")
     s.add_argument("--target", type=Path, required=True, help="target GGUF")
-    s.add_argument("--coding", type=Path, help="coding prompts (.jsonl: {src, text} a line)")
+    s.add_argument("--coding", type=Path, action="append",
+                   help="coding prompts (.jsonl: {src, text} a line; repeatable)")
     s.add_argument("--limit", type=int, help="at most this many coding prompts")
     s.add_argument("--protocols", type=_names, default=("text",),
                    help="agent sessions rendered in these protocols (text,json,native; "
@@ -360,13 +401,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True, help="stem: STEM-000.npz, ...")
     s.add_argument("--max-new", type=int, default=512, help="tokens per continuation")
     s.add_argument("--limit", type=int, help="the first N prompts only")
+    s.add_argument("--done", type=Path, nargs="+",
+                   help="sequence files/folders already generated: their prompts are skipped")
     s.add_argument("--budget-s", type=float, default=float("inf"),
                    help="start nothing new after this many seconds")
     s.add_argument("--shard-tokens", type=int, default=6_000_000,
                    help="tokens per output file (uint16 ids: ~6 M tokens < 16 MiB)")
     s.add_argument("--parallel", type=int, default=8, help="server slots (-np)")
     s.add_argument("--gpu-layers", help="server -ngl (e.g. all)")
-    s.add_argument("--batch", type=int, default=192, help="hf batch size")
+    s.add_argument("--batch", type=int, default=192, help="hf batch size (prompts)")
+    s.add_argument("--batch-tokens", type=int, default=1_000_000,
+                   help="hf batch size in tokens, (prompt + max-new) x rows: bounds the KV "
+                   "cache (SmolLM2 in float32: 46 KB a token)")
     s.add_argument("--device", default="cuda", help="hf device")
     server(s)
     s.set_defaults(run=cmd_generate)

@@ -53,8 +53,8 @@ class FitSettings:
     ckpt_every: int = 500
     log_every: int = 50
     budget_s: float = float("inf")
-    """Stop (with a checkpoint) after this many seconds of this invocation; ``--resume``
-    continues."""
+    """Stop (with a checkpoint) after this many seconds of this call; the cosine then ends
+    with the budget. Exact resume holds for runs bound by steps (``stop_at``)."""
 
 
 @dataclass
@@ -62,16 +62,20 @@ class FitState:
     """Where a run stands."""
 
     step: int = 0
+    stopped: str = ""
+    """Why the last call ended: ``steps`` (done), ``budget`` or ``stop_at``."""
     loss_ema: float | None = None
     last_loss: float | None = None
     acc1: float | None = None
     seconds: float = 0.0
 
 
-def lr_at(step: int, s: FitSettings) -> float:
-    """Linear warm-up to ``lr``, then cosine down to ``min_lr_ratio · lr`` at ``steps``."""
+def lr_at(step: int, s: FitSettings, elapsed: float = 0.0) -> float:
+    """Linear warm-up to ``lr``, then cosine down to ``min_lr_ratio · lr`` at ``steps`` — or,
+    with a time budget, at whichever of the steps or the budget (``elapsed`` seconds of it
+    spent) runs out first, as v1's trainer did."""
     warm = min(1.0, (step + 1) / max(1, s.warmup))
-    progress = min(1.0, step / max(1, s.steps))
+    progress = min(1.0, max(step / max(1, s.steps), elapsed / s.budget_s))
     cosine = s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
     return s.lr * warm * cosine
 
@@ -154,11 +158,17 @@ def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], o
     draft.train()
     run_started = time.monotonic()
     before = state.seconds
-    while state.step < min(settings.steps, stop_at or settings.steps):
-        if time.monotonic() - run_started > settings.budget_s:
-            log(f"[fit] time budget reached at step {state.step}; --resume continues")
+    state.stopped = "steps"
+    while state.step < settings.steps:
+        if stop_at is not None and state.step >= stop_at:
+            state.stopped = "stop_at"
             break
-        lr = lr_at(state.step, settings)
+        elapsed = time.monotonic() - run_started
+        if elapsed > settings.budget_s:
+            state.stopped = "budget"
+            log(f"[fit] time budget reached at step {state.step}")
+            break
+        lr = lr_at(state.step, settings, elapsed)
         for group in opt.param_groups:
             group["lr"] = lr
         index = [train_index[i] for i in batch_index(state.step, len(train_index), settings)]

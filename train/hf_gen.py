@@ -1,10 +1,14 @@
 """Target-greedy continuations from transformers, in batches (the other generator; which one
 yields more tokens per GPU minute is measured by running both, :mod:`train.gen_stats`).
 
-Prompts are sorted by length and cut into batches of ``batch`` (little padding), left-padded,
+Prompts are sorted by length and cut into batches of at most ``batch`` prompts and
+``batch_tokens`` tokens (prompt width plus ``max_new`` per row: what the KV cache holds), so
+little is padded and long agent requests get small batches. Batches are left-padded
 and decoded greedily to ``max_new`` tokens; each continuation is cut after its first
-end-of-generation token. ``json``-protocol prompts need the server's grammar and are skipped
-(counted). No new batch starts after ``budget_s`` seconds.
+end-of-generation token. Batches holding an agent request go first, the others in a seeded
+shuffle (a run cut by its budget still covers every kind of prompt). ``json``-protocol
+prompts need the server's grammar and are skipped (counted). No new batch starts after
+``budget_s`` seconds.
 """
 
 from __future__ import annotations
@@ -29,23 +33,38 @@ def _cut(row: list[int], eos: tuple[int, ...]) -> list[int]:
 
 
 @torch.no_grad()
+def batches(prompts: Sequences, index: list[int], *, batch: int, batch_tokens: int,
+            max_new: int) -> list[list[int]]:
+    """``index`` sorted by prompt length and cut into batches within both limits."""
+    out: list[list[int]] = []
+    for i in sorted(index, key=lambda i: int(prompts.plens[i])):
+        width = int(prompts.plens[i]) + max_new
+        if out and len(out[-1]) < batch and (len(out[-1]) + 1) * width <= batch_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
 def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
-             budget_s: float = float("inf"),
+             batch_tokens: int = 1_000_000, budget_s: float = float("inf"),
              progress: Callable[[str], None] | None = None) -> tuple[Sequences, GenStats, int]:
     """(sequences, stats, prompts skipped for needing a grammar)."""
     usable = [i for i in range(len(prompts)) if prompts.schema(i) is None]
     skipped = len(prompts) - len(usable)
-    order = sorted(usable, key=lambda i: int(prompts.plens[i]))
+    cut = batches(prompts, usable, batch=batch, batch_tokens=batch_tokens, max_new=max_new)
+    agent = [b for b in cut if any(prompts.source(i).startswith("agent-") for i in b)]
+    rest = [b for b in cut if b not in agent]
+    rest = [rest[k] for k in np.random.default_rng(0).permutation(len(rest))]
     pad = target.eos_ids[0] if target.eos_ids else 0
     device = target.device
     out: dict[int, list[int]] = {}
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.monotonic()
-    for start in range(0, len(order), batch):
+    for sel in agent + rest:
         if time.monotonic() - started > budget_s:
             break
-        sel = order[start:start + batch]
         width = max(int(prompts.plens[i]) for i in sel)
         ids = torch.full((len(sel), width), pad, dtype=torch.long)
         mask = torch.zeros((len(sel), width), dtype=torch.long)
@@ -60,7 +79,7 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
         for r, i in enumerate(sel):
             out[i] = _cut(gen[r, width:].tolist(), target.eos_ids)
         if progress:
-            progress(f"{len(out)}/{len(order)} prompts, {sum(map(len, out.values()))} tokens, "
+            progress(f"{len(out)}/{len(usable)} prompts, {sum(map(len, out.values()))} tokens, "
                      f"{time.monotonic() - started:.0f} s")
     if device.type == "cuda":
         torch.cuda.synchronize()

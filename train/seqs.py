@@ -84,6 +84,16 @@ class Sequences:
                      [self.schema(i) for i in index])
 
 
+def generation_order(seqs: Sequences, seed: int = 0) -> list[int]:
+    """The order to generate in: the agent's requests first (few, and what the draft must
+    learn most), then the rest in a seeded shuffle, so a run cut short by its time budget
+    still covers every kind of prompt."""
+    rng = np.random.default_rng(seed)
+    agent = [i for i in range(len(seqs)) if seqs.source(i).startswith("agent-")]
+    rest = [i for i in range(len(seqs)) if not seqs.source(i).startswith("agent-")]
+    return agent + [rest[k] for k in rng.permutation(len(rest))]
+
+
 def build(ids: Sequence[np.ndarray | list[int]], plens: Sequence[int], sources: Sequence[str],
           heldout: Sequence[bool], schemas: Sequence[str | None] | None = None) -> Sequences:
     """A :class:`Sequences` from per-sequence lists (``schemas``: None entries for none)."""

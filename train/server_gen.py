@@ -3,8 +3,9 @@
 Requests go out ``parallel`` at a time (one per slot; the server batches them continuously)
 as ``/completion`` calls from the prompt's token ids, greedy, with the generated ids returned
 as sampled (:func:`train.llama.complete_ids`). A ``json``-protocol prompt decodes under its JSON
-schema, as the agent's request would. No new request starts after ``budget_s`` seconds; those
-running finish. A prompt the slot's context cannot hold is skipped and counted.
+schema, as the agent's request would. Prompts go in :func:`~train.seqs.generation_order`; no
+new request starts after ``budget_s`` seconds, those running finish. A prompt the slot's
+context cannot hold is skipped and counted.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from train import llama
 from train.gen_stats import GenStats
-from train.seqs import Sequences, build
+from train.seqs import Sequences, build, generation_order
 
 MIN_RESPONSE = 4
 """Shorter continuations carry too few block positions to train on."""
@@ -31,7 +32,7 @@ def generate(base_url: str, prompts: Sequences, *, max_new: int, parallel: int,
     too_long = 0
     started = time.monotonic()
     last_log = started
-    todo = iter(range(len(prompts)))
+    todo = iter(generation_order(prompts))
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         running: dict[Future, int] = {}
 
