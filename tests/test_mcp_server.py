@@ -139,6 +139,31 @@ def test_run_task_on_the_real_backend_sends_progress_until_done(real_server, rep
     assert (repo / "notes.txt").read_text() == "the user's own notes\n"
 
 
+def test_a_long_model_step_sends_progress_and_silence_notes_while_it_lasts(repo: Path,
+                                                                          root: Path):
+    # A terminal shows these lines while a step runs; an MCP-started task sent none, so a long
+    # prefill or a hung server looked the same to the host as a task making progress.
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "Say hi.", "repo_path": str(repo),
+                                                "approval": "full-auto", "wait": True},
+                                   progress_callback=on_progress)
+        assert not result.is_error, text(result)
+        assert result.structured_content["state"] == "done"
+
+    # request_timeout 8 s: progress every 2 s, silence reported after 2 s (a quarter of it).
+    with ScriptedModel([{**call("final_answer", text="hi"), "delay": 6.0}]) as model:
+        serve([root], {"base_url": model.url, "request_timeout": 8}, body)
+    assert any("model step: " in m and "no tokens yet (the server is reading the prompt)" in m
+               for m in progress), progress
+    assert any("no reply from the server after " in m for m in progress), progress
+    assert progress[-1].endswith("done"), progress
+
+
 def _sleepers(marker: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):

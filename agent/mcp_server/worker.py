@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +29,7 @@ from agent.errors import UserError, write_crash_log
 from agent.events import Event
 from agent.newproject import new_project
 from agent.sessions.repo import RepoSession
-from agent.ui import Reporter
+from agent.ui import TICK_S, Reporter, RequestWatch
 from backend import secret_store
 
 
@@ -45,22 +47,33 @@ class WorkerSpec(BaseModel):
     """Setting overrides given to ``agent mcp serve`` (base_url, preset, max_steps…)."""
 
 
+_WRITE = threading.Lock()
+"""Protocol lines come from the task's thread and from the request-progress ticker."""
+
+
+def _write(line: str) -> None:
+    with _WRITE:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def send(message: dict[str, Any]) -> None:
     """Write one protocol line to stdout."""
-    sys.stdout.write(json.dumps(message, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    _write(json.dumps(message, ensure_ascii=False))
 
 
 class PipeReporter(Reporter):
-    """Events and notes as protocol lines; nothing is drawn."""
+    """Events and notes as protocol lines; nothing is drawn. While a model request runs, the
+    progress and silence lines a terminal would show (:class:`agent.ui.RequestWatch`) go out as
+    notes, so an MCP host sees a long prefill or a hung server while it lasts."""
 
     def __init__(self) -> None:
         super().__init__(json_mode=True)
         self._last_step = ""
+        self._request: tuple[RequestWatch, threading.Event, threading.Thread] | None = None
 
     def event(self, event: Event) -> None:
-        sys.stdout.write(event.model_dump_json() + "\n")
-        sys.stdout.flush()
+        _write(event.model_dump_json())
 
     def note(self, message: str) -> None:
         send({"type": "note", "text": message})
@@ -72,16 +85,37 @@ class PipeReporter(Reporter):
             send({"type": "note", "text": f"building llama-server: {step}"})
 
     def request_started(self, protocol: str, idle_timeout: float | None = None) -> None:
-        """Nothing to draw."""
+        """Start sending the request's progress and silence lines as notes."""
+        self.request_done()
+        watch, stop = RequestWatch(time.monotonic(), idle_timeout), threading.Event()
+        ticker = threading.Thread(target=self._tick, args=(watch, stop), daemon=True,
+                                  name="request-progress")
+        self._request = (watch, stop, ticker)
+        ticker.start()
+
+    @staticmethod
+    def _tick(watch: RequestWatch, stop: threading.Event) -> None:
+        while not stop.wait(TICK_S):
+            now = time.monotonic()
+            for line in (watch.progress(now), watch.silence(now)):
+                if line:
+                    send({"type": "note", "text": line})
 
     def stream(self, text: str) -> None:
         """Streamed text is not forwarded: the events carry each turn."""
 
     def received(self, tokens: int) -> None:
-        """Nothing to draw."""
+        """A chunk arrived (``tokens`` so far): the server is not silent."""
+        if self._request is not None:
+            self._request[0].chunk(tokens, time.monotonic())
 
     def request_done(self) -> None:
-        """Nothing to draw."""
+        """Stop the request's progress lines."""
+        if self._request is not None:
+            _, stop, ticker = self._request
+            stop.set()
+            ticker.join()
+            self._request = None
 
 
 def ask_parent(prompt: str) -> str:
