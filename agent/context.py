@@ -254,9 +254,12 @@ def _elided(message: Message) -> Message | None:
     if role == "tool" and isinstance(content, str) and len(content) > len(DROPPED):
         return {**message, "content": DROPPED}
     if role == "user" and isinstance(content, str) and content.startswith(RESULT_HEAD):
-        first, _, rest = content.partition("\n")
-        if len(rest) > len(DROPPED):
-            return {**message, "content": f"{first}\n{DROPPED}"}
+        # One message may carry several results (the text protocol sends a reply's results
+        # together): keep every header, so the model still sees each call it made.
+        heads = [line for line in content.split("\n") if line.startswith(RESULT_HEAD)]
+        smaller = "\n\n".join(f"{head}\n{DROPPED}" for head in heads)
+        if len(smaller) < len(content):
+            return {**message, "content": smaller}
     if role == "assistant" and message.get("tool_calls"):
         calls, changed = [], False
         for call in message["tool_calls"]:

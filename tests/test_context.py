@@ -16,6 +16,7 @@ from agent.context import (
     Budget,
     ContextTooSmall,
     TokenCounter,
+    _elided,
     compact,
     needs_compaction,
     summarise_with_model,
@@ -205,6 +206,17 @@ def test_json_protocol_results_keep_their_first_line_when_dropped(model: Scripte
     out = compact(msgs, counter, budget, None, lambda m: 1 / 0, keep_recent=2)
     assert out[3]["content"] == out[5]["content"] == "[result of tool view]\n" + DROPPED
     assert out[-1] == msgs[-1]
+
+
+def test_a_text_protocol_message_of_several_results_keeps_every_header_when_dropped():
+    # The text protocol sends a reply's results as one message: only its first header had
+    # been kept, so the model no longer saw that its bash call ran.
+    combined = {"role": "user", "content": "[result of tool view]\n" + "a = 1\n" * 100
+                + "\n\n[result of tool bash]\n" + "1 passed\n" * 50}
+    assert _elided(combined) == {"role": "user", "content": "[result of tool view]\n" + DROPPED
+                                 + "\n\n[result of tool bash]\n" + DROPPED}
+    short = {"role": "user", "content": "[result of tool bash]\nok"}
+    assert _elided(short) is None
 
 
 def test_a_summary_too_big_to_fit_is_dropped_after_the_old_outputs(model: ScriptedModel):
