@@ -115,7 +115,7 @@ def test_v1s_weights_exported_again_are_v1_byte_for_byte_and_draft_on_the_server
         resp = httpx2.post(state.base_url + "/v1/chat/completions", timeout=300, json={
             "messages": [{"role": "user", "content": "Write a Python function `add(a, b)` "
                           "that returns a + b. Return only the code."}],
-            "max_tokens": 32, "temperature": 0})
+            "max_tokens": 16, "temperature": 0})
         resp.raise_for_status()
         timings = resp.json()["timings"]
     finally:

@@ -25,8 +25,12 @@ def render(base_url: str, requests: Sequence[ChatRequest], *, max_prompt: int,
     def one(request: ChatRequest) -> list[int]:
         return llama.tokenize(base_url, llama.apply_template(base_url, request))
 
+    rendered: list[list[int]] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        rendered = list(pool.map(one, requests))
+        for ids in pool.map(one, requests):
+            rendered.append(ids)
+            if progress and len(rendered) % 2000 == 0:
+                progress(f"rendered {len(rendered)}/{len(requests)}")
     keep = [(r, ids) for r, ids in zip(requests, rendered, strict=True)
             if 0 < len(ids) <= max_prompt]
     heldout = [r.heldout or (r.source.startswith("coding:") and heldout_by_hash(ids))
