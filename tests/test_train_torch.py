@@ -29,7 +29,7 @@ from train.batches import make_batch  # noqa: E402
 from train.cli import _load_draft  # noqa: E402
 from train.config import draft_config  # noqa: E402
 from train.draft import Draft  # noqa: E402
-from train.fit import FitSettings, block_loss, fit, position_weights  # noqa: E402
+from train.fit import FitSettings, batch_index, block_loss, fit, position_weights  # noqa: E402
 from train.requests import ChatRequest  # noqa: E402
 from train.seqs import build, save  # noqa: E402
 from train.target import load_target  # noqa: E402
@@ -91,6 +91,17 @@ def test_hf_batches_stay_within_their_row_and_token_limits(tiny):
     for b in cut:
         width = max(int(seqs.plens[i]) for i in b) + 40
         assert len(b) <= 5 and (len(b) == 1 or len(b) * width <= 4 * 90)
+
+
+def test_each_pass_uses_every_training_sequence_once_in_batches_of_similar_length():
+    lengths = np.random.default_rng(1).integers(10, 5000, size=1000)
+    settings = FitSettings(batch_seqs=8)
+    passes = [[i for step in range(p * 125, (p + 1) * 125)
+               for i in batch_index(step, lengths, settings)] for p in range(2)]
+    assert all(sorted(seen) == list(range(1000)) for seen in passes)
+    assert passes[0] != passes[1]
+    spread = [np.ptp(lengths[batch_index(step, lengths, settings)]) for step in range(125)]
+    assert np.median(spread) < np.ptp(lengths) / 10
 
 
 def test_a_few_training_steps_lower_the_block_loss(tiny, tmp_path: Path):

@@ -27,6 +27,17 @@ from train.errors import TrainError
 from train.requests import ChatRequest
 
 TIMEOUT = httpx2.Timeout(connect=10.0, read=900.0, write=60.0, pool=None)
+_CLIENT: httpx2.Client | None = None
+
+
+def _client() -> httpx2.Client:
+    """One client for every call (thread-safe, connections kept): a new connection per call
+    cost ~0.4 s here, 40 times the call itself."""
+    global _CLIENT
+    if _CLIENT is None:
+        _CLIENT = httpx2.Client(timeout=TIMEOUT, limits=httpx2.Limits(
+            max_connections=512, max_keepalive_connections=512))
+    return _CLIENT
 
 
 class TooLong(TrainError):
@@ -35,7 +46,7 @@ class TooLong(TrainError):
 
 def _post(base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     try:
-        resp = httpx2.post(base_url.rstrip("/") + path, json=body, timeout=TIMEOUT)
+        resp = _client().post(base_url.rstrip("/") + path, json=body)
     except httpx2.HTTPError as exc:
         raise TrainError(f"cannot reach the server at {base_url}: {exc}") from exc
     if resp.status_code != 200:
@@ -79,7 +90,7 @@ def complete_ids(base_url: str, prompt: list[int], max_new: int,
 def slots(base_url: str) -> int:
     """How many slots the server runs (``/props.total_slots``)."""
     try:
-        resp = httpx2.get(base_url.rstrip("/") + "/props", timeout=10.0)
+        resp = _client().get(base_url.rstrip("/") + "/props", timeout=10.0)
         return int(resp.json().get("total_slots", 1))
     except (httpx2.HTTPError, ValueError, TypeError) as exc:
         raise TrainError(f"cannot read /props from {base_url}: {exc}") from exc
