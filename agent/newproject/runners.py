@@ -15,9 +15,11 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from agent.newproject.environment import VENV, with_env
 from agent.newproject.toolchains import ECOSYSTEMS, have
@@ -26,6 +28,14 @@ from tools.ignore import walk
 
 TIMEOUT_S = 600.0
 TAIL_LINES = 15
+LINE_CHARS = 300
+"""A line of the runner's output is cut to this many characters where it is shown, logged,
+committed and sent back to the model (a test that prints megabytes on one line would otherwise
+fill the model's context and the commit message)."""
+READ_HEAD = 1 << 20
+READ_TAIL = 4 << 20
+"""Bytes of the runner's output read from its beginning and its end; the middle of a larger
+output is left out."""
 
 
 @dataclass
@@ -192,22 +202,46 @@ def run_project_tests(directory: Path, preferred: str | None = None,
             return TestReport("not run", f"pytest is not installed in {VENV}; install it "
                               f"with {VENV}/bin/python -m pip install pytest", found.shown)
         found.argv[0] = sys.executable
-    try:
-        # One stream, in the order it was written: the summary line comes last.
-        proc = subprocess.run(found.argv, cwd=directory, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace",
-                              timeout=timeout, env=proc_env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s",
-                          found.shown)
-    except OSError as exc:
-        return TestReport("not run", f"{found.shown} could not start: {exc}", found.shown)
-    finally:
-        # What the project's tests left running (a server fixture without teardown) goes too.
-        reaper.kill_tagged(proc_env[reaper.OWNER_ENV])
-    out = proc.stdout
-    return TestReport(found.verdict(proc.returncode, out), summarise(out), found.shown,
-                      counts(out))
+    # One stream, in the order it was written (the summary line comes last), into a file
+    # rather than a pipe: a process the tests leave running in the background keeps a pipe
+    # open, and reading it to its end would wait for that process (up to the timeout) after
+    # the tests themselves are done; a file also bounds what is held in memory.
+    with tempfile.TemporaryFile() as sink:
+        try:
+            proc = subprocess.Popen(found.argv, cwd=directory, stdout=sink,
+                                    stderr=subprocess.STDOUT, env=proc_env,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            return TestReport("not run", f"{found.shown} could not start: {exc}", found.shown)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s",
+                              found.shown)
+        finally:
+            # What the project's tests left running (a server fixture without teardown) goes
+            # too.
+            reaper.kill_tagged(proc_env[reaper.OWNER_ENV])
+        out = _read_output(sink)
+    return TestReport(found.verdict(code, out), summarise(out), found.shown, counts(out))
+
+
+def _read_output(sink: IO[bytes]) -> str:
+    """The runner's output in ``sink``: all of it up to :data:`READ_HEAD` +
+    :data:`READ_TAIL` bytes, else its beginning (cargo's per-target lines) and its end (the
+    totals) with a line saying how much was left out."""
+    size = sink.seek(0, os.SEEK_END)
+    sink.seek(0)
+    if size <= READ_HEAD + READ_TAIL:
+        data = sink.read()
+    else:
+        head = sink.read(READ_HEAD)
+        sink.seek(size - READ_TAIL)
+        left_out = f"\n[... {size - READ_HEAD - READ_TAIL} bytes of output left out ...]\n"
+        data = head + left_out.encode() + sink.read()
+    return data.decode("utf-8", "replace")
 
 
 _SUMMARY = re.compile(r"^\s*(?:[#ℹ] (?:tests|pass|fail) \d+|test result:|Tests run:|ok\s|FAIL\b"
@@ -224,7 +258,7 @@ def counts(out: str) -> str:
         return f"{passed} passed, {failed} failed ({len(suites)} test targets)"
     found = [line.strip().strip("=").strip() for line in out.splitlines()
              if _SUMMARY.match(line)]
-    return "; ".join(found[-3:])
+    return "; ".join(_cut(line) for line in found[-3:])
 
 
 def summarise(out: str) -> str:
@@ -234,7 +268,14 @@ def summarise(out: str) -> str:
     lines = out.strip().splitlines()
     tail = lines[-TAIL_LINES:]
     counts = [line for line in lines[:-TAIL_LINES] if _SUMMARY.match(line)][-6:]
-    return "\n".join(counts + tail)
+    return "\n".join(_cut(line) for line in counts + tail)
+
+
+def _cut(line: str) -> str:
+    """``line`` at most :data:`LINE_CHARS` characters, saying how many were left out."""
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[:LINE_CHARS]} [... {len(line) - LINE_CHARS} more characters]"
 
 
 def _has_pytest(python: str, env: dict[str, str]) -> bool:

@@ -1,0 +1,66 @@
+"""``agent new-project`` against hostile or careless input: projects whose tests leave
+processes running or print megabytes, plans that try to reach outside the project, Ctrl-C,
+target directories that are already there. Each case: a clear error or an honest verdict,
+nothing of the user's lost, the documented exit code."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import git
+import psutil
+
+from agent.newproject.environment import project_env
+from agent.newproject.runners import run_project_tests
+from tests.scripted import ScriptedModel
+from tests.test_newproject_ecosystems import call, new_project, plan_reply
+
+MAKE_PLAN = dict(toolchain="c-make", language="C", summary="a Makefile project",
+                 files=["Makefile"], install=[], test="make test", run="")
+
+
+def _make_project(folder: Path, recipe: str) -> Path:
+    folder.mkdir()
+    (folder / "Makefile").write_text(f"test:\n{recipe}", "utf-8")
+    return folder
+
+
+def test_tests_that_leave_a_background_process_holding_the_output_are_judged_when_they_end(
+        tmp_path: Path):
+    """The background ``sleep`` inherits the runner's output; the verdict comes when the
+    tests end, not when the ``sleep`` would (it is killed)."""
+    proj = _make_project(tmp_path / "p", "\tsleep 120 &\n\techo '1 passed, 0 failed'\n")
+    started = time.monotonic()
+    report = run_project_tests(proj, "c-make", project_env(proj), timeout=30)
+    assert report.status == "passed" and report.counts == "1 passed, 0 failed"
+    assert time.monotonic() - started < 15
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] == ["sleep", "120"]]
+
+
+def test_a_huge_line_of_test_output_is_cut_where_it_is_shown(tmp_path: Path):
+    proj = _make_project(tmp_path / "p", "\t@python3 -c \"print('1 passed ' + 'x' * 2000000)\"\n"
+                         "\t@python3 -c \"print('y' * 3000000)\"\n\tfalse\n")
+    report = run_project_tests(proj, "c-make", project_env(proj))
+    assert report.status == "failed"
+    assert len(report.detail) < 10_000 and "more characters]" in report.detail
+    assert len(report.counts) < 1_000
+
+
+def test_a_project_whose_failing_tests_print_megabytes_is_still_committed(tmp_path: Path,
+                                                                         agent_home: Path):
+    """Before, the failing run went back to the model whole and overflowed its context
+    (exit 3, nothing committed)."""
+    target = tmp_path / "loud"
+    makefile = "test:\n\t@python3 -c \"print('x' * 3000000)\"\n\tfalse\n"
+    done = call("final_answer", text="done")
+    script = [plan_reply(**MAKE_PLAN), call("create", path="Makefile", file_text=makefile),
+              done, done, done]
+    with ScriptedModel(script) as model:
+        proc = new_project("a loud project", target, model, agent_home)
+    assert proc.returncode == 1, proc.stderr
+    message = git.Repo(target).head.commit.message
+    assert message.startswith("New project: a loud project (tests: failed)")
+    assert len(message) < 10_000
+    assert max(len(str(r)) for r in model.requests) < 100_000
