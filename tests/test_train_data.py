@@ -240,3 +240,32 @@ def test_a_torch_stage_without_torch_says_how_to_install_it(tmp_path: Path):
     assert proc.returncode == 3
     assert proc.stderr.strip().startswith("error: this stage needs torch")
     assert proc.stderr.strip().endswith("not installed; run: pip install -e '.[train]'")
+
+
+DEVICE_SAFE = ("hf_gen", "fit", "accept", "target", "draft", "batches", "export", "config",
+               "seqs", "gen_stats", "errors", "runlog")
+"""The modules the torch stages run on: the device image has torch, transformers and numpy,
+and a gguf wheel travels; the product's own dependencies (pydantic, httpx2, psutil…) do not."""
+
+
+def test_the_torch_stages_need_only_torch_transformers_numpy_and_gguf():
+    import ast
+
+    allowed = {"torch", "transformers", "numpy", "gguf", "backend.ggufinfo", "backend",
+               *sys.stdlib_module_names}
+    found = []
+    for name in DEVICE_SAFE:
+        tree = ast.parse((ROOT / "train" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for mod in names:
+                inside = mod.startswith("train.") and mod.split(".")[1] in DEVICE_SAFE
+                if not inside and mod not in allowed and mod.split(".")[0] not in allowed - {
+                        "backend"}:
+                    found.append(f"train.{name} imports {mod}")
+    assert found == []
+    cli = ast.parse((ROOT / "train" / "cli.py").read_text())
+    top = {n.module for n in cli.body if isinstance(n, ast.ImportFrom)}
+    assert top <= {"__future__", "collections", "collections.abc", "pathlib", "typing",
+                   "train", "train.errors"}, top

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+MIN_RESPONSE = 4
+"""Shorter continuations carry too few block positions to train on: dropped."""
+
 
 @dataclass
 class GenStats:

@@ -48,14 +48,14 @@ generate)
   python3 -m train info "$PROMPTS"
   python3 -m train generate --engine hf --prompts "$PROMPTS" --target "$W/model.gguf" \
     --device cuda --batch "$HF_BATCH" --max-new 512 --budget-s "$HF_BUDGET" \
-    --out "$W/gen/hf" --runs "$W/runs.jsonl" 2>&1 | tee "$OUT/generate-hf.log" | grep -v '^[0-9]'
+    --out "$W/gen/hf" --runs "$W/runs.jsonl" 2>&1 | tee "$OUT/generate-hf.log"
   BIN=$(tail -1 "$W/build.log")
   if [ -x "$BIN" ]; then
     python3 -m train generate --engine server --prompts "$PROMPTS" --target "$W/model.gguf" \
       --server-bin "$BIN" --gpu-layers all --parallel "$SLOTS" --max-new 512 \
       --budget-s "$SERVER_BUDGET" --done "$W/gen" --out "$W/gen/server" \
       --runs "$W/runs.jsonl" \
-      2>&1 | tee "$OUT/generate-server.log" | grep -v '^[0-9]'
+      2>&1 | tee "$OUT/generate-server.log"
   else
     echo "the llama-server build has not finished: $(tail -2 "$W/build.log")"
   fi
@@ -67,7 +67,7 @@ fit)
       --device cuda --draft-layers "$layers" --steps 3000 --batch-seqs 32 --anchors 32 \
       --repeat-agent 8 --budget-s "$FIT_BUDGET" --eval-seqs 300 --eval-blocks 64 \
       --name "smollm2-135m-dflash-v2-${layers}L" --runs "$W/runs.jsonl" \
-      2>&1 | tee "$OUT/fit-${layers}L.log" | grep -v '^\[fit\] step [0-9]*[1-9]0 '
+      2>&1 | tee "$OUT/fit-${layers}L.log"
     cp "$W/run-${layers}L/draft.gguf" "$OUT/smollm2-135m-dflash-v2-${layers}L.gguf"
   done
   cp "$W/runs.jsonl" "$OUT/"

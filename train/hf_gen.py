@@ -8,7 +8,8 @@ and decoded greedily to ``max_new`` tokens; each continuation is cut after its f
 end-of-generation token. Batches holding an agent request go first, the others in a seeded
 shuffle (a run cut by its budget still covers every kind of prompt). ``json``-protocol
 prompts need the server's grammar and are skipped (counted). No new batch starts after
-``budget_s`` seconds.
+``budget_s`` seconds. Needs only torch, transformers, numpy and gguf (the device image's
+packages plus a gguf wheel), not the product's dependencies.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from train.gen_stats import GenStats
+from train.gen_stats import MIN_RESPONSE, GenStats
 from train.seqs import Sequences, build
-from train.server_gen import MIN_RESPONSE
 from train.target import Target
 
 

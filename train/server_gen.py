@@ -17,11 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 import numpy as np
 
 from train import llama
-from train.gen_stats import GenStats
+from train.gen_stats import MIN_RESPONSE, GenStats
 from train.seqs import Sequences, build, generation_order
-
-MIN_RESPONSE = 4
-"""Shorter continuations carry too few block positions to train on."""
 
 
 def generate(base_url: str, prompts: Sequences, *, max_new: int, parallel: int,
