@@ -5,6 +5,10 @@ nothing of the user's lost, the documented exit code."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import psutil
 
 from agent.newproject.environment import project_env
 from agent.newproject.runners import run_project_tests
+from agent.sessions.log import list_sessions
 from tests.scripted import ScriptedModel
 from tests.test_newproject_ecosystems import call, new_project, plan_reply
 
@@ -64,3 +69,32 @@ def test_a_project_whose_failing_tests_print_megabytes_is_still_committed(tmp_pa
     assert message.startswith("New project: a loud project (tests: failed)")
     assert len(message) < 10_000
     assert max(len(str(r)) for r in model.requests) < 100_000
+
+
+def test_ctrl_c_while_the_product_runs_the_tests_leaves_the_files_and_says_interrupted(
+        tmp_path: Path, agent_home: Path):
+    """Before, the session's log ended on the agent's answer: `agent sessions` said done."""
+    target = tmp_path / "slow"
+    script = [plan_reply(**MAKE_PLAN),
+              call("create", path="Makefile", file_text="test:\n\tsleep 60\n"),
+              call("final_answer", text="done")]
+    env = {**os.environ, "NO_COLOR": "1", "HOME": str(tmp_path / "user")}
+    with ScriptedModel(script) as model:
+        # Its own session, as a terminal's foreground job: Ctrl-C reaches every process in it.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", "new-project", "a slow project", "--dir",
+             str(target), "--base-url", model.url, "--tool-protocol", "json", "--recipe",
+             "full"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "running the project's tests" in line:
+                break
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert (target / "Makefile").read_text("utf-8") == "test:\n\tsleep 60\n"
+    assert not git.Repo(target).head.is_valid()  # nothing committed
+    [session] = list_sessions()
+    assert session.ended == "interrupted"

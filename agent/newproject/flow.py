@@ -339,8 +339,16 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
             return LoopResult(result.text, result.reason, steps, result.timings), \
                 TestReport("not run", "interrupted")
         s.reporter.note("running the project's tests")
-        tests = run_project_tests(s.directory, s.plan.toolchain, s.env,
-                                  own_pytest=s.recipe.name == "simple")
+        try:
+            tests = run_project_tests(s.directory, s.plan.toolchain, s.env,
+                                      own_pytest=s.recipe.name == "simple")
+        except KeyboardInterrupt:
+            # The agent's run ended (its answer is logged); the log must end on the
+            # interruption, or `agent sessions` lists the session as done.
+            s.emit(FinalAnswer(session_id=s.log.id, text=result.text, reason="interrupted",
+                               steps=steps))
+            return LoopResult(result.text, "interrupted", steps, result.timings), \
+                TestReport("not run", "interrupted")
         steps_left = s.settings.max_steps - steps
         time_left = s.settings.max_time - (time.monotonic() - started)
         if not _fixable(tests) or result.reason != "done" or round_ == MAX_FIX_ROUNDS \
@@ -402,7 +410,34 @@ class _Accepted:
 
 def _build(s: _Accepted) -> ProjectResult:
     """Everything after the plan is accepted: directory, environment, the agent, tests,
-    commit."""
+    commit. Ctrl-C at any point leaves the files as they are, uncommitted, and ends the log
+    (and the result) as interrupted."""
+    progress = _Progress()
+    try:
+        return _make(s, progress)
+    except KeyboardInterrupt:
+        # Outside the agent's own run (git init, the .venv, the commit): the agent's loop and
+        # the product's test run handle their own interruption.
+        s.backend.client.close()
+        s.emit(FinalAnswer(session_id=s.log.id, text="", reason="interrupted",
+                           steps=progress.steps))
+        return ProjectResult(s.directory, s.log.id, s.log.path,
+                             LoopResult("", "interrupted", progress.steps, []),
+                             TestReport("not run", "interrupted"), recipe=s.recipe,
+                             plan=s.plan, environment=progress.environment,
+                             plan_timings=s.plan_timings)
+
+
+@dataclass
+class _Progress:
+    """How far :func:`_make` got, for the result of an interrupted session."""
+
+    steps: int = 0
+    environment: str = ""
+
+
+def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
+    """:func:`_build`'s work; ``progress`` is updated as it goes."""
     description, directory, settings, reporter = s.description, s.directory, s.settings, \
         s.reporter
     backend, log, emit, recipe, plan, env = s.backend, s.log, s.emit, s.recipe, s.plan, s.env
@@ -414,6 +449,7 @@ def _build(s: _Accepted) -> ProjectResult:
     if plan.toolchain == "python" and not (directory / VENV).exists():
         python = find_python(str(env["PATH"]))
         environment = create_venv(directory, python) if python else "no python3 for a .venv"
+        progress.environment = environment
         reporter.note(environment)
     workspace = Workspace(directory)
     registry = default_registry(workspace, env)
@@ -445,6 +481,7 @@ def _build(s: _Accepted) -> ProjectResult:
         with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
             client.id_slot = slot
             result, tests = _work(agent, task, first, s)
+            progress.steps = result.steps
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         raise
