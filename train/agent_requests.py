@@ -120,12 +120,11 @@ def _render(at: ModuleType, registry: Any, session: Any, protocol: str,
         model.reply = _reply(agent, protocol, turn, number)
         agent.play(turn)
     out = []
-    for number, request in enumerate(model.requests):
+    for request in model.requests:
         grammar = request["response_format"]
         schema = (json.dumps(grammar["json_schema"]["schema"], sort_keys=True)
                   if grammar else None)
         out.append(ChatRequest(messages=request["messages"], tools=request["tools"],
                                schema=schema, source=f"agent-{protocol}:{session.name}",
-                               heldout=heldout,
-                               meta={"turn": number, "kind": session.turns[number].kind}))
+                               heldout=heldout))
     return out

@@ -9,7 +9,7 @@ of that target layer = HF ``hidden_states[id]`` = z-lab's id + 1).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from backend.ggufinfo import GgufError, gguf_metadata, read_gguf_info
@@ -41,8 +41,6 @@ class DraftConfig:
     mask_id: int = MASK_TOKEN_ID
     rope_base: float = ROPE_BASE
     context_length: int = 8192
-    extra: dict = field(default_factory=dict, compare=False)
-    """Free-form notes carried into checkpoints (not used by the graph)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ class ChatRequest:
     """``native`` requests: the tools the template renders into the prompt."""
     schema: str | None = None
     """``json`` requests: the JSON schema (text) the reply is decoded under."""
-    meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 _SEED_MODULE = re.compile(r"Write a complete Python (.+? module)\.")
