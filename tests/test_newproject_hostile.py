@@ -5,6 +5,7 @@ nothing of the user's lost, the documented exit code."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import git
 import psutil
 
 from agent.newproject.environment import project_env
+from agent.newproject.plan import executables, outside_project, parse_plan
 from agent.newproject.runners import run_project_tests
 from agent.sessions.log import list_sessions
 from tests.scripted import ScriptedModel
@@ -99,3 +101,48 @@ def test_ctrl_c_while_the_product_runs_the_tests_leaves_the_files_and_says_inter
     assert not git.Repo(target).head.is_valid()  # nothing committed
     [session] = list_sessions()
     assert session.ended == "interrupted"
+
+
+def test_plan_commands_that_reach_outside_the_project_are_refused_however_written():
+    """Before, only a first word of sudo or a -g/--user flag was caught: another line, a
+    background '&', a substitution, a wrapper, a folder flag or a cd got through."""
+    escapes = {
+        "npm install\nsudo rm -rf /": "another user (sudo)",
+        "npm i & sudo tee /etc/x": "another user (sudo)",
+        "echo $(sudo id)": "another user (sudo)",
+        "echo `doas id`": "another user (doas)",
+        "(sudo make install)": "another user (sudo)",
+        "env -i sudo x": "another user (sudo)",
+        "bash -c 'pip install --user x'": "--user",
+        "cd .. && npm install": "leaves the project (cd ..)",
+        "cd src && cd ../.. && make": "leaves the project (cd ../..)",
+        "cd && npm i": "leaves the project (cd)",
+        "cd ~/x": "leaves the project",
+        "npm install --location global x": "a folder outside it",
+        "npm install --prefix=/usr/local x": "a folder outside it",
+        "pip install --target /usr/lib/python3/dist-packages x": "a folder outside it",
+        "python -m pip install --prefix ~/.local x": "a folder outside it",
+        "uv pip install --system x": "--user",
+        "cargo install ripgrep": "(cargo install)",
+        "go install golang.org/x/tools/gopls@latest": "(go install)",
+        "apt-get install -y libfoo-dev": "(apt-get install)",
+        "pipx install black": "(pipx install)",
+        "npm config set prefix /usr": "(npm config)",
+    }
+    for command, said in escapes.items():
+        why = outside_project(command)
+        assert why and said in why, (command, why)
+    for command in ("npm install left-pad", "python -m pip install -e .",
+                    "cd web && npm test", "cd src && cd .. && make test",
+                    "cargo test 2>&1 | tee test.log", "go test ./... &> out.txt",
+                    "npm install --prefix ./web", "pip install --target vendor x",
+                    "gcc -g -o t t.c", "npm install --location project x"):
+        assert outside_project(command) is None, command
+    # A redirection's '&' does not make its file descriptor a program.
+    assert executables("cargo test 2>&1 | tee log; CI=1 env npm test") == ["cargo", "tee",
+                                                                           "npm"]
+    plan = {"toolchain": "node", "language": "JavaScript", "summary": "s",
+            "files": ["package.json"], "install": ["npm install"],
+            "test": "cd .. && npm test", "run": ""}
+    got, problems = parse_plan(json.dumps(plan))
+    assert got is None and any("leaves the project (cd ..)" in p for p in problems)

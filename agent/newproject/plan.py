@@ -8,6 +8,7 @@ act on, everything wrong with it; :func:`refusal` says what this machine lacks t
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 from pathlib import PurePosixPath
@@ -63,10 +64,25 @@ def response_format() -> dict[str, Any]:
 
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?|\n?```\s*$")
-_GLOBAL_FLAGS = {"npm": {"-g", "--global", "--location=global"}, "yarn": {"global"},
-                 "pnpm": {"-g", "--global"}, "pip": {"--user", "--break-system-packages"}}
-_BUILTINS = {"cd", "export", "set", "unset", "source", ".", "[", "test", "true", "false",
-             "echo", "printf", "exit", "command", "env"}
+_GLOBAL_FLAGS = {"npm": {"-g", "--global"}, "yarn": {"global"}, "pnpm": {"-g", "--global"},
+                 "pip": {"--user", "--break-system-packages", "--system"}}
+# Flags whose value is a folder: outside the project when it is absolute, under ~ or above it.
+_FOLDER_FLAGS = {"npm": {"--prefix", "--location"}, "pnpm": {"--dir"},
+                 "pip": {"--target", "-t", "--prefix", "--root"}}
+# Installers whose every install lands outside the project (the machine, ~/.cargo/bin, ...).
+_GLOBAL_INSTALLERS = {"apt", "apt-get", "aptitude", "dnf", "yum", "apk", "pacman", "zypper",
+                      "brew", "snap", "port", "pipx", "cargo install", "go install",
+                      "gem install", "rustup", "npm config", "pip config"}
+_OTHER_USER = {"sudo", "doas", "su", "pkexec", "runuser"}
+# Words that run the rest of the line as the command (``env sudo x`` is ``sudo x``).
+_WRAPPERS = {"env", "command", "exec", "nohup", "time", "nice", "builtin"}
+_SHELLS = {"sh", "bash", "dash", "zsh"}
+_BUILTINS = {"cd", "pushd", "export", "set", "unset", "source", ".", "[", "test", "true",
+             "false", "echo", "printf", "exit", "command", "env"}
+# A shell redirection such as 2>&1 or &>out, taken out before the line is split at '&'.
+_REDIRECT = re.compile(r"\d*[<>]&\d*-?|&>>?")
+# Where one command of a line ends: && || ; | & a newline, a subshell or a substitution.
+_SEPARATOR = re.compile(r"&&|\|\||[;|&\n(){}`]|\$\(")
 # Provided by the project's own environment once it exists (.venv/bin, node_modules/.bin).
 _PROJECT_PROVIDED = {"python": {"python", "python3", "pip", "pip3", "pytest"},
                      "node": {"jest", "vitest", "mocha", "tsc", "ts-node", "tsx"}}
@@ -128,42 +144,84 @@ def check(plan: Plan) -> list[str]:
             problems.append(f"file '{name}' is not a path inside the project: use a relative "
                             "path such as src/main.py")
     for command in [*plan.install, plan.test]:
-        if outside_project(command):
-            problems.append(f"'{command}' installs outside the project (sudo, --user, -g): "
+        why = outside_project(command)
+        if why:
+            problems.append(f"'{command}' {why}: commands run inside the project folder and "
                             "dependencies go into the project (.venv for Python, "
-                            "node_modules for Node)")
+                            "node_modules for Node), as the user who runs dflash-agent")
     return problems
 
 
 def _segments(command: str) -> list[list[str]]:
-    """The words of each ``&&``, ``||``, ``;`` or ``|`` segment, ``VAR=value`` words left
-    out."""
+    """The words of each command on the line (split at ``&&``, ``||``, ``;``, ``|``, ``&``,
+    newlines, subshells and substitutions), leading ``VAR=value`` words and wrappers such as
+    ``env`` or ``exec`` left out."""
     out = []
-    for segment in re.split(r"&&|\|\||;|\|", command):
+    for segment in _SEPARATOR.split(_REDIRECT.sub(" ", command)):
         try:
             words = shlex.split(segment)
         except ValueError:
             words = segment.split()
-        out.append([w for w in words if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", w)])
+        wrapped = False
+        while words and (re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0])
+                         or words[0] in _WRAPPERS or (wrapped and words[0].startswith("-"))):
+            wrapped = wrapped or words[0] in _WRAPPERS
+            words = words[1:]
+        out.append(words)
     return [words for words in out if words]
 
 
-def outside_project(command: str) -> bool:
-    """Whether ``command`` installs outside the project: ``sudo``, ``npm -g``, ``pip
-    --user`` and the like."""
+def _outside_folder(value: str) -> bool:
+    """Whether the folder ``value`` (relative to the project root) is outside it."""
+    if value.startswith(("/", "~", "$")) or "/~" in value or "/$" in value:
+        return True
+    return posixpath.normpath(value).split("/")[0] == ".."
+
+
+def _flag_values(words: list[str], flags: set[str]) -> list[str]:
+    """The values given to ``flags`` in ``words`` (``--flag value`` and ``--flag=value``)."""
+    values = []
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name in flags:
+            values.append(value if eq else (words[i + 1] if i + 1 < len(words) else ""))
+    return values
+
+
+def outside_project(command: str) -> str | None:
+    """Why ``command`` reaches outside the project (another user's rights, a global or user
+    install, a folder outside it), or None when it stays inside. Commands run through
+    ``sh -c`` are checked too; a script the command runs is not read."""
+    here = "."  # where the line's earlier `cd`s went, relative to the project root
     for words in _segments(command):
         program = PurePosixPath(words[0]).name
-        if program == "sudo":
-            return True
+        if program in _OTHER_USER:
+            return f"runs as another user ({program})"
+        if program in _SHELLS and "-c" in words[1:-1]:
+            inner = outside_project(words[words.index("-c") + 1])
+            if inner:
+                return inner
+        if program in ("cd", "pushd"):
+            target = words[1] if len(words) > 1 else "~"  # a bare cd goes home
+            if target == "-" or _outside_folder(posixpath.join(here, target)):
+                return f"leaves the project ({' '.join(words[:2])})"
+            here = posixpath.normpath(posixpath.join(here, target))
+        sub = f"{program} {words[1]}" if len(words) > 1 else program
+        if program in _GLOBAL_INSTALLERS or sub in _GLOBAL_INSTALLERS:
+            return f"installs outside the project ({sub})"
         tool = "pip" if program.startswith("pip") or "pip" in words[1:3] else program
-        if _GLOBAL_FLAGS.get(tool, set()) & set(words[1:]):
-            return True
-    return False
+        names = {w.partition("=")[0] for w in words[1:]}
+        if _GLOBAL_FLAGS.get(tool, set()) & names:
+            return "installs outside the project (sudo, --user, -g)"
+        folders = _flag_values(words[1:], _FOLDER_FLAGS.get(tool, set()))
+        if any(v in ("global", "user") or _outside_folder(v) for v in folders):
+            return "installs outside the project (a folder outside it)"
+    return None
 
 
 def executables(command: str) -> list[str]:
-    """The programs a shell command line starts (first word of each ``&&``, ``||``, ``;``
-    or ``|`` segment, after ``VAR=value`` words); builtins are left out."""
+    """The programs a shell command line starts (first word of each command on the line,
+    after ``VAR=value`` words and wrappers); builtins are left out."""
     return [words[0] for words in _segments(command) if words[0] not in _BUILTINS]
 
 
