@@ -200,9 +200,10 @@ class Reporter:
             self._streaming = False
 
     def note(self, message: str) -> None:
-        """A one-line status message (server loading, model download…)."""
+        """A one-line status message (server loading, model download…), shown as it is:
+        it may carry the model's words (a plan's summary), so brackets are not markup."""
         if not self.json_mode:
-            self.console.print(f"[dim]{message}[/dim]")
+            self.console.print(Text(message, style="dim"))
 
     def build_progress(self, step: str, done: int | None, total: int | None) -> None:
         """Engine build progress callback (see ``backend.engines.Progress``)."""

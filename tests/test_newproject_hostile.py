@@ -146,3 +146,17 @@ def test_plan_commands_that_reach_outside_the_project_are_refused_however_writte
             "test": "cd .. && npm test", "run": ""}
     got, problems = parse_plan(json.dumps(plan))
     assert got is None and any("leaves the project (cd ..)" in p for p in problems)
+
+
+def test_a_plan_whose_words_look_like_terminal_markup_is_shown_as_written(tmp_path: Path,
+                                                                        agent_home: Path):
+    """Before, the plan's summary went to the terminal as rich markup: '[/bold]' crashed the
+    command (exit 4, an internal error, on the model's words)."""
+    summary = "counts [/bold] words [red]loudly"
+    script = [plan_reply(**{**MAKE_PLAN, "summary": summary}),
+              call("create", path="Makefile", file_text="test:\n\t@echo '1 passed, 0 failed'\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = new_project("a word counter", tmp_path / "wc", model, agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert f"plan: toolchain: c-make (C) - {summary}" in proc.stderr
