@@ -160,3 +160,39 @@ def test_a_plan_whose_words_look_like_terminal_markup_is_shown_as_written(tmp_pa
         proc = new_project("a word counter", tmp_path / "wc", model, agent_home)
     assert proc.returncode == 0, proc.stderr
     assert f"plan: toolchain: c-make (C) - {summary}" in proc.stderr
+
+
+def test_force_keeps_what_the_folder_had(tmp_path: Path, agent_home: Path):
+    """--force on a folder with files but no git: they are committed before the model writes
+    (before, a file the model overwrote was gone); on a git repository with uncommitted
+    changes: refused before the model is asked anything (before, the changes could be
+    overwritten, or went into the new project's commit)."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("my notes\n", "utf-8")
+    script = [plan_reply(**MAKE_PLAN),
+              call("bash", command="echo overwritten > notes.txt"),
+              call("create", path="Makefile", file_text="test:\n\t@echo '1 passed, 0 failed'\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = new_project("a make project", plain, model, agent_home, None, "--force")
+    assert proc.returncode == 0, proc.stderr
+    repo = git.Repo(plain)
+    first = repo.head.commit.parents[0]
+    assert first.message.startswith("Files in plain before new-project")
+    assert first.tree["notes.txt"].data_stream.read() == b"my notes\n"
+
+    dirty = tmp_path / "dirty"
+    work = git.Repo.init(dirty)
+    (dirty / "a.py").write_text("x = 1\n", "utf-8")
+    work.index.add(["a.py"])
+    work.index.commit("mine", author=git.Actor("u", "u@localhost"),
+                      committer=git.Actor("u", "u@localhost"))
+    (dirty / "a.py").write_text("x = 2  # not committed\n", "utf-8")
+    with ScriptedModel([]) as model:
+        proc = new_project("a make project", dirty, model, agent_home, None, "--force")
+    assert proc.returncode == 2, proc.stderr
+    assert f"error: {dirty} has uncommitted changes; commit or stash them first" in proc.stderr
+    assert model.requests == []
+    assert (dirty / "a.py").read_text("utf-8") == "x = 2  # not committed\n"
+    assert len(list(work.iter_commits())) == 1

@@ -133,21 +133,38 @@ def _check_target(directory: Path, force: bool) -> None:
         raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
     if directory.is_dir() and any(directory.iterdir()) and not force:
         raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
+    if (directory / ".git").exists():
+        # The model may rewrite any file, and the commit takes every change: work the user
+        # had not committed could be lost, or end up in the new project's commit.
+        try:
+            dirty = git.Repo(directory).is_dirty(untracked_files=True)
+        except git.GitError as exc:
+            raise UsageError(f"{directory} has a .git that git cannot read ({exc}); choose "
+                             "another --dir") from exc
+        if dirty:
+            raise UsageError(f"{directory} has uncommitted changes; commit or stash them "
+                             "first, or choose another --dir")
 
 
 def _prepare(directory: Path, toolchain: str = "python") -> git.Repo:
     """``git init`` and a ``.gitignore`` for the toolchain; the isolated environment and the
     tools' scratch folder are also excluded through ``.git/info/exclude``, so a ``.gitignore``
-    the model rewrites cannot put ``.venv`` or ``node_modules`` into the commit."""
+    the model rewrites cannot put ``.venv`` or ``node_modules`` into the commit. Files already
+    in a folder without commits are committed first, as they were."""
     directory.mkdir(parents=True, exist_ok=True)
     repo = git.Repo.init(directory)
+    for pattern in (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/"):
+        hide_from_git(directory, pattern)
+    if not repo.head.is_valid() and _staged_files(repo):
+        # A folder that had files but no git (--force): they are committed first, as they
+        # were, so whatever the model overwrites or deletes can be had back.
+        _commit(repo, f"Files in {directory.name} before new-project\n\nCommitted by "
+                "dflash-agent before the model wrote anything, so none of them is lost.")
     eco = ECOSYSTEMS[toolchain]
     gitignore = directory / ".gitignore"
     if not gitignore.exists():
         gitignore.write_text("".join(f"{line}\n" for line in (*eco.ignore, f"{SCRATCH_NAME}/")),
                              "utf-8")
-    for pattern in (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/"):
-        hide_from_git(directory, pattern)
     return repo
 
 
