@@ -47,6 +47,17 @@ def test_tests_that_leave_a_background_process_holding_the_output_are_judged_whe
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_tests_that_hang_are_stopped_and_their_last_lines_say_where(tmp_path: Path):
+    proj = _make_project(tmp_path / "p", "\t@echo 'test_parser ... ok'\n"
+                         "\t@echo 'test_network ... waiting'\n\t@sleep 60\n")
+    started = time.monotonic()
+    report = run_project_tests(proj, "c-make", project_env(proj), timeout=3)
+    assert time.monotonic() - started < 20
+    assert report.status == "timeout"
+    assert report.detail.startswith("make test did not finish within 3 s; its last lines:")
+    assert report.detail.endswith("test_parser ... ok\ntest_network ... waiting")
+
+
 def test_a_huge_line_of_test_output_is_cut_where_it_is_shown(tmp_path: Path):
     proj = _make_project(tmp_path / "p", "\t@python3 -c \"print('1 passed ' + 'x' * 2000000)\"\n"
                          "\t@python3 -c \"print('y' * 3000000)\"\n\tfalse\n")

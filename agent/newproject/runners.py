@@ -218,8 +218,10 @@ def run_project_tests(directory: Path, preferred: str | None = None,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s",
-                              found.shown)
+            # What it printed before it hung says where it hung (for the user and the model).
+            said = summarise(_read_output(sink))
+            return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s"
+                              + (f"; its last lines:\n{said}" if said else ""), found.shown)
         finally:
             # What the project's tests left running (a server fixture without teardown) goes
             # too.
