@@ -16,9 +16,11 @@ from pathlib import Path
 import git
 import psutil
 
+from agent.loop import LoopResult
 from agent.newproject.environment import project_env
+from agent.newproject.flow import ProjectResult, commit_message
 from agent.newproject.plan import executables, outside_project, parse_plan
-from agent.newproject.runners import run_project_tests
+from agent.newproject.runners import TestReport, run_project_tests
 from agent.sessions.log import list_sessions
 from tests.scripted import ScriptedModel
 from tests.test_newproject_ecosystems import call, new_project, plan_reply
@@ -207,3 +209,11 @@ def test_force_keeps_what_the_folder_had(tmp_path: Path, agent_home: Path):
     assert model.requests == []
     assert (dirty / "a.py").read_text("utf-8") == "x = 2  # not committed\n"
     assert len(list(work.iter_commits())) == 1
+
+
+def test_the_commit_subject_is_one_printable_line_whatever_the_description(tmp_path: Path):
+    result = ProjectResult(tmp_path, "s", tmp_path / "log", LoopResult("", "done", 1),
+                           TestReport("passed"))
+    message = commit_message("a todo app\nwith\ttags \x1b[31mred\x1b[0m 日本語 \"q\"", result)
+    assert message.splitlines()[0] == 'New project: a todo app with tags [31mred [0m 日本語 "q"'
+    assert commit_message("x" * 500, result).splitlines()[0] == "New project: " + "x" * 60

@@ -172,7 +172,10 @@ def commit_message(description: str, result: ProjectResult) -> str:
     """The new project's commit message: what exists, the recipe, the product's own test
     verdict (with its last lines when they did not pass) and how the agent's run ended."""
     verdict = result.tests.status
-    subject = f"New project: {description[:60]}"
+    # One line of printable text: a description with newlines would split the subject, and
+    # escape sequences would reach every terminal that shows the log.
+    words = "".join(c if c.isprintable() else " " for c in description).split()
+    subject = f"New project: {' '.join(words)[:60]}"
     if verdict != "passed":
         subject += f" (tests: {verdict})"
     lines = [subject, ""]
