@@ -111,7 +111,9 @@ def test_ctrl_c_while_the_product_runs_the_tests_leaves_the_files_and_says_inter
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert (target / "Makefile").read_text("utf-8") == "test:\n\tsleep 60\n"
-    assert not git.Repo(target).head.is_valid()  # nothing committed
+    repo = git.Repo(target)
+    assert not repo.head.is_valid() and not repo.index.entries  # nothing committed or staged
+    assert "Files: .gitignore, Makefile" in out  # what is there, not "(none)"
     [session] = list_sessions()
     assert session.ended == "interrupted"
 

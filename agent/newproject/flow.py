@@ -211,6 +211,16 @@ def _commit(repo: git.Repo, message: str) -> tuple[str | None, list[str]]:
     return commit.hexsha, sorted(str(k[0]) for k in repo.index.entries)
 
 
+def _present_files(repo: git.Repo) -> list[str]:
+    """The files of the work tree git would take (tracked or not ignored), without touching
+    the index."""
+    try:
+        listed = repo.git.ls_files("--cached", "--others", "--exclude-standard")
+    except git.GitError:
+        return []
+    return sorted(set(listed.splitlines()))
+
+
 def _staged_files(repo: git.Repo) -> list[str]:
     repo.git.add(A=True)
     return sorted(str(k[0]) for k in repo.index.entries)
@@ -512,7 +522,9 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
                             recipe=recipe, plan=plan, environment=environment,
                             plan_timings=s.plan_timings)
     if result.reason == "interrupted":
-        # The user asked to stop: the files stay as they are, uncommitted.
+        # The user asked to stop: the files stay as they are, uncommitted (and unstaged: the
+        # summary lists them from git without adding them).
+        project.files = _present_files(repo)
         return project
     project.unwritten = [f for f in plan.files if not _exists(directory / f)]
     project.files = _staged_files(repo)
