@@ -197,6 +197,15 @@ def test_force_keeps_what_the_folder_had(tmp_path: Path, agent_home: Path):
     assert first.message.startswith("Files in plain before new-project")
     assert first.tree["notes.txt"].data_stream.read() == b"my notes\n"
 
+    # The home folder (here a fake one) is never taken whole, --force or not.
+    home = tmp_path / "user"
+    home.mkdir()
+    (home / ".ssh").mkdir()
+    with ScriptedModel([]) as model:
+        proc = new_project("a make project", home, model, agent_home, None, "--force")
+    assert proc.returncode == 2 and "is your home folder" in proc.stderr, proc.stderr
+    assert not (home / ".git").exists()
+
     dirty = tmp_path / "dirty"
     work = git.Repo.init(dirty)
     (dirty / "a.py").write_text("x = 1\n", "utf-8")

@@ -129,6 +129,13 @@ def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
 
 
 def _check_target(directory: Path, force: bool) -> None:
+    """Refuse (:class:`UsageError`) a target that is a file, not empty without ``force``,
+    the user's home or the file system's root (git init and a commit of everything in it,
+    even with ``force``), or a repository with uncommitted changes."""
+    if directory == Path.home().resolve() or directory.parent == directory:
+        what = "the root folder" if directory.parent == directory else "your home folder"
+        raise UsageError(f"{directory} is {what}; new-project makes a folder of its own: give "
+                         "--dir a new folder inside it")
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
     if directory.is_dir() and any(directory.iterdir()) and not force:
