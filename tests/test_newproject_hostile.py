@@ -18,7 +18,7 @@ import psutil
 
 from agent.loop import LoopResult
 from agent.newproject.environment import project_env
-from agent.newproject.flow import ProjectResult, commit_message
+from agent.newproject.flow import ProjectResult, commit_message, module_name
 from agent.newproject.plan import executables, outside_project, parse_plan
 from agent.newproject.runners import TestReport, run_project_tests
 from agent.sessions.log import list_sessions
@@ -228,3 +228,13 @@ def test_the_commit_subject_is_one_printable_line_whatever_the_description(tmp_p
     message = commit_message("a todo app\nwith\ttags \x1b[31mred\x1b[0m 日本語 \"q\"", result)
     assert message.splitlines()[0] == 'New project: a todo app with tags [31mred [0m 日本語 "q"'
     assert commit_message("x" * 500, result).splitlines()[0] == "New project: " + "x" * 60
+
+
+def test_the_simple_recipes_module_can_always_be_imported():
+    """Before, "2048 game" made 2048_game.py, which no test can import, and "class" or
+    "json" a module that is a keyword or shadows the standard library."""
+    assert module_name("a todo app") == "a_todo_app"
+    assert module_name("2048 game") == "project_2048_game"
+    assert module_name("class") == "project_class"
+    assert module_name("json") == "project_json"
+    assert module_name("日本語") == "new_project"

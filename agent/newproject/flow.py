@@ -4,7 +4,9 @@ product, and a commit whose message says what exists and how the tests went."""
 
 from __future__ import annotations
 
+import keyword
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +87,16 @@ def slugify(description: str, limit: int = 40) -> str:
             break
         slug = candidate
     return slug or "new-project"
+
+
+def module_name(description: str) -> str:
+    """The simple recipe's Python module name for ``description``: its slug as an
+    identifier, prefixed with ``project_`` where the slug could not be imported as itself (a
+    leading digit, a keyword, a standard-library module it would shadow)."""
+    name = slugify(description, 24).replace("-", "_")
+    if not name.isidentifier() or keyword.iskeyword(name) or name in sys.stdlib_module_names:
+        return f"project_{name}"
+    return name
 
 
 @dataclass
@@ -312,7 +324,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     env = project_env(directory)
     path = str(env["PATH"])
     protocol, auto_switch = choose_protocol(settings.tool_protocol, client)
-    module = slugify(description, 24).replace("-", "_")
+    module = module_name(description)
     try:
         emit(SessionStart(session_id=session_id, task=description, workspace=str(directory),
                           base_url=client.base_url, protocol=protocol, preset=backend.preset,
