@@ -161,6 +161,9 @@ def test_plan_commands_that_reach_outside_the_project_are_refused_however_writte
             "test": "cd .. && npm test", "run": ""}
     got, problems = parse_plan(json.dumps(plan))
     assert got is None and any("leaves the project (cd ..)" in p for p in problems)
+    got, problems = parse_plan(json.dumps({**plan, "test": "npm test",
+                                           "run": "sudo node server.js"}))
+    assert got is None and any("another user (sudo)" in p for p in problems)
 
 
 def test_a_plan_whose_words_look_like_terminal_markup_is_shown_as_written(tmp_path: Path,

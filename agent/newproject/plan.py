@@ -143,7 +143,8 @@ def check(plan: Plan) -> list[str]:
                 path.parts and path.parts[0] == ".git") or len(name) > 255:
             problems.append(f"file '{name}' is not a path inside the project: use a relative "
                             "path such as src/main.py")
-    for command in [*plan.install, plan.test]:
+    # `run` too: it is given to the model, which may try it, and written into the README.
+    for command in [*plan.install, plan.test, plan.run]:
         why = outside_project(command)
         if why:
             problems.append(f"'{command}' {why}: commands run inside the project folder and "
