@@ -241,3 +241,21 @@ def test_the_simple_recipes_module_can_always_be_imported():
     assert module_name("class") == "project_class"
     assert module_name("json") == "project_json"
     assert module_name("日本語") == "new_project"
+
+
+def test_a_repository_the_model_broke_is_a_stated_error_not_a_crash(tmp_path: Path,
+                                                                   agent_home: Path):
+    """Before: exit 4, an internal error with a GitCommandError."""
+    target = tmp_path / "broken"
+    makefile = "test:\n\t@echo '1 passed, 0 failed'\n"
+    script = [plan_reply(**MAKE_PLAN), call("create", path="Makefile", file_text=makefile),
+              call("bash", command="rm -rf .git"), call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = new_project("a make project", target, model, agent_home)
+    assert proc.returncode == 3, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the project's git repository could not take the commit (")
+    assert last.endswith("uncommitted (tests: passed)")
+    assert (target / "Makefile").read_text("utf-8") == makefile
+    [session] = list_sessions()
+    assert session.ended == "failed" and "could not take the commit" in session.end_detail

@@ -77,6 +77,17 @@ class ToolchainMissing(UserError):
     """The plan needs a toolchain this machine lacks; nothing was written (exit 3)."""
 
 
+class CommitFailed(UserError):
+    """The project's repository could not take the final commit; the files stay (exit 3)."""
+
+
+def _git_reason(exc: BaseException) -> str:
+    """The last line git wrote to stderr for ``exc``, else the exception's first line."""
+    stderr = str(getattr(exc, "stderr", "") or "").strip().strip("'").strip()
+    lines = (stderr or str(exc)).splitlines()
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
 def slugify(description: str, limit: int = 40) -> str:
     """A directory name from a description: lowercase words joined by hyphens."""
     words = re.findall(r"[a-z0-9]+", description.lower())
@@ -546,8 +557,17 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
         project.files = _present_files(repo)
         return project
     project.unwritten = [f for f in plan.files if not _exists(directory / f)]
-    project.files = _staged_files(repo)
-    sha, files = _commit(repo, commit_message(description, project))
+    try:
+        project.files = _staged_files(repo)
+        sha, files = _commit(repo, commit_message(description, project))
+    except (git.GitError, ValueError, OSError) as exc:
+        # The model's bash can break the repository (rm -rf .git, a garbled HEAD): a stated
+        # cause and the files as they are, not an internal error.
+        text = (f"the project's git repository could not take the commit ({_git_reason(exc)}); "
+                f"the files stay in {directory} as they are, uncommitted (tests: "
+                f"{tests.status})")
+        emit(ErrorEvent(session_id=session_id, message=text, kind="CommitFailed"))
+        raise CommitFailed(text) from exc
     project.commit, project.files = sha, files
     emit(ProjectChecked(session_id=session_id, tests=project.tests.status,
                         detail=project.tests.detail, commit=sha, files=files,
