@@ -15,8 +15,10 @@ from pathlib import Path
 
 import git
 import psutil
+import pytest
 
 from agent.loop import LoopResult
+from agent.newproject import runners
 from agent.newproject.environment import project_env
 from agent.newproject.flow import ProjectResult, commit_message, module_name
 from agent.newproject.plan import executables, outside_project, parse_plan
@@ -58,6 +60,18 @@ def test_tests_that_hang_are_stopped_and_their_last_lines_say_where(tmp_path: Pa
     assert report.status == "timeout"
     assert report.detail.startswith("make test did not finish within 3 s; its last lines:")
     assert report.detail.endswith("test_parser ... ok\ntest_network ... waiting")
+
+
+def test_tests_that_print_without_end_are_stopped(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    """Before, the output was kept until the timeout: all of it, in memory or on disk."""
+    monkeypatch.setattr(runners, "MAX_OUTPUT", 1 << 20)
+    proj = _make_project(tmp_path / "p", "\t@yes | head -c 20000000\n\t@sleep 30\n")
+    started = time.monotonic()
+    report = run_project_tests(proj, "c-make", project_env(proj), timeout=60)
+    assert time.monotonic() - started < 15
+    assert report.status == "error (more than 1 MiB of output)"
+    assert report.detail.startswith("make test was stopped after printing more than 1 MiB")
 
 
 def test_a_huge_line_of_test_output_is_cut_where_it_is_shown(tmp_path: Path):

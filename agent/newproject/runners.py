@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ LINE_CHARS = 300
 """A line of the runner's output is cut to this many characters where it is shown, logged,
 committed and sent back to the model (a test that prints megabytes on one line would otherwise
 fill the model's context and the commit message)."""
+MAX_OUTPUT = 256 << 20
+"""Bytes of output after which the runner is stopped (a test printing in a loop)."""
+POLL_S = 0.5
+"""Seconds between checks of the output's size while the runner runs."""
 READ_HEAD = 1 << 20
 READ_TAIL = 4 << 20
 """Bytes of the runner's output read from its beginning and its end; the middle of a larger
@@ -214,20 +219,46 @@ def run_project_tests(directory: Path, preferred: str | None = None,
         except OSError as exc:
             return TestReport("not run", f"{found.shown} could not start: {exc}", found.shown)
         try:
-            code = proc.wait(timeout=timeout)
+            code = _wait(proc, sink, timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
             # What it printed before it hung says where it hung (for the user and the model).
             said = summarise(_read_output(sink))
             return TestReport("timeout", f"{found.shown} did not finish within {timeout:.0f} s"
                               + (f"; its last lines:\n{said}" if said else ""), found.shown)
+        except _TooMuchOutput:
+            said = summarise(_read_output(sink))
+            return TestReport(f"error (more than {MAX_OUTPUT >> 20} MiB of output)",
+                              f"{found.shown} was stopped after printing more than "
+                              f"{MAX_OUTPUT >> 20} MiB; its last lines:\n{said}", found.shown)
         finally:
             # What the project's tests left running (a server fixture without teardown) goes
             # too.
             reaper.kill_tagged(proc_env[reaper.OWNER_ENV])
         out = _read_output(sink)
     return TestReport(found.verdict(code, out), summarise(out), found.shown, counts(out))
+
+
+class _TooMuchOutput(Exception):
+    """The runner printed more than :data:`MAX_OUTPUT` bytes (it was killed)."""
+
+
+def _wait(proc: subprocess.Popen, sink: IO[bytes], timeout: float) -> int:
+    """``proc``'s exit code; it is killed when ``timeout`` seconds pass
+    (:class:`subprocess.TimeoutExpired`) or ``sink`` grows past :data:`MAX_OUTPUT`
+    (:class:`_TooMuchOutput`), the disk being all that would stop it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                proc.kill()
+                proc.wait()
+                raise
+        if os.fstat(sink.fileno()).st_size > MAX_OUTPUT:
+            proc.kill()
+            proc.wait()
+            raise _TooMuchOutput
 
 
 def _read_output(sink: IO[bytes]) -> str:
