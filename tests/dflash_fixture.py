@@ -20,6 +20,8 @@ from typing import Any
 import gguf
 import numpy as np
 
+from train.export import raw_field
+
 N_EMBD = 64
 N_LAYER = 4
 N_HEAD = 4
@@ -33,25 +35,11 @@ BLOCK_SIZE = 16
 _TOKENIZER_PREFIX = "tokenizer."
 
 
-def _field_value(field: gguf.ReaderField) -> tuple[Any, gguf.GGUFValueType,
-                                                    gguf.GGUFValueType | None]:
-    """(value, type, array element type) of a reader field, strings kept as raw bytes."""
-    vtype = gguf.GGUFValueType(field.types[0])
-    if vtype == gguf.GGUFValueType.ARRAY:
-        sub = gguf.GGUFValueType(field.types[-1])
-        if sub == gguf.GGUFValueType.STRING:
-            return [bytes(field.parts[i]) for i in field.data], vtype, sub
-        return [field.parts[i].tolist()[0] for i in field.data], vtype, sub
-    if vtype == gguf.GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]), vtype, None
-    return field.parts[field.data[0]].tolist()[0], vtype, None
-
-
 def _tokenizer_fields(reader: gguf.GGUFReader) -> list[tuple[str, Any, gguf.GGUFValueType,
                                                            gguf.GGUFValueType | None]]:
     """Every ``tokenizer.*`` key of ``reader``'s GGUF (tokens, merges, ids, chat template…)
     with its exact stored type, ready for :meth:`gguf.GGUFWriter.add_key_value`."""
-    return [(name, *_field_value(field)) for name, field in reader.fields.items()
+    return [(name, *raw_field(field)) for name, field in reader.fields.items()
             if name.startswith(_TOKENIZER_PREFIX)]
 
 
@@ -172,9 +160,9 @@ def _draft_generic_keys(writer: gguf.GGUFWriter, arch: str, n_embd: int) -> None
 
 def _check_layers(reader: gguf.GGUFReader, target_layers: Sequence[int]) -> int:
     """The target's n_embd, after checking ``target_layers`` (upstream ids) fit inside it."""
-    arch = _field_value(reader.fields["general.architecture"])[0].decode()
-    n_embd = int(_field_value(reader.fields[f"{arch}.embedding_length"])[0])
-    n_layer = int(_field_value(reader.fields[f"{arch}.block_count"])[0])
+    arch = raw_field(reader.fields["general.architecture"])[0].decode()
+    n_embd = int(raw_field(reader.fields[f"{arch}.embedding_length"])[0])
+    n_layer = int(raw_field(reader.fields[f"{arch}.block_count"])[0])
     if not target_layers or any(not 0 <= i < n_layer - 1 for i in target_layers):
         raise ValueError(f"target_layers {list(target_layers)} must be non-empty and inside "
                          f"0..{n_layer - 2} (below the target's last layer)")

@@ -74,7 +74,7 @@ def _check_shapes(weights: dict[str, np.ndarray], config: DraftConfig, where: Pa
                              f"config needs {shape}")
 
 
-def _raw_field(field: gguf.ReaderField) -> tuple[object, gguf.GGUFValueType,
+def raw_field(field: gguf.ReaderField) -> tuple[object, gguf.GGUFValueType,
                                                   gguf.GGUFValueType | None]:
     """(value, type, array element type) of a reader field, strings as raw bytes (a token
     that is not valid UTF-8 is copied as it is)."""
@@ -95,7 +95,7 @@ def _tokenizer(target: Path) -> list[tuple[str, object, gguf.GGUFValueType,
         reader = gguf.GGUFReader(target)
     except (OSError, ValueError) as exc:
         raise InputError(f"{target}: not a readable GGUF ({exc})") from exc
-    keys = [(name, *_raw_field(f)) for name, f in reader.fields.items()
+    keys = [(name, *raw_field(f)) for name, f in reader.fields.items()
             if name.startswith("tokenizer.") and name != MASK_KEY]
     if not any(name == "tokenizer.ggml.tokens" for name, *_ in keys):
         raise InputError(f"{target}: the target has no tokenizer (tokenizer.ggml.tokens)")
