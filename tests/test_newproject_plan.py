@@ -178,6 +178,15 @@ def test_a_project_without_a_test_script_or_target_has_no_tests(tmp_path: Path):
     assert report.status == "not run" and "no test runner detected" in report.detail
 
 
+def test_a_python_plan_without_python_files_is_judged_by_pytest(tmp_path: Path):
+    """A 135 M model once wrote only a README in a Python project: the verdict was "not run"
+    with no runner named (CI failed on it); pytest's own verdict is the honest one."""
+    (tmp_path / "README.md").write_text("adds two numbers\n")
+    report = run_project_tests(tmp_path, "python", own_pytest=True)
+    assert (report.status, report.runner.split()[1:3]) == ("no tests", ["-m", "pytest"])
+    assert run_project_tests(tmp_path).status == "not run"
+
+
 def test_the_plans_toolchain_is_tried_first(tmp_path: Path):
     (tmp_path / "Makefile").write_text("test:\n\ttrue\n")
     (tmp_path / "helper.py").write_text("x = 1\n")

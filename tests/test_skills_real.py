@@ -128,7 +128,10 @@ def test_run_with_skill_sends_the_body_and_prefills_its_tokens(proxy: RecordingP
     assert sent_body in raw_skill and sent_body not in raw_plain
     assert b"activate_skill" in raw_plain  # the tool is offered in both
     plain_sys, skill_sys = (json.loads(b)["messages"][0]["content"] for b in proxy.bodies)
-    assert plain_sys == skill_sys and "- haiku: Writes a haiku" in plain_sys
+    # The catalog may take 5 % of this server's 4 k context: with the bundled skills beside
+    # haiku that leaves names without descriptions (tests/test_skills_discovery.py covers the
+    # shortening); what matters here is that haiku is listed and the bytes are the same.
+    assert plain_sys == skill_sys and "\n- haiku" in plain_sys
     a, b = first_turn(plain), first_turn(with_skill)
     body_tokens = tokens(proxy.url, BODY)
     # The same system prompt and task are cached from the first run; the skill's messages

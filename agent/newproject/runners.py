@@ -158,8 +158,10 @@ def detect(directory: Path, preferred: str | None = None) -> Runner | str:
     for name in order:
         eco = ECOSYSTEMS[name]
         if name == "python":
-            if any((directory / m).is_file() for m in eco.markers) or any(
-                    p.suffix == ".py" for p in walk(directory, directory)):
+            # pytest needs no marker file: a Python plan is always judged by it (a project
+            # whose model wrote no .py file gets pytest's own "no tests", not "not run").
+            if name == preferred or any((directory / m).is_file() for m in eco.markers) \
+                    or any(p.suffix == ".py" for p in walk(directory, directory)):
                 return _python_runner(directory)
             continue
         if not any((directory / m).is_file() for m in eco.markers):
