@@ -21,13 +21,56 @@ from rich.text import Text
 
 from agent.events import Event, FinalAnswer, ModelTurn, ToolCall, ToolResult
 
+_SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
+_SHOWN[0x7F] = 0x2421
+_SHOWN.update({c: 0xFFFD for c in (*range(0x80, 0xA0), *range(0x202A, 0x202F),
+                                   *range(0x2066, 0x206A))})
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on replaced by a visible one of the
+    same length: C0 controls but tab and newline become their control pictures (ESC → ␛,
+    CR → ␍), DEL → ␡, C1 controls and the bidirectional overrides (U+202A–U+202E,
+    U+2066–U+2069) → U+FFFD.
+
+    Model replies, tool output, file names, MCP results and skills are untrusted: an escape
+    sequence in them could clear the screen, rewrite the clipboard (OSC 52) or hide part of a
+    command from the approval prompt (``rm -rf ~\\x1b[2K\\recho hi`` shows as ``echo hi``).
+    One character for one keeps rich's style spans in place."""
+    return text.translate(_SHOWN)
+
+
+class SafeConsole(Console):
+    """A rich :class:`~rich.console.Console` whose printed strings and :class:`Text` pass
+    through :func:`printable` (rich itself strips only BEL, BS, VT, FF and CR)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (rich's own)
+        super().print(*(_printable(o) for o in objects), **kwargs)
+
+
+def _printable(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, Text):
+        shown = obj.copy()
+        shown.plain = printable(obj.plain)
+        return shown
+    return obj
+
+
+def echo(text: str) -> None:
+    """:func:`typer.echo` of :func:`printable` text (command output that can hold file names,
+    skill or MCP server text)."""
+    sys.stdout.write(printable(text) + "\n")
+    sys.stdout.flush()
+
 
 class Reporter:
     """Receives events and progress notes; ``json_mode`` prints events as JSON lines."""
 
     def __init__(self, json_mode: bool = False):
         self.json_mode = json_mode
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         self._wait: Progress | None = None

@@ -12,7 +12,7 @@ import typer
 
 from agent.config_checks import CONFIG_CHECKS
 from agent.errors import EXIT_ERROR, UsageError
-from agent.ui import Reporter
+from agent.ui import Reporter, echo
 from backend import engines
 from backend.convert import NEW_ARCH, OLD_ARCH, convert_draft
 from backend.doctor import run_checks
@@ -62,16 +62,16 @@ def presets_cmd(json_out: JsonOut = False,
         typer.echo(json.dumps([_status_json(s) for s in statuses], indent=2))
         return
     for s in statuses:
-        typer.echo(f"{s.preset.name}  profile {s.preset.profile}  ctx {s.preset.ctx_size}  "
+        echo(f"{s.preset.name}  profile {s.preset.profile}  ctx {s.preset.ctx_size}  "
                    f"{s.fit_note}")
         if s.preset.description:
-            typer.echo(f"  {s.preset.description}")
-        typer.echo(f"  model  {_file_text(s.model)}")
+            echo(f"  {s.preset.description}")
+        echo(f"  model  {_file_text(s.model)}")
         if s.draft is not None:
             unused = "" if s.uses_draft else "  [not used by this profile]"
-            typer.echo(f"  draft  {_file_text(s.draft)}{unused}")
+            echo(f"  draft  {_file_text(s.draft)}{unused}")
         if verbose and s.fit is not None:
-            typer.echo(s.fit.table())
+            echo(s.fit.table())
 
 
 def doctor_cmd(json_out: JsonOut = False,
@@ -86,12 +86,12 @@ def doctor_cmd(json_out: JsonOut = False,
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
         for c in checks:
-            typer.echo(f"{c.status.upper():<4}  {c.name:<12}  {c.detail}")
+            echo(f"{c.status.upper():<4}  {c.name:<12}  {c.detail}")
             if c.fix:
-                typer.echo(f"{'':<4}  {'':<12}  → {c.fix}")
+                echo(f"{'':<4}  {'':<12}  → {c.fix}")
         fails = sum(c.status == "fail" for c in checks)
         warns = sum(c.status == "warn" for c in checks)
-        typer.echo(f"{fails} failed, {warns} warning(s), {len(checks) - fails - warns} ok")
+        echo(f"{fails} failed, {warns} warning(s), {len(checks) - fails - warns} ok")
     if any(c.status == "fail" for c in checks):
         raise typer.Exit(EXIT_ERROR)
 
@@ -156,7 +156,7 @@ def build_cmd(
             reporter.close()
     else:
         raise UsageError(f"unknown engine '{engine}' (use llama.cpp, beellama or system)")
-    typer.echo(f"engine {found.key}: {found.binary}")
+    echo(f"engine {found.key}: {found.binary}")
 
 
 def convert_draft_cmd(
@@ -176,5 +176,5 @@ def convert_draft_cmd(
         raise UsageError(f"--to {to}: use {NEW_ARCH}, {OLD_ARCH} or auto")
     summary = convert_draft(src, dst, force, to=to)  # type: ignore[arg-type]
     ids = "target_layers" if summary["architecture"] == NEW_ARCH else "target_layer_ids"
-    typer.echo(f"wrote {dst} ({summary['architecture']}): {ids} {summary['target_layers']}, "
+    echo(f"wrote {dst} ({summary['architecture']}): {ids} {summary['target_layers']}, "
                f"{summary['tensors_renamed']} of {summary['tensors']} tensors renamed")

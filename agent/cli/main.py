@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 # Imported for its side effect: it adds `mcp serve` and `mcp install` to mcp_app.
 from agent.cli import mcp_serve  # noqa: F401
@@ -39,7 +38,7 @@ from agent.newproject import new_project, slugify
 from agent.sessions.checkpoints import RestorePlan
 from agent.sessions.log import list_sessions
 from agent.sessions.repo import RepoSession, diff_session, load_record, undo_task
-from agent.ui import Reporter
+from agent.ui import Reporter, SafeConsole, echo
 from backend import engines, secret_store, server
 from backend.bench import (
     BenchError,
@@ -78,7 +77,7 @@ cache_app = typer.Typer(help="Engines and models in the cache: list, rm.", no_ar
 backend_app.add_typer(cache_app, name="cache")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(skills_app, name="skills")
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
                 CacheError, BenchError, PromptsError, DraftError, FitError, GgufError)
@@ -114,7 +113,7 @@ def _installed_version() -> str:
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"dflash-agent {_installed_version()}")
+        echo(f"dflash-agent {_installed_version()}")
         raise typer.Exit(EXIT_OK)
 
 
@@ -182,7 +181,7 @@ def new_project_cmd(
     if json_out:
         print(json.dumps({"type": "summary", **summary}))
     else:
-        out = Console(highlight=False, soft_wrap=True)
+        out = SafeConsole(highlight=False, soft_wrap=True)
         made = "" if result.created else " (not created: nothing was written)"
         out.print(f"\n[bold]Project:[/bold] {result.directory}{made}", markup=True)
         if result.recipe is not None:
@@ -291,7 +290,7 @@ def _undo_summary(plan: RestorePlan) -> str:
 
 
 def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
-    out = Console(highlight=False, soft_wrap=True)
+    out = SafeConsole(highlight=False, soft_wrap=True)
     out.print("Type a task, or /undo /diff /commit /compact /status /exit.")
     while True:
         try:
@@ -407,11 +406,11 @@ def sessions_cmd(json_out: JsonOut = False) -> None:
         typer.echo(json.dumps([s.__dict__ for s in found], indent=2))
         return
     if not found:
-        typer.echo("no sessions yet")
+        echo("no sessions yet")
     now = time.time()
     for s in found:
         age = _age(now - s.started)
-        typer.echo(f"{s.id}  {age:>6} ago  tasks {s.tasks}  steps {s.steps}  {s.end_detail}  "
+        echo(f"{s.id}  {age:>6} ago  tasks {s.tasks}  steps {s.steps}  {s.end_detail}  "
                    f"{s.workspace}  {s.task[:60]!r}")
 
 
@@ -432,9 +431,9 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
     """Put back the files a task changed (the current state is checkpointed first)."""
     plan = undo_task(_pick_session(session_id), task, force)
     if not plan.changed:
-        typer.echo("nothing to undo: the task changed no files")
+        echo("nothing to undo: the task changed no files")
     for path in plan.changed:
-        typer.echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
+        echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
 
 
 @app.command("diff")
@@ -442,7 +441,13 @@ def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
                                                               "last session).")] = None
              ) -> None:
     """The working tree against the session's first checkpoint, as a unified diff."""
-    typer.echo(diff_session(_pick_session(session_id)) or "(no changes)")
+    diff = diff_session(_pick_session(session_id)) or "(no changes)"
+    # Piped (`agent diff | git apply`) the bytes stay exact (typer.echo would strip escape
+    # sequences from them); on a terminal the model's escape sequences must not act.
+    if sys.stdout.isatty():
+        echo(diff)
+    else:
+        sys.stdout.write(diff + "\n")
 
 
 @backend_app.command("download", epilog=EXIT_CODES_HELP)
@@ -453,7 +458,7 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
     reporter = Reporter()
     for source in filter(None, [chosen.model, chosen.draft]):
         path = resolve_model(source, reporter.note)
-        typer.echo(f"{source} -> {path}")
+        echo(f"{source} -> {path}")
 
 
 def _engine(settings: Settings, reporter: Reporter) -> Engine:
@@ -495,7 +500,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
             raise UsageError(str(exc)) from exc
         for line in preview.notes:
             err.print(f"note: {line}", markup=False)
-        typer.echo(shlex.join(preview.argv))
+        echo(shlex.join(preview.argv))
         return
     reporter = Reporter()
     engine = _engine(settings, reporter)
@@ -505,7 +510,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
                               timeout=settings.server_start_timeout, progress=reporter.note)
     verb = "reusing" if reused else "started"
-    typer.echo(f"{verb} llama-server pid {state.pid} at {state.base_url} "
+    echo(f"{verb} llama-server pid {state.pid} at {state.base_url} "
                f"(preset {chosen.name}, profile {plan.profile})")
 
 
@@ -516,9 +521,9 @@ def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every
     """Stop the current managed server (the one most recently started or reused), or all."""
     stopped = server.down(all_servers)
     if not stopped:
-        typer.echo("no managed server is running")
+        echo("no managed server is running")
     for state in stopped:
-        typer.echo(f"stopped llama-server pid {state.pid} ({state.base_url})")
+        echo(f"stopped llama-server pid {state.pid} ({state.base_url})")
 
 
 @backend_app.command("status", epilog=EXIT_CODES_HELP)
@@ -531,9 +536,9 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
         typer.echo(json.dumps(infos, indent=2))
         return
     if not infos:
-        typer.echo("no managed server is running (start one with `agent backend up`)")
+        echo("no managed server is running (start one with `agent backend up`)")
     for info in infos:
-        typer.echo(f"{info['url']}  pid {info['pid']}  preset {info['preset']}  profile "
+        echo(f"{info['url']}  pid {info['pid']}  preset {info['preset']}  profile "
                    f"{info['profile']}  n_ctx {info['n_ctx']}  up {info['uptime_s']} s\n"
                    f"  binary {info['binary']} ({info['flavour']})\n  model  {info['model']}"
                    f"\n  log    {info['log']}")
@@ -584,14 +589,14 @@ def bench_cmd(
                        force=force,
                        note=lambda message: err.print(message, markup=False, style="dim"),
                        one_at_a_time=one_at_a_time)
-    table_out = Console(highlight=False, soft_wrap=True)
+    table_out = SafeConsole(highlight=False, soft_wrap=True)
     if not table_out.is_terminal:  # piped or logged: rich's 80 columns would cut the table
-        table_out = Console(highlight=False, soft_wrap=True, width=160)
+        table_out = SafeConsole(highlight=False, soft_wrap=True, width=160)
     table_out.print(result_table(result))
     written = write_result(result, json_path or default_result_path(result))
-    typer.echo(f"results: {written}")
+    echo(f"results: {written}")
     if plot is not None:
-        typer.echo(f"chart: {plot_result(result, plot)}")
+        echo(f"chart: {plot_result(result, plot)}")
 
 
 backend_app.command("presets")(presets_cmd)
@@ -607,11 +612,11 @@ def cache_list_cmd(json_out: JsonOut = False) -> None:
                               indent=2))
         return
     if not entries:
-        typer.echo("the cache is empty")
+        echo("the cache is empty")
     now = time.time()
     for e in entries:
         used = f"used {_age(now - e.last_used)} ago" if e.last_used else "never used"
-        typer.echo(f"{e.kind:<6}  {e.size_bytes / 2**20:>9.1f} MiB  {used:<16}  {e.name}")
+        echo(f"{e.kind:<6}  {e.size_bytes / 2**20:>9.1f} MiB  {used:<16}  {e.name}")
 
 
 @cache_app.command("rm", epilog=EXIT_CODES_HELP)
@@ -622,7 +627,7 @@ def cache_rm_cmd(name: Annotated[str, typer.Argument(help="Engine key or model f
     busy = {p.resolve() for s in server.running()
             for p in (s.plan.binary, s.plan.model, s.plan.draft) if p is not None}
     entry = remove(name, busy)
-    typer.echo(f"removed {entry.kind} {entry.name} ({entry.size_bytes / 2**20:.1f} MiB)")
+    echo(f"removed {entry.kind} {entry.name} ({entry.size_bytes / 2**20:.1f} MiB)")
 
 
 def main() -> None:

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 import git
 import typer
-from rich.console import Console
 
 from agent.errors import EXIT_ERROR, UsageError, UserError
+from agent.ui import SafeConsole, echo
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
 from tools.mcp.manager import McpManager, read_quarantines
@@ -93,7 +93,7 @@ def add_cmd(
                                      _repo_root(repo) if scope == "project" else None, force)
     except mcp_config.McpConfigError as exc:
         raise UserError(str(exc)) from exc
-    typer.echo(f"added MCP server '{name}' to {path}")
+    echo(f"added MCP server '{name}' to {path}")
 
 
 @mcp_app.command("remove")
@@ -112,7 +112,7 @@ def remove_cmd(
         paths = mcp_config.remove_server(name, _repo_root(repo), scope)  # type: ignore[arg-type]
     except mcp_config.McpConfigError as exc:
         raise UserError(str(exc)) from exc
-    typer.echo(f"removed MCP server '{name}' from {' and '.join(map(str, paths))}")
+    echo(f"removed MCP server '{name}' from {' and '.join(map(str, paths))}")
 
 
 @mcp_app.command("list")
@@ -121,7 +121,7 @@ def list_cmd(repo: RepoOpt = Path("."),
              ) -> None:
     """Configured MCP servers: connect to each, show status, tools and quarantines. Exit code 3
     when a configured server failed to start or its entry is invalid (all are still listed)."""
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
     root = _repo_root(repo)
     cfg = mcp_config.load(root)
     warnings: list[str] = [f"MCP config: {e}" for e in cfg.errors]
@@ -155,7 +155,7 @@ def list_cmd(repo: RepoOpt = Path("."),
     if json_out:
         typer.echo(json.dumps({"servers": rows}, indent=2))
     elif not rows:
-        typer.echo(f"no MCP servers configured (files: {mcp_config.user_file()}, "
+        echo(f"no MCP servers configured (files: {mcp_config.user_file()}, "
                    + ", ".join(str(p) for p in mcp_config.project_files(root)) + ")")
     else:
         _print_rows(rows)
@@ -182,16 +182,16 @@ def _left_out(manager: McpManager, root: Path) -> dict[str, dict[str, str]]:
 
 def _print_rows(rows: list[dict[str, Any]]) -> None:
     for row in rows:
-        typer.echo(f"{row['name']} [{row['scope']}, {row['transport']}] {row['target']}")
-        typer.echo(f"  status: {row['status']}" + (f" ({row['error']})" if row["error"] else ""))
+        echo(f"{row['name']} [{row['scope']}, {row['transport']}] {row['target']}")
+        echo(f"  status: {row['status']}" + (f" ({row['error']})" if row["error"] else ""))
         if row["tools"] or row["left_out"]:
             total = len(row["tools"]) + len(row["left_out"])
             count = f"{len(row['tools'])} of {total} used" if row["left_out"] else str(total)
-            typer.echo(f"  tools ({count}): " + (", ".join(row["tools"]) or "none"))
+            echo(f"  tools ({count}): " + (", ".join(row["tools"]) or "none"))
         for item in row["left_out"]:
-            typer.echo(f"  left out: {item['tool']} ({item['reason']})")
+            echo(f"  left out: {item['tool']} ({item['reason']})")
         if row["last_quarantine"]:
             q = row["last_quarantine"]
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(q.get("time", 0)))
-            typer.echo(f"  quarantined in session {q.get('session') or '?'} at {when}: "
+            echo(f"  quarantined in session {q.get('session') or '?'} at {when}: "
                        f"{q.get('reason')}")

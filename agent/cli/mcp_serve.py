@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from agent.cli.mcp import mcp_app
 from agent.errors import EXIT_CODES_HELP, UsageError
 from agent.mcp_server.install import DEFAULT_NAME, HOSTS, plan, write
 from agent.mcp_server.jobs import JobManager
 from agent.mcp_server.server import Roots, build_server, serve_http
+from agent.ui import SafeConsole, echo
 from backend import secret_store
 
 TOKEN_ENV = "DFLASH_AGENT_MCP_TOKEN"
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 RootOpt = Annotated[list[Path] | None, typer.Option(
     "--root", metavar="DIR", help="Workspace root the MCP host may use (repeatable; default: "
@@ -90,11 +90,11 @@ def install_cmd(
     p = plan(host, list(root or [Path.cwd()]), project, name)  # type: ignore[arg-type]
     if not write_file:
         err.print(f"# add to {p.path} (or rerun with --write):", markup=False)
-        typer.echo(p.snippet, nl=False)
+        echo(p.snippet, nl=False)
         return
     if p.new == p.old:
         err.print(f"{p.path} already has this entry; nothing to change", markup=False)
         return
-    typer.echo(p.diff(), nl=False)
+    echo(p.diff(), nl=False)
     write(p)
     err.print(f"wrote {p.path}", markup=False)

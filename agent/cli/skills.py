@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from agent.errors import EXIT_TASK_FAILED, UsageError
+from agent.ui import echo
 from skills.catalog import shorten
 from skills.loader import Discovery, Source, discover, skill_folders, skill_roots
 from skills.scaffold import ScaffoldError, new_skill
@@ -46,15 +47,15 @@ def list_cmd(repo: RepoOpt = Path("."),
             "warnings": found.warnings}, indent=2))
         return
     if not found.skills:
-        typer.echo("no skills found (add one with `agent skills new NAME`)")
+        echo("no skills found (add one with `agent skills new NAME`)")
     for s in found.skills.values():
-        typer.echo(f"{s.source:<8} {s.name:<28} {shorten(s.description, 70)}")
+        echo(f"{s.source:<8} {s.name:<28} {shorten(s.description, 70)}")
         for problem in s.warnings:
-            typer.echo(f"{'':<8} {'':<28} problem: {problem}")
+            echo(f"{'':<8} {'':<28} problem: {problem}")
     for folder, reason in found.skipped:
-        typer.echo(f"skipped  {folder}: {reason}")
+        echo(f"skipped  {folder}: {reason}")
     for warning in found.warnings:
-        typer.echo(f"warning: {warning}")
+        echo(f"warning: {warning}")
 
 
 @skills_app.command("show")
@@ -76,7 +77,7 @@ def show_cmd(name: Annotated[str, typer.Argument(help="Skill name (see `agent sk
     lines += [f"metadata: {k}={v}" for k, v in skill.metadata.items()]
     lines += [f"problem: {w}" for w in skill.warnings]
     lines.append("files: " + (", ".join(skill.resources()) or "(none besides SKILL.md)"))
-    typer.echo("\n".join(lines) + "\n\n" + skill.body)
+    echo("\n".join(lines) + "\n\n" + skill.body)
 
 
 @skills_app.command("new")
@@ -93,7 +94,7 @@ def new_cmd(name: Annotated[str, typer.Argument(help="Lowercase letters, digits 
         folder = new_skill(name, parent, description)
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from exc
-    typer.echo(f"created {folder / 'SKILL.md'}; edit it, then check it with "
+    echo(f"created {folder / 'SKILL.md'}; edit it, then check it with "
                f"`agent skills validate {folder}`")
 
 
@@ -125,12 +126,12 @@ def validate_cmd(path: Annotated[Path | None, typer.Argument(
         report = validate(folder)
         invalid += not report.valid
         label = f"{source} " if source else ""
-        typer.echo(f"{label}{'valid' if report.valid else 'invalid'}: {report.folder}")
+        echo(f"{label}{'valid' if report.valid else 'invalid'}: {report.folder}")
         for error in report.errors:
-            typer.echo(f"  error: {error}")
+            echo(f"  error: {error}")
         for warning in report.warnings:
-            typer.echo(f"  warning: {warning}")
+            echo(f"  warning: {warning}")
     if path is None:
-        typer.echo(f"{len(labelled)} skills checked, {invalid} invalid")
+        echo(f"{len(labelled)} skills checked, {invalid} invalid")
     if invalid:
         raise typer.Exit(EXIT_TASK_FAILED)

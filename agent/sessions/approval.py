@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.loop import ApprovalUnavailable, Approver
+from agent.ui import printable
 from tools.mcp.tool import SEPARATOR as MCP_SEPARATOR
 
 READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs", "activate_skill"})
@@ -92,7 +93,9 @@ def make_approver(mode: str, ask: Callable[[str], str] | None = None,
                 "terminal; rerun in a terminal or with --approval full-auto")
         diff = preview(call["name"], args) if preview is not None else None
         shown = describe(call, diff) + (f"\n[{reason}]" if reason else "")
-        answer = prompt(f"{shown}\nAllow {call['name']}? [y/N or a reason] ").strip()
+        # What is approved must be what is seen: an escape sequence in the command or the
+        # edit (put there by a prompt injection) could erase or hide part of it.
+        answer = prompt(printable(f"{shown}\nAllow {call['name']}? [y/N or a reason] ")).strip()
         if answer.lower() in {"y", "yes"}:
             return None
         return answer or "no"
