@@ -283,6 +283,8 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
                                           "approval": "yolo"}),
             "non_empty": ("new_project", {"description": "x", "directory": str(root / "full")}),
             "empty_description": ("new_project", {"description": " ", "directory": "new"}),
+            "bad_recipe": ("new_project", {"description": "x", "directory": "new",
+                                           "recipe": "huge"}),
         }
         for key, (tool, args) in calls.items():
             results[key] = await c.call_tool(tool, args)
@@ -298,6 +300,7 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
     assert "approval" in text(results["bad_approval"])
     assert "not an empty directory" in text(results["non_empty"])
     assert "description is empty" in text(results["empty_description"])
+    assert "recipe" in text(results["bad_recipe"]) and not (root / "new").exists()
     assert (root / "full" / "x.txt").read_text() == "keep me\n"
 
 
@@ -426,3 +429,22 @@ def test_new_project_runs_the_projects_tests_and_commits(root: Path):
     assert result["test_runner"].startswith(".venv/bin/python -m pytest")
     assert git.Repo(root / "calc").head.commit.hexsha == result["commit"]
     assert any(m.endswith("project tests: passed") for m in progress)
+
+
+def test_new_project_takes_the_recipe_the_host_asks_for(root: Path):
+    """A 30 B model gets the full recipe by its size; the host's recipe=simple wins."""
+    script = [call("create", path="calc.py", file_text="def add(a, b):\n    return a + b\n"),
+              call("final_answer", text="calc")]
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("new_project", {"description": "a calculator",
+                                                   "directory": "calc", "wait": True,
+                                                   "recipe": "simple"})
+        out["result"] = result.structured_content
+
+    with ScriptedModel(script) as model:
+        model.models = {"data": [{"meta": {"n_params": 30_700_000_000}}]}  # auto: full
+        serve([root], {"base_url": model.url}, body)
+    assert out["result"]["state"] == "done" and out["result"]["recipe"] == "simple"
+    assert len(model.requests) == 2  # the two scripted steps: no plan turn came first

@@ -208,12 +208,14 @@ class JobManager:
                 job.say(f"waiting for the backend ({message})")
 
     def start(self, kind: Literal["run_task", "new_project"], text: str, path: Path,
-              approval: Literal["ask", "auto-edit", "full-auto"] = "full-auto") -> Job:
-        """Queue a task; its worker starts once the backend is warm. Returns at once."""
+              approval: Literal["ask", "auto-edit", "full-auto"] = "full-auto",
+              overrides: dict[str, Any] | None = None) -> Job:
+        """Queue a task; its worker starts once the backend is warm. Returns at once.
+        ``overrides``: settings for this task only (over the server's own)."""
         self.warm()
         session_id = new_session_id()
         spec = WorkerSpec(kind=kind, session_id=session_id, text=text, path=str(path),
-                          approval=approval, settings=self.settings)
+                          approval=approval, settings={**self.settings, **(overrides or {})})
         job = Job(session_id, kind, spec)
         job.say(f"waiting for the backend ({self.backend})" if not self.ready.is_set()
                 else "starting")

@@ -304,16 +304,22 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         ctx: Context,
         wait: Annotated[bool, Field(description="Block until done, sending progress "
                                     "notifications.")] = False,
+        recipe: Annotated[Literal["auto", "simple", "full"], Field(
+            description="full: the model plans the project (toolchain, files, install, "
+            "tests); simple: one module and its tests, for small models; auto: by the "
+            "model's size (3 B parameters and up get full).")] = "auto",
     ) -> CallToolResult | InputRequiredResult:
         """Create a project from a description: git init, the agent writes the code and its
         tests (full-auto, confined to the directory), then the project's tests are run and the
-        result committed. Returns a session_id (and, with wait, the outcome)."""
+        result committed. Returns a session_id (and, with wait, the outcome: the recipe used,
+        the test runner and its verdict, the commit)."""
         if not description.strip():
             raise ToolError("the project description is empty; say what to build")
         path = roots.confine(directory)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise ToolError(f"{directory} exists and is not an empty directory; choose another")
-        job = jobs.start("new_project", description, path)
+        job = jobs.start("new_project", description, path,
+                         overrides={"new_project_recipe": recipe})
         if wait:
             return await agent.wait(job, ctx, None)
         return _result(job.status())
