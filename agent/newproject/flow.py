@@ -42,7 +42,7 @@ from agent.newproject.recipe import (
     full_task,
     plan_request,
 )
-from agent.newproject.runners import TestReport, run_project_tests
+from agent.newproject.runners import TIMEOUT_S, TestReport, run_project_tests
 from agent.newproject.toolchains import ECOSYSTEMS, available
 from agent.prompts import system_prompt
 from agent.protocol import tools_with_final
@@ -65,6 +65,8 @@ problems)."""
 PLAN_MAX_TOKENS = 1024
 MAX_FIX_ROUNDS = 2
 """Times the product's own failing test run is sent back to a model that said it was done."""
+MIN_TEST_RUN_S = 60.0
+"""Seconds a test run gets even when the task's time is used up (see :func:`time_for_tests`)."""
 FIX_TASK = """dflash-agent ran the project's tests itself with `{runner}`: {status}.
 
 {detail}
@@ -401,6 +403,7 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
         s.reporter.note("running the project's tests")
         try:
             tests = run_project_tests(s.directory, s.plan.toolchain, s.env,
+                                      timeout=time_for_tests(s.settings.max_time, started),
                                       own_pytest=s.recipe.name == "simple")
         except KeyboardInterrupt:
             # The agent's run ended (its answer is logged); the log must end on the
@@ -422,6 +425,16 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
         steps += result.steps
     # The agent's timings list grows over its runs: the last result holds them all.
     return LoopResult(result.text, result.reason, steps, result.timings), tests
+
+
+def time_for_tests(max_time: float, started: float) -> float:
+    """Seconds the project's test run may take: what is left of the task's ``max_time``
+    (``--max-time``, counted from ``started``, a :func:`time.monotonic` value), but at least
+    :data:`MIN_TEST_RUN_S` (or all of ``max_time`` when that is shorter: the verdict is worth
+    a little time past the budget, never another 10 minutes), at most the runner's own
+    :data:`~agent.newproject.runners.TIMEOUT_S`."""
+    left = max_time - (time.monotonic() - started)
+    return min(TIMEOUT_S, max(left, min(MIN_TEST_RUN_S, max_time)))
 
 
 def _exists(path: Path) -> bool:
