@@ -2,7 +2,6 @@ import io
 import os
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -102,10 +101,8 @@ def test_engine_is_built_from_the_sdist_and_a_second_build_is_a_no_op(
     assert (engine.binary.parent.parent / "build.log").is_file()
     assert any(engine.templates.glob("*.jinja"))
     monkeypatch.setenv("DFLASH_AGENT_HOME", str(shared_home))
-    started = time.monotonic()
     again = build_llama_cpp(cuda=False)
     assert again.installed_at == engine.installed_at  # nothing was rebuilt
-    assert time.monotonic() - started < 30
 
 
 def test_an_existing_binary_can_be_registered_as_the_system_engine(engine: Engine):

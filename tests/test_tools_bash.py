@@ -145,17 +145,13 @@ def test_cwd_that_is_a_file_is_refused(reg: Registry, ws: Path):
 
 
 def test_cat_waiting_on_stdin_returns_promptly(reg: Registry, stdin_never_ends: None):
-    started = time.monotonic()
     obs = reg.call("bash", {"command": "cat", "timeout": 5})
-    assert time.monotonic() - started < 4
-    assert not obs.is_error
+    assert not obs.is_error  # a cat left waiting would have been killed at the timeout
     assert obs.text == "[exit code 0]"
 
 
 def test_read_from_stdin_gets_end_of_file_at_once(reg: Registry, stdin_never_ends: None):
-    started = time.monotonic()
     obs = reg.call("bash", {"command": "read x; echo got:$x", "timeout": 5})
-    assert time.monotonic() - started < 4
     assert obs.text == "got:\n\n[exit code 0]"
 
 
@@ -165,10 +161,8 @@ def test_git_commit_without_message_aborts_instead_of_waiting_for_an_editor(
     init_repo(ws)
     (ws / "a.txt").write_text("a\n")
     git(ws, "add", "a.txt")
-    started = time.monotonic()
     obs = reg.call("bash", {"command": "git commit", "timeout": 60})
-    assert time.monotonic() - started < 30
-    assert obs.is_error
+    assert obs.is_error  # an editor left waiting would end in a timeout, not git's abort
     assert "Aborting commit due to empty commit message" in obs.text
     assert re.search(r"\[exit code [1-9]\d*\]$", obs.text)
     head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=ws,
@@ -295,10 +289,8 @@ def test_invalid_utf8_output_is_replaced_not_fatal(reg: Registry):
 def test_a_background_server_answers_is_listed_and_is_stopped_by_bash_kill(reg: Registry):
     port = free_port()
     command = f"{shlex.quote(sys.executable)} -m http.server {port} --bind 127.0.0.1"
-    started = time.monotonic()
     obs = reg.call("bash", {"command": command, "background": True})
-    assert time.monotonic() - started < 5
-    assert not obs.is_error
+    assert not obs.is_error  # a server run in the foreground would end in a timeout
     assert re.fullmatch(r"started background job 1 \(pid \d+\); output goes to "
                         r"\.dflash-agent/\S+\.out", obs.text)
     assert wait_until(lambda: http_status(port) == 200, timeout=20)
