@@ -12,12 +12,14 @@ import atexit
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-import openai
 
 from agent.events import Timings
+
+if TYPE_CHECKING:
+    import openai
 
 
 class ContextOverflow(RuntimeError):
@@ -78,6 +80,8 @@ class ServerClient:
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.id_slot = id_slot
         self.idle_timeout = idle_timeout
+        import openai  # deferred: ~0.75 s, which commands that call no model should not pay
+
         self.openai = openai.OpenAI(
             base_url=self.base_url + "/v1", api_key="sk-no-key-required", max_retries=0,
             timeout=httpx2.Timeout(connect=10.0, read=idle_timeout, write=60.0, pool=10.0))
@@ -162,6 +166,8 @@ class ServerClient:
         Raises :class:`ContextOverflow`, :class:`ServerUnavailable`; on ``KeyboardInterrupt``
         the stream is closed first (so the server stops decoding) and the interrupt re-raised.
         """
+        import openai  # deferred, as in __init__ (startup time)
+
         sampling = dict(sampling or {})
         extra: dict[str, Any] = {**self.request_extra, "cache_prompt": True}
         if self.id_slot is not None:

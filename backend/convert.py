@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import gguf
+# gguf (with numpy, ~0.25 s) is imported by the functions that read or write a file, so that
+# importing this module (ConvertError, for every command's error handler) stays cheap.
+if TYPE_CHECKING:
+    import gguf
 
 OLD_ARCH, NEW_ARCH = "dflash-draft", "dflash"
 Direction = Literal["auto", "dflash", "dflash-draft"]
@@ -65,6 +68,8 @@ def _tensor_name(name: str, to: str = NEW_ARCH) -> str:
 
 
 def _architecture(reader: gguf.GGUFReader) -> str:
+    import gguf  # deferred: startup time
+
     field = reader.fields.get(gguf.Keys.General.ARCHITECTURE)
     try:
         return str(field.contents()) if field is not None else ""
@@ -75,6 +80,8 @@ def _architecture(reader: gguf.GGUFReader) -> str:
 def _open(src: Path) -> gguf.GGUFReader:
     if not src.is_file():
         raise ConvertError(f"{src} does not exist or is not a file")
+    import gguf  # deferred: startup time
+
     try:
         return gguf.GGUFReader(src)
     # The gguf parser reads untrusted bytes and fails in many ways (ValueError, struct and
@@ -122,6 +129,8 @@ KeyPlan = dict[str, object]
 
 def _field_entry(field: gguf.ReaderField) -> tuple[object, gguf.GGUFValueType,
                                                    gguf.GGUFValueType | None]:
+    import gguf  # deferred: startup time
+
     vtype = field.types[0]
     sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
     return field.contents(), vtype, sub
@@ -141,6 +150,8 @@ def _layer_ids(reader: gguf.GGUFReader, key: str, src: Path) -> list[int]:
 
 
 def _to_new(reader: gguf.GGUFReader, src: Path) -> KeyPlan:
+    import gguf  # deferred: startup time
+
     layers = [i + 1 for i in _layer_ids(reader, _OLD_IDS, src)]
     plan: KeyPlan = {}
     for field in reader.fields.values():
@@ -163,6 +174,8 @@ def _to_new(reader: gguf.GGUFReader, src: Path) -> KeyPlan:
 
 
 def _to_old(reader: gguf.GGUFReader, src: Path) -> KeyPlan:
+    import gguf  # deferred: startup time
+
     ids = _layer_ids(reader, _NEW_LAYERS, src)
     if min(ids) < 1:
         raise ConvertError(f"{src}: target layer 0 (the token embeddings) has no BeeLlama <=0.3 "
@@ -200,6 +213,8 @@ def _to_old(reader: gguf.GGUFReader, src: Path) -> KeyPlan:
 
 def _write(reader: gguf.GGUFReader, src: Path, dst: Path, arch: str, plan: KeyPlan,
            layers: list[int]) -> dict[str, object]:
+    import gguf  # deferred: startup time
+
     tmp = dst.with_name(dst.name + ".part")
     renamed = 0
     try:

@@ -27,7 +27,6 @@ from backend.flavour import detect_flavour
 from backend.home import home
 from backend.preset_status import cached_file
 from backend.presets import DEFAULT_PRESET, PresetError, get_preset
-from backend.probe_model import write_probe_model
 from backend.profiles import LaunchPlan
 from backend.server import (
     DEFAULT_HOST,
@@ -210,6 +209,9 @@ def _probe_model() -> tuple[Path, str]:
         return cached, cached.name
     probe = home().ensure().models / "engine-probe.gguf"
     if not probe.is_file():
+        # deferred: it needs gguf and numpy, ~0.25 s of every command's startup
+        from backend.probe_model import write_probe_model
+
         write_probe_model(probe)
     return probe, "the tiny probe model (no model cached yet)"
 

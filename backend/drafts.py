@@ -15,8 +15,6 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-import gguf
-
 from backend.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
 from backend.flavour import Flavour
 from backend.ggufinfo import GgufError, gguf_metadata
@@ -33,7 +31,7 @@ def gguf_architecture(path: Path) -> str:
     Raises :class:`DraftError` when the file is not a readable GGUF.
     """
     try:
-        arch = gguf_metadata(path).get(gguf.Keys.General.ARCHITECTURE)
+        arch = gguf_metadata(path).get("general.architecture")
     except GgufError as exc:
         raise DraftError(f"{path} is not a readable GGUF file: {exc}") from exc
     return arch if isinstance(arch, str) else ""

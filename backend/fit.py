@@ -39,7 +39,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-import gguf
 import psutil
 
 from backend.ggufinfo import GgufInfo, read_gguf_info
@@ -168,6 +167,8 @@ def row_bytes(cache_type: str, n: int) -> int:
 
     Raises ``ValueError`` for an unknown type or ``n`` not a multiple of the type's block size.
     """
+    import gguf  # deferred: gguf and numpy cost ~0.25 s of every command's startup
+
     try:
         qtype = gguf.GGMLQuantizationType[cache_type.upper()]
     except KeyError as exc:
@@ -201,6 +202,8 @@ def block_size(cache_type: str) -> int:
     """Values per block of a KV cache type (1 for f16/f32/bf16)."""
     if is_turbo(cache_type):
         return TURBO_BLOCK
+    import gguf  # deferred: startup time
+
     try:
         return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[cache_type.upper()]][0]
     except KeyError as exc:

@@ -21,13 +21,14 @@ Key names and defaults follow llama.cpp b11434 (``src/llama-model.cpp``, ``src/m
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
-import numpy as np
+if TYPE_CHECKING:
+    import gguf
 
 SWA_PERIODS: dict[str, tuple[int, bool]] = {
     "gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False),
@@ -57,56 +58,66 @@ class TensorEntry:
     """Byte offset of its data from the start of the data section."""
 
 
-class _HeaderReader(gguf.GGUFReader):
-    """A :class:`gguf.GGUFReader` that reads the header fast and never maps tensor data.
+@functools.cache
+def _header_reader() -> type[gguf.GGUFReader]:
+    """The :class:`_HeaderReader` class, made on first use: subclassing ``gguf.GGUFReader``
+    imports gguf and numpy (~0.25 s), which importing this module (:class:`GgufError`, for every
+    command's error handler) should not cost."""
+    import gguf
+    import numpy as np
 
-    Two steps of the stock reader (gguf-py's layout since 0.10) are replaced: ``_build_tensors``
-    records tensor descriptions without building numpy views of their data (which fails on a
-    file whose data is missing), and ``_get_field_parts`` reads a numeric array in one slice and
-    skips over a string array's items, keeping only its length: the stock per-item loop takes
-    seconds on a 262k-token vocabulary. Array fields hold ``[item type, length, values]``
-    (values absent for string arrays).
-    """
+    class _HeaderReader(gguf.GGUFReader):
+        """A :class:`gguf.GGUFReader` that reads the header fast and never maps tensor data.
 
-    entries: list[TensorEntry]
+        Two steps of the stock reader (gguf-py's layout since 0.10) are replaced: ``_build_tensors``
+        records tensor descriptions without building numpy views of their data (which fails on a
+        file whose data is missing), and ``_get_field_parts`` reads a numeric array in one slice and
+        skips over a string array's items, keeping only its length: the stock per-item loop takes
+        seconds on a 262k-token vocabulary. Array fields hold ``[item type, length, values]``
+        (values absent for string arrays).
+        """
 
-    def _get_field_parts(self, orig_offs: int, raw_type: int
-                         ) -> tuple[int, list[np.ndarray], list[int], list[gguf.GGUFValueType]]:
-        if gguf.GGUFValueType(raw_type) != gguf.GGUFValueType.ARRAY:
-            return super()._get_field_parts(orig_offs, raw_type)
-        item_type = self._get(orig_offs, np.uint32)
-        length = self._get(orig_offs + 4, np.uint64)
-        offs = orig_offs + 12
-        sub = gguf.GGUFValueType(int(item_type[0]))
-        count = int(length[0])
-        if sub == gguf.GGUFValueType.STRING:
-            view = memoryview(self.data)
-            fmt = "<Q" if self.endianess == gguf.GGUFEndian.LITTLE else ">Q"
-            for _ in range(count):
-                offs += 8 + struct.unpack_from(fmt, view, offs)[0]
-            if offs > len(self.data):
-                raise ValueError("string array runs past the end of the file")
-            return offs - orig_offs, [item_type, length], [], [gguf.GGUFValueType.ARRAY, sub]
-        nptype = self.gguf_scalar_to_np.get(sub)
-        if nptype is None:
-            return super()._get_field_parts(orig_offs, raw_type)
-        values = self._get(offs, nptype, count)
-        if len(values) != count:
-            raise ValueError("array runs past the end of the file")
-        return (12 + int(values.nbytes), [item_type, length, values], [2],
-                [gguf.GGUFValueType.ARRAY, sub])
+        entries: list[TensorEntry]
 
-    def _build_tensors(self, start_offs: int, fields: list[gguf.ReaderField]) -> None:
-        self.entries = []
-        for field in fields:
-            _len, name, _n_dims, dims, raw_type, offset = field.parts
-            qtype = gguf.GGMLQuantizationType(int(raw_type[0]))
-            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-            n_elems = int(np.prod(dims.astype(np.uint64))) if len(dims) else 1
-            self.entries.append(TensorEntry(
-                name=bytes(name).decode("utf-8"), shape=tuple(int(d) for d in dims),
-                ggml_type=qtype.name, n_bytes=n_elems * type_size // block,
-                offset=int(offset[0])))
+        def _get_field_parts(self, orig_offs: int, raw_type: int
+                             ) -> tuple[int, list[np.ndarray], list[int], list[gguf.GGUFValueType]]:
+            if gguf.GGUFValueType(raw_type) != gguf.GGUFValueType.ARRAY:
+                return super()._get_field_parts(orig_offs, raw_type)
+            item_type = self._get(orig_offs, np.uint32)
+            length = self._get(orig_offs + 4, np.uint64)
+            offs = orig_offs + 12
+            sub = gguf.GGUFValueType(int(item_type[0]))
+            count = int(length[0])
+            if sub == gguf.GGUFValueType.STRING:
+                view = memoryview(self.data)
+                fmt = "<Q" if self.endianess == gguf.GGUFEndian.LITTLE else ">Q"
+                for _ in range(count):
+                    offs += 8 + struct.unpack_from(fmt, view, offs)[0]
+                if offs > len(self.data):
+                    raise ValueError("string array runs past the end of the file")
+                return offs - orig_offs, [item_type, length], [], [gguf.GGUFValueType.ARRAY, sub]
+            nptype = self.gguf_scalar_to_np.get(sub)
+            if nptype is None:
+                return super()._get_field_parts(orig_offs, raw_type)
+            values = self._get(offs, nptype, count)
+            if len(values) != count:
+                raise ValueError("array runs past the end of the file")
+            return (12 + int(values.nbytes), [item_type, length, values], [2],
+                    [gguf.GGUFValueType.ARRAY, sub])
+
+        def _build_tensors(self, start_offs: int, fields: list[gguf.ReaderField]) -> None:
+            self.entries = []
+            for field in fields:
+                _len, name, _n_dims, dims, raw_type, offset = field.parts
+                qtype = gguf.GGMLQuantizationType(int(raw_type[0]))
+                block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+                n_elems = int(np.prod(dims.astype(np.uint64))) if len(dims) else 1
+                self.entries.append(TensorEntry(
+                    name=bytes(name).decode("utf-8"), shape=tuple(int(d) for d in dims),
+                    ggml_type=qtype.name, n_bytes=n_elems * type_size // block,
+                    offset=int(offset[0])))
+
+    return _HeaderReader
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,8 @@ class GgufInfo:
 def _value(field: gguf.ReaderField) -> Any:
     """A field's value: scalar, str, a list for numeric arrays, the length for string arrays
     (as :class:`_HeaderReader` stores them)."""
+    import gguf  # deferred: startup time
+
     vtype = gguf.GGUFValueType(field.types[0])
     if vtype == gguf.GGUFValueType.ARRAY:
         if field.types[-1] == gguf.GGUFValueType.STRING:
@@ -196,7 +209,7 @@ def _swa_layers(meta: dict[str, Any], arch: str, n_layer: int, path: Path) -> tu
     return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))
 
 
-def _read_header(path: Path) -> tuple[_HeaderReader, dict[str, Any]]:
+def _read_header(path: Path) -> tuple[gguf.GGUFReader, dict[str, Any]]:
     if not path.is_file():
         raise GgufError(f"{path}: no such file")
     with path.open("rb") as fh:
@@ -204,7 +217,7 @@ def _read_header(path: Path) -> tuple[_HeaderReader, dict[str, Any]]:
     if magic != b"GGUF":
         raise GgufError(f"{path}: not a GGUF file (starts with {magic!r}, not b'GGUF')")
     try:
-        reader = _HeaderReader(path)
+        reader = _header_reader()(path)
         meta = {name: _value(f) for name, f in reader.fields.items()}
     except (ValueError, IndexError, KeyError, OverflowError, TypeError, struct.error) as exc:
         raise GgufError(f"{path}: truncated or corrupt GGUF header ({exc}); "

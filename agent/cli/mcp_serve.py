@@ -15,7 +15,6 @@ from agent.cli.mcp import mcp_app
 from agent.errors import EXIT_CODES_HELP, UsageError
 from agent.mcp_server.install import DEFAULT_NAME, HOSTS, plan, write
 from agent.mcp_server.jobs import JobManager
-from agent.mcp_server.server import Roots, build_server, serve_http
 from agent.ui import SafeConsole, echo
 from backend import secret_store
 
@@ -50,6 +49,9 @@ def serve_cmd(
     """Serve the agent to MCP hosts (tools: run_task, new_project, session_status,
     session_result, cancel, undo). Starts warming the model server at once. Over stdio, stdout
     carries the protocol and logs go to stderr."""
+    # deferred: the MCP server SDK, starlette and uvicorn cost ~1 s of every command's startup
+    from agent.mcp_server.server import Roots, build_server, serve_http
+
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="dflash-agent mcp: %(message)s")
     logging.getLogger("dflash_agent.mcp").setLevel(logging.INFO)

@@ -21,24 +21,24 @@ from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import anyio
 import httpx2
-import mcp_types
 import pydantic
-from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from backend.home import home
 from backend.secret_store import SECRET_NAME, strip_url_credentials
 from tools import reaper
 from tools.mcp.config import ServerConfig
 
+# The SDK (mcp, mcp_types: ~0.8 s) is imported where a server is connected, so a session or
+# command with no MCP server configured never loads it.
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.client import Client
+
 Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
-CLIENT_INFO = mcp_types.Implementation(name="dflash-agent", version="1")
 STOP_GRACE_S = 10.0
 """Seconds a runner gets to close its connection (the SDK bounds its own shutdown at ~5 s)."""
 STRAY_KEPT = 3
@@ -55,6 +55,8 @@ def server_env(cfg: ServerConfig) -> dict[str, str]:
 
     Explicit because the SDK merges ``get_default_environment()`` under whatever it is given:
     every name it would add is in :data:`BASE_ENV`, so the result is exactly this dict."""
+    from mcp.client.stdio import get_default_environment  # deferred: startup time
+
     base = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
     base.update(get_default_environment())
     env = {k: strip_url_credentials(v) for k, v in base.items() if not SECRET_NAME.search(k)}
@@ -81,6 +83,8 @@ def describe_error(exc: BaseException) -> str:
     """One line for an exception, looking inside anyio's exception groups."""
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(describe_error(e) for e in exc.exceptions)
+    from mcp.shared.exceptions import MCPError  # deferred: startup time
+
     if isinstance(exc, MCPError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
     if isinstance(exc, FileNotFoundError) and exc.filename:
@@ -204,7 +208,11 @@ class McpManager:
         await ready.wait()
 
     async def _run(self, state: ServerState, ready: anyio.Event) -> None:
+        import mcp_types  # deferred: startup time
+        from mcp.client import Client
+
         cfg = state.config
+        client_info = mcp_types.Implementation(name="dflash-agent", version="1")
         assert state.stop is not None and state.done is not None
         try:
             with anyio.CancelScope() as scope:
@@ -212,7 +220,7 @@ class McpManager:
                 async with AsyncExitStack() as stack:
                     transport = await self._transport(state, stack)
                     client = await stack.enter_async_context(
-                        Client(transport, client_info=CLIENT_INFO,
+                        Client(transport, client_info=client_info,
                                read_timeout_seconds=cfg.startup_timeout,
                                message_handler=_stray_recorder(state)))
                     state.tools = await _list_tools(client)
@@ -234,6 +242,10 @@ class McpManager:
             state.done.set()
 
     async def _transport(self, state: ServerState, stack: AsyncExitStack) -> Any:
+        # deferred: startup time
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
         cfg = state.config
         if cfg.url:
             http = await stack.enter_async_context(httpx2.AsyncClient(
@@ -276,6 +288,9 @@ class McpManager:
 
     async def _call(self, state: ServerState, tool: str,
                     arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        import mcp_types  # deferred: startup time
+        from mcp.shared.exceptions import MCPError
+
         timeout = state.config.tool_timeout
         client = state.client
         assert client is not None

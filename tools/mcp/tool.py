@@ -11,14 +11,16 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import jsonschema
-import mcp_types
+from typing import TYPE_CHECKING, Any
 
 from tools.base import Observation, Tool, ToolContext, ToolError
 from tools.mcp.manager import McpCallError, McpManager
 from tools.mcp.schema import UnsafeSchema, drop_null_keywords, sanitize
+
+# mcp_types and jsonschema (~0.6 s together) are imported where a server's tools are used, so a
+# session with no MCP server configured never loads them.
+if TYPE_CHECKING:
+    import mcp_types
 
 SEPARATOR = "__"
 MAX_NAME = 64
@@ -55,6 +57,8 @@ def _frame_description(server: str, tool: mcp_types.Tool) -> str:
 
 def _block(block: Any) -> str:
     """One content block as text (images and audio become notes; they are not shown)."""
+    import mcp_types  # deferred: startup time
+
     if isinstance(block, mcp_types.TextContent):
         return block.text
     if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
@@ -102,6 +106,8 @@ class McpTool(Tool):
         self.manager, self.server, self.remote = manager, server, tool
         self.name = name  # type: ignore[misc]
         self.description = _frame_description(server, tool)  # type: ignore[misc]
+        import jsonschema  # deferred: startup time
+
         # Null keywords are dropped before validating, as the README promises: a schema with
         # "pattern": null is not invalid in intent, only in form.
         schema = drop_null_keywords(tool.input_schema)
