@@ -58,10 +58,10 @@ def _printable(obj: Any) -> Any:
     return obj
 
 
-def echo(text: str) -> None:
+def echo(text: str, nl: bool = True) -> None:
     """:func:`typer.echo` of :func:`printable` text (command output that can hold file names,
-    skill or MCP server text)."""
-    sys.stdout.write(printable(text) + "\n")
+    skill or MCP server text); ``nl``: end with a newline."""
+    sys.stdout.write(printable(text) + ("\n" if nl else ""))
     sys.stdout.flush()
 
 
