@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from skills.loader import Skill
+from skills.trust import is_trusted
 from tools.base import Observation, Tool, ToolArgs, ToolContext, ToolError
 
 TOOL_NAME = "activate_skill"
@@ -89,6 +90,9 @@ def skill_content(skill: Skill, permissions: list[Permission]) -> str:
     if permissions:
         lines.append("Pre-approved while this skill is active: " + ", ".join(
             p.tool + (f"({p.pattern})" if p.pattern else "") for p in permissions))
+    elif skill.allowed_tools:
+        lines.append("Its allowed-tools pre-approve nothing (a project skill the user has not "
+                     "trusted): its tool calls need the usual approval.")
     lines += ["", skill.body, "</skill>"]
     return "\n".join(lines)
 
@@ -126,7 +130,10 @@ class Activations:
         if skill is None:
             return
         self.ctx.workspace.add_read_only_root(skill.folder)
-        self.active[name] = parse_allowed_tools(skill.allowed_tools, self.known_tools)[0]
+        # A repository's own skill pre-approves nothing until the user trusts its folder:
+        # otherwise text from a clone could approve commands (skills/trust.py).
+        self.active[name] = (parse_allowed_tools(skill.allowed_tools, self.known_tools)[0]
+                             if is_trusted(skill) else [])
 
     def preapproved(self, call: Mapping[str, Any]) -> bool:
         """Whether an active skill's ``allowed-tools`` covers the tool call."""

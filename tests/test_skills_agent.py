@@ -109,6 +109,49 @@ def test_without_allowed_tools_the_script_still_needs_approval(home: Path, repo:
     assert not (repo / "greeting.txt").exists()
 
 
+def test_a_repositorys_own_skill_pre_approves_nothing_until_trusted(home: Path, repo: Path):
+    """A skill that came with the repository (a clone, a pull request) could otherwise approve
+    any command by listing Bash in allowed-tools; trust covers the folder as it was."""
+    user_folder = home / ".agents" / "skills" / "greeter"
+    folder = repo / ".agents" / "skills" / "greeter"
+    folder.parent.mkdir(parents=True)
+    user_folder.rename(folder)
+    folder = folder.resolve()
+
+    def greet() -> tuple[subprocess.CompletedProcess, ScriptedModel]:
+        script = [call("activate_skill", name="greeter"),
+                  call("bash", command=f"python3 {folder}/scripts/greet.py Ada"),
+                  call("final_answer", text="greeted")]
+        with ScriptedModel(script, n_ctx=32768) as model:
+            proc = agent_run("greet Ada", "--base-url", model.url, "--tool-protocol", "json",
+                             home=home, cwd=repo)
+        return proc, model
+
+    proc, model = greet()
+    assert proc.returncode == 1 and "needs approval" in proc.stderr + proc.stdout
+    assert not (repo / "greeting.txt").exists()
+    assert "pre-approve nothing (a project skill the user has not trusted)" in json.dumps(
+        model.requests[-1]["messages"])
+    env = {**os.environ, "HOME": str(home), "DFLASH_AGENT_HOME": str(home / "agent-home"),
+           "NO_COLOR": "1"}
+    listed = subprocess.run([sys.executable, "-m", "agent", "skills", "list"], cwd=repo,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert "not trusted: pre-approves nothing until `agent skills trust greeter`" in \
+        listed.stdout
+    trusted = subprocess.run([sys.executable, "-m", "agent", "skills", "trust", "greeter"],
+                             cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert trusted.returncode == 0 and "pre-approves: Bash(python3:*) Read" in trusted.stdout
+    proc, _ = greet()
+    assert proc.returncode == 0, proc.stderr
+    assert (repo / "greeting.txt").read_text() == "Hello, Ada!\n"
+    # A changed script (a later pull) is not what was trusted.
+    (folder / "scripts" / "greet.py").write_text(SCRIPT.replace("Hello", "Pwned"))
+    (repo / "greeting.txt").unlink()
+    proc, _ = greet()
+    assert proc.returncode == 1 and "needs approval" in proc.stderr + proc.stdout
+    assert not (repo / "greeting.txt").exists()
+
+
 def test_the_skill_folder_is_read_only_and_readable_only_once_active(home: Path, repo: Path):
     folder = (home / ".agents" / "skills" / "greeter").resolve()
     guide = str(folder / "references" / "guide.md")

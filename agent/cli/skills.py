@@ -11,12 +11,13 @@ import typer
 from agent.errors import EXIT_TASK_FAILED, UsageError
 from agent.ui import echo
 from skills.catalog import shorten
-from skills.loader import Discovery, Source, discover, skill_folders, skill_roots
+from skills.loader import Discovery, Skill, Source, discover, skill_folders, skill_roots
 from skills.scaffold import ScaffoldError, new_skill
+from skills.trust import SkillTrustError, is_trusted, trust
 from skills.validate import validate
 
-skills_app = typer.Typer(help="Agent Skills: list, show, new, validate.", no_args_is_help=True,
-                         rich_markup_mode=None)
+skills_app = typer.Typer(help="Agent Skills: list, show, trust, new, validate.",
+                         no_args_is_help=True, rich_markup_mode=None)
 
 RepoOpt = Annotated[Path, typer.Option("--repo", metavar="DIR", help="Repository whose "
                                        ".agents/skills count (default: the current "
@@ -41,7 +42,9 @@ def list_cmd(repo: RepoOpt = Path("."),
     if json_out:
         typer.echo(json.dumps({
             "skills": [{"name": s.name, "source": s.source, "description": s.description,
-                        "location": str(s.file), "problems": s.warnings}
+                        "location": str(s.file), "problems": s.warnings,
+                        "allowed_tools": s.allowed_tools,
+                        "allowed_tools_trusted": is_trusted(s)}
                        for s in found.skills.values()],
             "skipped": [{"folder": str(f), "reason": r} for f, r in found.skipped],
             "warnings": found.warnings}, indent=2))
@@ -50,6 +53,8 @@ def list_cmd(repo: RepoOpt = Path("."),
         echo("no skills found (add one with `agent skills new NAME`)")
     for s in found.skills.values():
         echo(f"{s.source:<8} {s.name:<28} {shorten(s.description, 70)}")
+        if note := _untrusted_note(s):
+            echo(f"{'':<8} {'':<28} allowed-tools{note}")
         for problem in s.warnings:
             echo(f"{'':<8} {'':<28} problem: {problem}")
     for folder, reason in found.skipped:
@@ -73,11 +78,38 @@ def show_cmd(name: Annotated[str, typer.Argument(help="Skill name (see `agent sk
         if value:
             lines.append(f"{label}: {value}")
     if skill.allowed_tools:
-        lines.append("allowed-tools: " + " ".join(skill.allowed_tools))
+        lines.append("allowed-tools: " + " ".join(skill.allowed_tools) + _untrusted_note(skill))
     lines += [f"metadata: {k}={v}" for k, v in skill.metadata.items()]
     lines += [f"problem: {w}" for w in skill.warnings]
     lines.append("files: " + (", ".join(skill.resources()) or "(none besides SKILL.md)"))
     echo("\n".join(lines) + "\n\n" + skill.body)
+
+
+def _untrusted_note(skill: Skill) -> str:
+    if not skill.allowed_tools or is_trusted(skill):
+        return ""
+    return f" (not trusted: pre-approves nothing until `agent skills trust {skill.name}`)"
+
+
+@skills_app.command("trust")
+def trust_cmd(name: Annotated[str, typer.Argument(help="A project skill (see `agent skills "
+                                                  "list`).")],
+              repo: RepoOpt = Path(".")) -> None:
+    """Let a repository's own skill pre-approve its allowed-tools: its folder's current
+    contents are remembered; any change to them needs trust again."""
+    skill = _discover(repo).skills.get(name)
+    if skill is None:
+        raise UsageError(f"no skill named '{name}'; see `agent skills list`")
+    if skill.source != "project":
+        echo(f"{name} is a {skill.source} skill: its allowed-tools already count")
+        return
+    try:
+        trust(skill)
+    except SkillTrustError as exc:
+        raise UsageError(f"cannot trust {name}: {exc}") from None
+    allowed = " ".join(skill.allowed_tools) or "(none)"
+    echo(f"trusted {skill.folder} as it is now; while {name} is active it pre-approves: "
+         f"{allowed}")
 
 
 @skills_app.command("new")
@@ -95,7 +127,7 @@ def new_cmd(name: Annotated[str, typer.Argument(help="Lowercase letters, digits 
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from exc
     echo(f"created {folder / 'SKILL.md'}; edit it, then check it with "
-               f"`agent skills validate {folder}`")
+         f"`agent skills validate {folder}`")
 
 
 @skills_app.command("validate")
