@@ -72,17 +72,25 @@ def test_tests_that_hang_are_stopped_and_their_last_lines_say_where(tmp_path: Pa
     assert report.detail.endswith("test_parser ... ok\ntest_network ... waiting")
 
 
-def test_a_hanging_test_run_keeps_to_max_time(tmp_path: Path, agent_home: Path):
-    """Before, each test run of the product got 600 s whatever --max-time said (and again
-    for each fix round)."""
-    target = tmp_path / "hang"
-    makefile = "test:\n\t@echo 'test_network ... waiting'\n\t@sleep 300\n"
+def _makefile_project(description: str, target: Path, home: Path, makefile: str,
+                      *extra: str) -> tuple[subprocess.CompletedProcess, ScriptedModel]:
+    """new-project of a Makefile project whose model writes ``makefile`` and says it is done
+    (again after each failing test run the product sends back)."""
     done = call("final_answer", text="done")
     script = [plan_reply(**MAKE_PLAN), call("create", path="Makefile", file_text=makefile),
               done, done, done]
     with ScriptedModel(script) as model:
-        proc = new_project("a hanging project", target, model, agent_home, None,
-                           "--max-time", "5")
+        proc = new_project(description, target, model, home, None, *extra)
+    return proc, model
+
+
+def test_a_hanging_test_run_keeps_to_max_time(tmp_path: Path, agent_home: Path):
+    """Before, each test run of the product got 600 s whatever --max-time said (and again
+    for each fix round)."""
+    target = tmp_path / "hang"
+    proc, _ = _makefile_project("a hanging project", target, agent_home,
+                                "test:\n\t@echo 'test_network ... waiting'\n\t@sleep 300\n",
+                                "--max-time", "5")
     assert proc.returncode == 1, proc.stderr
     said = proc.stdout.split("Tests (run by dflash-agent): ")[1]
     within = int(said.split("did not finish within ")[1].split(" s")[0])
@@ -124,12 +132,9 @@ def test_a_project_whose_failing_tests_print_megabytes_is_still_committed(tmp_pa
     """Before, the failing run went back to the model whole and overflowed its context
     (exit 3, nothing committed)."""
     target = tmp_path / "loud"
-    makefile = "test:\n\t@python3 -c \"print('x' * 3000000)\"\n\tfalse\n"
-    done = call("final_answer", text="done")
-    script = [plan_reply(**MAKE_PLAN), call("create", path="Makefile", file_text=makefile),
-              done, done, done]
-    with ScriptedModel(script) as model:
-        proc = new_project("a loud project", target, model, agent_home)
+    proc, model = _makefile_project(
+        "a loud project", target, agent_home,
+        "test:\n\t@python3 -c \"print('x' * 3000000)\"\n\tfalse\n")
     assert proc.returncode == 1, proc.stderr
     message = git.Repo(target).head.commit.message
     assert message.startswith("New project: a loud project (tests: failed)")
