@@ -74,7 +74,7 @@ class ServerClient:
         """``explain``: called when a request fails; returns why the server is gone (the
         managed server's crash report: signal, fix, log lines) or None. ``request_extra``:
         fields every completion carries (the managed server's workaround for a known bug of
-        its build, :mod:`backend.quirks`)."""
+        its build, :mod:`backend.serve.quirks`)."""
         self.explain = explain
         self.request_extra = dict(request_extra or {})
         self.base_url = base_url.rstrip("/").removesuffix("/v1")

@@ -39,7 +39,7 @@ class Settings(BaseModel):
         None, description="Speculation profile; None uses the preset's.")
     tool_protocol: Literal["auto", "text", "json", "native"] = Field(
         description="How tool calls are requested from the model (auto: see "
-        "agent/protocol_choice.py).")
+        "agent/protocols/choice.py).")
     max_steps: int = Field(ge=1, description="Model calls per task.")
     max_time: float = Field(gt=0, description="Seconds per task.")
     base_url: str | None = Field(None, description="Use this OpenAI-compatible server instead "

@@ -14,20 +14,20 @@ from importlib import resources
 from agent.config import ConfigError, load_settings
 from backend.doctor import Check
 from backend.home import home
-from backend.presets import PresetError, load_presets
+from backend.models.presets import PresetError, load_presets
 from tools.mcp import config as mcp_config
 
 
 def check_presets() -> Check:
-    """``<config>/presets.toml`` through :func:`backend.presets.load_presets`."""
+    """``<config>/presets.toml`` through :func:`backend.models.presets.load_presets`."""
     path = home().config / "presets.toml"
     try:
         presets = load_presets()
     except PresetError as exc:
         return Check("presets", "fail", str(exc),
                      f"fix that table in {path} (its keys are those of the packaged "
-                     f"{resources.files('backend') / 'presets.toml'}) or move the file aside to "
-                     "use the packaged presets")
+                     f"{resources.files('backend.models') / 'presets.toml'}) or move the file "
+                     "aside to use the packaged presets")
     where = f"with {path}" if path.is_file() else f"no {path}"
     return Check("presets", "ok", f"{len(presets)} presets ({where})")
 

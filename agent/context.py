@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.call_protocol import RESULT_PREFIX
 from agent.client import ServerClient
+from agent.protocols.calls import RESULT_PREFIX
 
 Message = dict[str, Any]
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.call_protocol import Call, CallProtocol, Protocol
 from agent.client import ContextOverflow, ServerClient, Turn
 from agent.context import PROTECTED, ContextKeeper
 from agent.doom import LoopDetector
@@ -34,8 +33,9 @@ from agent.events import (
     ToolResult,
 )
 from agent.prompts import JSON_SWITCH, switch_note
-from agent.protocol import FINAL_ANSWER, FormatError, tools_with_final
-from agent.protocol_choice import ProtocolDecision
+from agent.protocols.base import FINAL_ANSWER, FormatError, tools_with_final
+from agent.protocols.calls import Call, CallProtocol, Protocol
+from agent.protocols.choice import ProtocolDecision
 from tools.registry import Registry
 
 MAX_FORMAT_ERRORS = 3

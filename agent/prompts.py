@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.protocol import FINAL_ANSWER, tools_with_final
-from agent.text_protocol import string_typed
+from agent.protocols.base import FINAL_ANSWER, tools_with_final
+from agent.protocols.text import string_typed
 
 _BASE = """You are dflash-agent, a coding agent. You work in the directory {workspace} and act \
 only through tools.

@@ -9,12 +9,12 @@ from typing import Any
 from agent.client import ServerClient, ServerUnavailable
 from agent.config import Settings
 from agent.errors import UsageError
-from agent.protocol_choice import ProtocolDecision, decide
+from agent.protocols.choice import ProtocolDecision, decide
 from agent.ui import Reporter
-from backend.engines import default_engine
-from backend.launch import ensure_server
-from backend.presets import get_preset
-from backend.server import ServerState, crash_report
+from backend.engine.build import default_engine
+from backend.models.presets import get_preset
+from backend.serve.launch import ensure_server
+from backend.serve.server import ServerState, crash_report
 
 _PROBE = "dflash-agent-tool-role-probe"
 
@@ -63,7 +63,7 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
 
 def choose_protocol(setting: str, client: ServerClient) -> tuple[str, ProtocolDecision]:
     """(protocol, decision) for the ``tool_protocol`` setting, decided once per session by
-    :func:`agent.protocol_choice.decide` (``auto``: ``text``, falling back to ``json``).
+    :func:`agent.protocols.choice.decide` (``auto``: ``text``, falling back to ``json``).
 
     Pass the decision as the Agent's ``auto_switch``: it names the one fallback allowed and is
     logged, with its reason and the facts it saw, before the first request."""

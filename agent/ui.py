@@ -249,7 +249,7 @@ class Reporter:
             self.console.print(Text(message, style="dim"))
 
     def build_progress(self, step: str, done: int | None, total: int | None) -> None:
-        """Engine build progress callback (see ``backend.engines.Progress``)."""
+        """Engine build progress callback (see ``backend.engine.build.Progress``)."""
         if self.json_mode:
             return
         if self._progress is None:

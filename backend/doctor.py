@@ -22,13 +22,13 @@ import httpx2
 import psutil
 
 from backend.cache import list_cache
-from backend.engines import Engine, default_engine, unusable_engines
-from backend.flavour import detect_flavour
+from backend.engine.build import Engine, default_engine, unusable_engines
+from backend.engine.flavour import detect_flavour
 from backend.home import home
-from backend.preset_status import cached_file
-from backend.presets import DEFAULT_PRESET, PresetError, get_preset
-from backend.profiles import LaunchPlan
-from backend.server import (
+from backend.models.presets import DEFAULT_PRESET, PresetError, get_preset
+from backend.serve.preset_status import cached_file
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import (
     DEFAULT_HOST,
     ServerError,
     exit_cause,
@@ -210,7 +210,7 @@ def _probe_model() -> tuple[Path, str]:
     probe = home().ensure().models / "engine-probe.gguf"
     if not probe.is_file():
         # deferred: it needs gguf and numpy, ~0.25 s of every command's startup
-        from backend.probe_model import write_probe_model
+        from backend.engine.probe_model import write_probe_model
 
         write_probe_model(probe)
     return probe, "the tiny probe model (no model cached yet)"

@@ -23,13 +23,13 @@ import tempfile
 from pathlib import Path
 
 from agent.client import ServerClient
-from agent.protocol import json_response_format
-from backend.engines import default_engine
-from backend.launch import ensure_engine
-from backend.models import resolve_model
-from backend.presets import get_preset
-from backend.profiles import LaunchPlan
-from backend.server import interrupt_on_termination, pick_port, stop, up
+from agent.protocols.base import json_response_format
+from backend.engine.build import default_engine
+from backend.models.presets import get_preset
+from backend.models.sources import resolve_model
+from backend.serve.launch import ensure_engine
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import interrupt_on_termination, pick_port, stop, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

@@ -66,17 +66,20 @@ from rich.table import Table
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.call_protocol import RESULT_PREFIX  # noqa: E402
 from agent.client import ContextOverflow, ServerClient, ServerUnavailable, Turn  # noqa: E402
 from agent.config import ConfigError, load_settings  # noqa: E402
 from agent.context import ContextKeeper, ContextTooSmall  # noqa: E402
 from agent.events import Compaction, Event, ModelTurn, Timings  # noqa: E402
 from agent.loop import KEEP_CUT_CHARS, Agent, Limits  # noqa: E402
 from agent.prompts import system_prompt  # noqa: E402
-from agent.protocol import FINAL_ANSWER, tools_with_final  # noqa: E402
+from agent.protocols.base import FINAL_ANSWER, tools_with_final  # noqa: E402
+from agent.protocols.calls import RESULT_PREFIX  # noqa: E402
 from agent.runtime import renders_tool_role  # noqa: E402
 from agent.ui import reply_misses  # noqa: E402
-from backend.bench import (  # noqa: E402
+from backend.engine.build import BuildError, Engine, default_engine  # noqa: E402
+from backend.engine.flavour import detect_flavour  # noqa: E402
+from backend.home import home  # noqa: E402
+from backend.measure.bench import (  # noqa: E402
     REFERENCE_PROFILE,
     BenchError,
     BenchUsage,
@@ -90,16 +93,13 @@ from backend.bench import (  # noqa: E402
     machine_info,
     parse_profiles,
 )
-from backend.bench_report import require_matplotlib  # noqa: E402
-from backend.engines import BuildError, Engine, default_engine  # noqa: E402
-from backend.fit import FitError  # noqa: E402
-from backend.flavour import detect_flavour  # noqa: E402
-from backend.home import home  # noqa: E402
-from backend.launch import ensure_engine, plan_for  # noqa: E402
-from backend.models import ModelError  # noqa: E402
-from backend.presets import Preset, PresetError, get_preset  # noqa: E402
-from backend.profiles import LaunchPlan  # noqa: E402
-from backend.server import (  # noqa: E402
+from backend.measure.report import require_matplotlib  # noqa: E402
+from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
+from backend.models.sources import ModelError  # noqa: E402
+from backend.serve.fit import FitError  # noqa: E402
+from backend.serve.launch import ensure_engine, plan_for  # noqa: E402
+from backend.serve.profiles import LaunchPlan  # noqa: E402
+from backend.serve.server import (  # noqa: E402
     ServerError,
     ServerState,
     crash_report,

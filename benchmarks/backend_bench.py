@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from backend.bench import BenchResult
+from backend.measure.bench import BenchResult
 
 PRESET = "smollm2-135m"
 

@@ -5,7 +5,7 @@ One real bee-old server (built through the product: ``agent backend build --engi
 --source beellama.cpp-v0.3.1.tar.gz``) runs SmolLM2-135M with the trained DFlash draft from
 shared/dflash, converted to BeeLlama's ``dflash-draft`` format by the product; a baseline server
 on the same binary gives the speed reference. Requests go through the agent's own client (so the
-bee-old crash workaround of backend.quirks is applied as in a session). Modes, same prompt:
+bee-old crash workaround of backend.serve.quirks is applied as in a session). Modes, same prompt:
 
 - ``plain``: the ask as text, no grammar;
 - ``json``: the agent's json tool protocol (``response_format`` json_schema over every tool:
@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.client import ServerClient, ServerUnavailable
-from agent.protocol import json_response_format
-from backend.drafts import DraftError, draft_for
-from backend.engines import Engine, list_engines
-from backend.models import ModelError, resolve_model
-from backend.presets import PresetError, ServerOptions, get_preset
-from backend.profiles import LaunchPlan
-from backend.server import ServerError, interrupt_on_termination, pick_port, stop, up
+from agent.protocols.base import json_response_format
+from backend.engine.build import Engine, list_engines
+from backend.models.drafts import DraftError, draft_for
+from backend.models.presets import PresetError, ServerOptions, get_preset
+from backend.models.sources import ModelError, resolve_model
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerError, interrupt_on_termination, pick_port, stop, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

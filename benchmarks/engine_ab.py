@@ -22,10 +22,10 @@ from pathlib import Path
 
 import httpx2
 
-from backend.bench import machine_info, sample_from_response
-from backend.bench_prompts import load_prompts
-from backend.profiles import LaunchPlan
-from backend.server import ServerState, interrupt_on_termination, pick_port, stop, up
+from backend.measure.bench import machine_info, sample_from_response
+from backend.measure.prompts import load_prompts
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerState, interrupt_on_termination, pick_port, stop, up
 
 
 def _parse_server(spec: str) -> tuple[str, Path, tuple[str, ...]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agent.client import ServerClient
 from agent.prompts import system_prompt
-from backend.launch import ensure_server
+from backend.serve.launch import ensure_server
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from backend.engines import Engine, build_beellama, build_llama_cpp, list_engines
+from backend.engine.build import Engine, build_beellama, build_llama_cpp, list_engines
 from backend.home import HOME_ENV
-from backend.models import resolve_model
-from backend.presets import get_preset
-from backend.profiles import LaunchPlan
-from backend.server import ServerState, pick_port, stop, up
+from backend.models.presets import get_preset
+from backend.models.sources import resolve_model
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerState, pick_port, stop, up
 from tests.dflash_fixture import (
     write_old_format_draft,
     write_tiny_dflash_draft,

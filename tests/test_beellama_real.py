@@ -16,16 +16,16 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from backend.drafts import draft_for, gguf_architecture
-from backend.engines import Engine, build_beellama
-from backend.fit import FitError, check_fit
-from backend.flavour import binary_devices, binary_facts, binary_help, detect_flavour
-from backend.helpfacts import check_argv, stored_facts
-from backend.launch import plan_for
-from backend.presets import ServerOptions, get_preset, load_presets
-from backend.profiles import PROFILES, LaunchPlan, server_argv
-from backend.quirks import NEUTRAL_LOGIT_BIAS
-from backend.server import ServerError, ServerState, launch_argv, pick_port, stop, up
+from backend.engine.build import Engine, build_beellama
+from backend.engine.flavour import binary_devices, binary_facts, binary_help, detect_flavour
+from backend.engine.helpfacts import check_argv, stored_facts
+from backend.models.drafts import draft_for, gguf_architecture
+from backend.models.presets import ServerOptions, get_preset, load_presets
+from backend.serve.fit import FitError, check_fit
+from backend.serve.launch import plan_for
+from backend.serve.profiles import PROFILES, LaunchPlan, server_argv
+from backend.serve.quirks import NEUTRAL_LOGIT_BIAS
+from backend.serve.server import ServerError, ServerState, launch_argv, pick_port, stop, up
 from tests.conftest import BEELLAMA_ARCHIVE, home_env
 
 pytestmark = [pytest.mark.beellama, pytest.mark.server]
@@ -237,7 +237,7 @@ dflash_cross_ctx = 1024
     # What the product adds, each the build's default, read-only, or needed on this machine:
     # /slots; the draft's KV types pinned to f16 (v0.3.1's default; a quantized draft KV
     # collapses acceptance); on a build without GPU devices the draft kept in host memory
-    # (backend.quirks: v0.3.1 would otherwise put it on a GPU 0 that does not exist).
+    # (backend.serve.quirks: v0.3.1 would otherwise put it on a GPU 0 that does not exist).
     expected = {"--slots", "--spec-draft-type-k", "--spec-draft-type-v"}
     assert added == expected | ({"--spec-draft-device"} if cpu_only else set()), added
     assert ours["--spec-draft-type-k"] == ours["--spec-draft-type-v"] == "f16"
@@ -288,7 +288,7 @@ def test_an_unconverted_b11434_draft_does_not_load_on_bee_old(bee_old: Engine, s
     with pytest.raises(ServerError) as info:
         launch(_plan(bee_old, smollm2, draft=TRAINED), timeout=120)
     assert info.value.log is not None
-    # ...which is why the product converts it (backend.drafts.draft_for).
+    # ...which is why the product converts it (backend.models.drafts.draft_for).
     assert gguf_architecture(draft_for(TRAINED, "bee-old")) == "dflash-draft"
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from backend.bench import (
+from backend.engine.build import Engine
+from backend.measure.bench import (
     BenchError,
     BenchResult,
     Sample,
@@ -21,9 +22,8 @@ from backend.bench import (
     sample_from_response,
     summarize,
 )
-from backend.bench_prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
-from backend.bench_report import prompt_labels, require_matplotlib, result_table
-from backend.engines import Engine
+from backend.measure.prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
+from backend.measure.report import prompt_labels, require_matplotlib, result_table
 
 AGENT = [sys.executable, "-m", "agent"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -21,9 +21,9 @@ from agent.context import (
     needs_compaction,
     summarise_with_model,
 )
-from backend import server as backend_server
-from backend.engines import Engine
-from backend.profiles import LaunchPlan
+from backend.engine.build import Engine
+from backend.serve import server as backend_server
+from backend.serve.profiles import LaunchPlan
 from tests.scripted import ScriptedModel, reply
 
 
@@ -344,7 +344,7 @@ def test_compaction_turns_an_overflowing_history_into_a_request_that_completes(
 
 def _long_session(root: Path) -> list[dict]:
     from agent.prompts import system_prompt
-    from agent.protocol import tools_with_final
+    from agent.protocols.base import tools_with_final
     from tools.registry import default_registry
     from tools.workspace import Workspace
 

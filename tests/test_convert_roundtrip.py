@@ -13,7 +13,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from backend.convert import ConvertError, convert_draft
+from backend.models.convert import ConvertError, convert_draft
 
 TRAINED = Path(__file__).resolve().parents[2] / "shared" / "dflash" / "smollm2-135m-dflash-v1.gguf"
 AGENT = [sys.executable, "-m", "agent"]

@@ -8,9 +8,9 @@ import gguf
 import httpx2
 import pytest
 
-from backend.engines import Engine
-from backend.profiles import LaunchPlan
-from backend.server import ServerError, ServerState, pick_port, stop, up
+from backend.engine.build import Engine
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerError, ServerState, pick_port, stop, up
 
 
 def _launch(engine: Engine, model: Path, profile: str,
@@ -124,7 +124,7 @@ def test_convert_draft_makes_the_old_format_load_upstream_with_layer_ids_plus_on
 
 
 def test_convert_draft_refuses_bad_inputs(tiny_dflash: dict[str, Path], tmp_path: Path):
-    from backend.convert import ConvertError, convert_draft
+    from backend.models.convert import ConvertError, convert_draft
 
     with pytest.raises(ConvertError, match="already an upstream 'dflash' draft"):
         convert_draft(tiny_dflash["draft"], tmp_path / "x.gguf")
@@ -169,7 +169,7 @@ def test_the_dflash_ngram_profile_runs_both_drafters_on_cpu(
 
 def test_the_dflash_ngram_profile_is_refused_on_bee_old_with_the_reason(
         tiny_dflash: dict[str, Path]):
-    from backend.profiles import server_argv
+    from backend.serve.profiles import server_argv
 
     plan = LaunchPlan(binary=Path("llama-server"), model=tiny_dflash["target"],
                       profile="dflash+ngram", draft=tiny_dflash["old"], ctx_size=1024)

@@ -14,9 +14,9 @@ import git
 import psutil
 import pytest
 
-from backend.engines import Engine, register_system
-from backend.profiles import LaunchPlan
-from backend.server import ServerState, pick_port
+from backend.engine.build import Engine, register_system
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerState, pick_port
 from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi
 
 

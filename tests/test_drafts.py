@@ -8,11 +8,11 @@ import gguf
 import httpx2
 import pytest
 
-from backend.drafts import DraftError, draft_for, gguf_architecture
-from backend.engines import Engine
-from backend.launch import plan_for
-from backend.presets import get_preset
-from backend.server import pick_port, stop, up
+from backend.engine.build import Engine
+from backend.models.drafts import DraftError, draft_for, gguf_architecture
+from backend.models.presets import get_preset
+from backend.serve.launch import plan_for
+from backend.serve.server import pick_port, stop, up
 
 
 def test_an_old_draft_is_converted_once_for_upstream_and_kept_for_bee_old(

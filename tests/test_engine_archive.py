@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.engines import (
+from backend.engine.build import (
     BuildError,
     archive_version,
     beellama_flavour,

@@ -12,9 +12,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from backend import cpu
-from backend.cpu import build_target, cpu_features, missing_features
-from backend.engines import (
+from backend.engine import cpu
+from backend.engine.build import (
     BuildError,
     Engine,
     configure_flags,
@@ -22,7 +21,8 @@ from backend.engines import (
     default_engine,
     unusable_engines,
 )
-from backend.launch import ensure_engine
+from backend.engine.cpu import build_target, cpu_features, missing_features
+from backend.serve.launch import ensure_engine
 
 SAPPHIRE_RAPIDS = ("fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma bmi2 avx2 avx512f avx512dq "
                    "avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16 avx_vnni "
@@ -70,7 +70,7 @@ def test_other_architectures_stay_native_and_need_every_listed_feature(tmp_path:
 
 
 def test_the_cpu_target_is_part_of_the_configure_flags_and_the_key(tmp_path: Path):
-    from backend.engines import engine_key
+    from backend.engine.build import engine_key
 
     amx = build_target(cpu_features(_cpuinfo(tmp_path, SAPPHIRE_RAPIDS)), "x86_64")
     old = build_target(cpu_features(_cpuinfo(tmp_path, HASWELL)), "x86_64")

@@ -11,8 +11,8 @@ from pathlib import Path
 import git
 import pytest
 
-from backend.engines import BuildError, build_beellama, check_source, fetch_sdist, unpack_sdist
-from backend.flavour import detect_flavour
+from backend.engine.build import BuildError, build_beellama, check_source, fetch_sdist, unpack_sdist
+from backend.engine.flavour import detect_flavour
 
 AGENT = [sys.executable, "-m", "agent"]
 TINY_CMAKE = """cmake_minimum_required(VERSION 3.14)

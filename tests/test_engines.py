@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.engines import (
+from backend.engine.build import (
     BuildError,
     Engine,
     build_llama_cpp,

@@ -1,6 +1,7 @@
 """Every way the agent is started keeps working after the package moves: the console script,
-``python -m agent``, the MCP task worker by its module path (new and old), and MCP host entries
-as earlier versions of ``agent mcp install`` wrote them."""
+``python -m agent``, the MCP task worker by its module path (new and old), MCP host entries
+as earlier versions of ``agent mcp install`` wrote them, ``python -m train`` and the benchmarks'
+command lines."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from mcp import Client, StdioServerParameters
 
 from backend.home import HOME_ENV
 
+ROOT = Path(__file__).resolve().parent.parent
 AGENT_SCRIPT = Path(sys.executable).with_name("agent")
+BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
 UNREACHABLE = "http://127.0.0.1:9"
 
 
@@ -25,6 +28,30 @@ def test_the_command_line_starts(command: list[str]) -> None:
     proc = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("dflash-agent ")
+
+
+@pytest.mark.parametrize("command", [[str(AGENT_SCRIPT)], [sys.executable, "-m", "agent"]],
+                         ids=["console-script", "python-m-agent"])
+def test_the_command_line_shows_its_help(command: list[str]) -> None:
+    proc = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "backend" in proc.stdout and "mcp" in proc.stdout
+
+
+def test_the_trainer_shows_its_help() -> None:
+    proc = subprocess.run([sys.executable, "-m", "train", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: python -m train")
+
+
+@pytest.mark.parametrize("script", BENCHMARKS, ids=[p.name for p in BENCHMARKS])
+def test_each_benchmark_command_line_shows_its_help(script: Path) -> None:
+    # Every benchmark imports the product at its top, so a moved module breaks this at once.
+    proc = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: {script.name}")
 
 
 @pytest.mark.parametrize("module", ["agent.mcp_server.worker", "agent.mcp_worker"])

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.fit import (
+from backend.models.ggufinfo import GgufError, read_gguf_info
+from backend.models.presets import ServerOptions, get_preset
+from backend.serve.fit import (
     FitError,
     KvShape,
     check_fit,
@@ -23,9 +25,7 @@ from backend.fit import (
     query_gpus,
     row_bytes,
 )
-from backend.ggufinfo import GgufError, read_gguf_info
-from backend.presets import ServerOptions, get_preset
-from backend.profiles import LaunchPlan
+from backend.serve.profiles import LaunchPlan
 from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi
 from tests.synthetic_gguf import (
     GEMMA4_LAYERS,
@@ -239,7 +239,7 @@ def test_failing_nvidia_smi_is_noted_and_ram_used(gemma_files, gpu_path):
 
 def test_unreadable_nvidia_smi_output(gpu_path):
     gpu_path(stdout="No devices were found")
-    from backend.fit import GpuQueryError
+    from backend.serve.fit import GpuQueryError
 
     with pytest.raises(GpuQueryError, match="unreadable line"):
         query_gpus()
@@ -283,7 +283,7 @@ def _agent(*args: str, home: Path, path: str) -> subprocess.CompletedProcess:
 
 def test_backend_up_refuses_then_force_launches(engine, gemma_files, agent_home: Path,
                                                 tmp_path: Path):
-    from backend.engines import register_system
+    from backend.engine.build import register_system
 
     register_system(engine.binary)
     target = gemma_files[0]

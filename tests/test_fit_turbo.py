@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from backend.fit import FitError, KvShape, check_fit, kv_bytes, kv_row_bytes, row_bytes
-from backend.ggufinfo import read_gguf_info
-from backend.presets import ServerOptions, get_preset
-from backend.profiles import LaunchPlan
+from backend.models.ggufinfo import read_gguf_info
+from backend.models.presets import ServerOptions, get_preset
+from backend.serve.fit import FitError, KvShape, check_fit, kv_bytes, kv_row_bytes, row_bytes
+from backend.serve.profiles import LaunchPlan
 from tests.fake_tools import fake_nvidia_smi
 from tests.synthetic_gguf import write_dflash_draft_header, write_gemma4_31b_header
 

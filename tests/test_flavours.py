@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from backend.engines import Engine
-from backend.flavour import binary_facts, flavour_from_help
-from backend.helpfacts import HelpFacts, check_argv, parse_help, stored_facts
-from backend.presets import ServerOptions, get_preset
-from backend.profiles import LaunchPlan, server_argv
+from backend.engine.build import Engine
+from backend.engine.flavour import binary_facts, flavour_from_help
+from backend.engine.helpfacts import HelpFacts, check_argv, parse_help, stored_facts
+from backend.models.presets import ServerOptions, get_preset
+from backend.serve.profiles import LaunchPlan, server_argv
 
 M, D = Path("/models/gemma-4-31B-it-Q4_K_S.gguf"), Path("/models/draft.gguf")
 # The seed's two commands (shared/seed, steps 5 and 7), flags only, for BeeLlama <= 0.3.

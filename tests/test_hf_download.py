@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from backend import secret_store
-from backend.models import ModelError, fetch_hf, parse_hf, resolve_model
+from backend.models.sources import ModelError, fetch_hf, parse_hf, resolve_model
 from tests.hf_standin import HfStandin
 
 REPO = "acme/tiny-GGUF"
@@ -160,9 +160,9 @@ def test_a_download_that_does_not_fit_on_disk_is_refused_with_numbers(
         hub: HfStandin, monkeypatch: pytest.MonkeyPatch):
     import shutil
 
-    import backend.models
+    import backend.models.sources
 
-    monkeypatch.setattr(backend.models.shutil, "disk_usage",
+    monkeypatch.setattr(backend.models.sources.shutil, "disk_usage",
                         lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
     with pytest.raises(ModelError, match="needs 16388 bytes but only 1000 bytes is free"):
         fetch_hf(f"hf://{REPO}/{FILE}")

@@ -8,6 +8,12 @@ import its own layer and the layers below it, never one above. ``tools``, ``skil
 ``train`` (the draft trainer) is a leaf beside the product: nothing imports it, and it imports
 only ``backend``, except ``train.agent_requests``, which renders the agent's own requests
 through ``benchmarks/agent_turns.py`` and so imports ``agent`` and ``tools`` too.
+
+``backend`` (backend/README.md) has wings, top to bottom: ``doctor`` → ``measure/`` → ``serve/`` →
+``cache`` → ``models/`` → ``engine/`` → the base (``home``, ``secret_store`` and the package face);
+no other file sits at the top of ``backend/``. The tool-call protocols
+(agent/protocols/README.md) are part of ``agent``'s core, ordered among themselves: ``calls`` →
+``text`` and ``choice`` → ``base``. No import anywhere in the product closes a circle.
 """
 
 from __future__ import annotations
@@ -147,3 +153,180 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
         "tools.bash imports agent.context",
         "tools.bash imports agent.context.Budget",
     ]
+
+
+# backend's wings and agent's protocols, top to bottom; a module imports its own wing and those
+# below it. A name matches itself and what lies under it; the longest match wins, so the face
+# ``backend`` (the package's __init__, which imports nothing) is only the face itself.
+BACKEND_WINGS: list[tuple[str, ...]] = [
+    ("backend.doctor",),
+    ("backend.measure",),
+    ("backend.serve",),
+    ("backend.cache",),
+    ("backend.models",),
+    ("backend.engine",),
+    ("backend.home", "backend.secret_store", "backend"),
+]
+BACKEND_TOP = {"__init__.py", "home.py", "cache.py", "doctor.py", "secret_store.py"}
+PROTOCOLS: list[tuple[str, ...]] = [
+    ("agent.protocols.calls",),
+    ("agent.protocols.text", "agent.protocols.choice"),
+    ("agent.protocols.base", "agent.protocols"),
+]
+
+
+def wing(module: str, wings: list[tuple[str, ...]]) -> int | None:
+    """Index of the wing ``module`` lies in (0 = top), None where none names it."""
+    matches = [(len(name), index) for index, names in enumerate(wings) for name in names
+               if module == name or (module.startswith(name + ".") and "." in name)]
+    return max(matches)[1] if matches else None
+
+
+def wing_violations(root: Path, folder: str, wings: list[tuple[str, ...]]) -> list[str]:
+    """Imports within ``folder`` that run up its wings, and modules no wing names."""
+    prefix = ".".join(Path(folder).parts)
+    found = []
+    for path in sorted((root / folder).rglob("*.py")):
+        here_name = module_name(path, root)
+        here = wing(here_name, wings)
+        if here is None:
+            found.append(f"{here_name} is in no wing")
+            continue
+        for name in sorted(imports(path)):
+            if not (name == prefix or name.startswith(prefix + ".")) or not is_module(name, root):
+                continue
+            there = wing(name, wings)
+            if there is None or there < here:
+                found.append(f"{here_name} imports {name}")
+    return found
+
+
+def test_backend_wings_import_only_downward() -> None:
+    assert wing_violations(ROOT, "backend", BACKEND_WINGS) == []
+
+
+def test_only_the_home_the_cache_and_the_doctor_sit_at_the_top_of_backend() -> None:
+    assert {p.name for p in (ROOT / "backend").glob("*.py")} == BACKEND_TOP
+
+
+def test_the_protocols_import_only_downward_and_none_is_left_at_the_top_of_agent() -> None:
+    assert wing_violations(ROOT, "agent/protocols", PROTOCOLS) == []
+    assert not [p.name for p in (ROOT / "agent").glob("*.py") if "protocol" in p.name]
+
+
+def test_every_wing_exists_so_the_check_is_not_vacuous() -> None:
+    for wings in (BACKEND_WINGS, PROTOCOLS):
+        for names in wings:
+            for name in names:
+                assert is_module(name, ROOT), name
+
+
+def test_an_import_up_the_wings_is_found(tmp_path: Path) -> None:
+    for rel, text in {
+        "backend/__init__.py": "",
+        "backend/home.py": "",
+        "backend/engine/__init__.py": "",
+        "backend/engine/build.py": "from backend import secret_store\nimport backend.home\n",
+        "backend/secret_store.py": "",
+        "backend/models/__init__.py": "",
+        "backend/models/sources.py": "from backend.serve.server import up\n",
+        "backend/serve/__init__.py": "",
+        "backend/serve/server.py": "from backend.engine import build\nimport backend.cache\n",
+        "backend/cache.py": "from backend.doctor import run\n",
+        "backend/doctor.py": "from backend.measure.bench import run\n",
+        "backend/stray.py": "",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert wing_violations(tmp_path, "backend", BACKEND_WINGS) == [
+        "backend.cache imports backend.doctor",
+        "backend.models.sources imports backend.serve.server",
+        "backend.stray is in no wing",
+    ]
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the product's modules it imports (any import, a function's too)."""
+    graph = {}
+    for package in PRODUCT:
+        for path in (root / package).rglob("*.py"):
+            graph[module_name(path, root)] = {
+                name for name in imports(path)
+                if name.split(".")[0] in PRODUCT and is_module(name, root)}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                other = stack.pop()
+                group.append(other)
+                if other == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_closes_a_circle() -> None:
+    assert circles(import_graph(ROOT)) == []
+
+
+def test_a_circle_is_found() -> None:
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert circles(graph) == [["a.x", "a.y", "a.z"]]
+
+
+def missing_imports(root: Path) -> list[str]:
+    """Imports of the product's modules (a function's lazy ones too) that name no module:
+    ``import a.b`` needs ``a.b``; ``from a.b import c`` needs ``a.b`` (``c`` may be a name)."""
+    found = []
+    for folder in (*PRODUCT, "train", "benchmarks", "tests"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                else:
+                    continue
+                found += [f"{path.relative_to(root)}: {name}" for name in names
+                          if name.split(".")[0] in (*PRODUCT, "train")
+                          and not is_module(name, root)]
+    return found
+
+
+def test_every_import_of_the_product_names_a_module_that_exists() -> None:
+    # Lazy imports inside functions run only when their path does; this finds a stale one now.
+    assert missing_imports(ROOT) == []
+
+
+def test_a_stale_import_is_found(tmp_path: Path) -> None:
+    (tmp_path / "backend" / "serve").mkdir(parents=True)
+    (tmp_path / "backend" / "__init__.py").write_text("")
+    (tmp_path / "backend" / "serve" / "__init__.py").write_text("")
+    (tmp_path / "backend" / "serve" / "server.py").write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "x.py").write_text(
+        "def f():\n    from backend.server import up\n    from backend.serve.server import up\n")
+    assert missing_imports(tmp_path) == ["tests/x.py: backend.server"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from agent.client import ServerClient
 from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
-from agent.protocol_choice import decide
+from agent.protocols.choice import decide
 from agent.runtime import choose_protocol
 from agent.sessions.approval import make_approver
 from tests.scripted import ScriptedModel, reply

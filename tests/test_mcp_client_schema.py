@@ -1,7 +1,7 @@
 """Hostile-but-real MCP tool schemas against the real llama-server's grammar compiler.
 
 Each schema is sent the way the agent sends tool schemas in the ``json`` protocol: embedded in
-the ``response_format`` json_schema (``agent.protocol.json_response_format``), which
+the ``response_format`` json_schema (``agent.protocols.base.json_response_format``), which
 llama-server compiles into a grammar. Unsanitised, the ones in :data:`REJECTED` make the server
 answer 400; sanitised, every schema compiles, and the server's original schema still judges
 the arguments.
@@ -15,7 +15,7 @@ import httpx2
 import mcp_types
 import pytest
 
-from agent.protocol import json_response_format
+from agent.protocols.base import json_response_format
 from tools.base import ToolContext, ToolError
 from tools.mcp.config import ServerConfig
 from tools.mcp.manager import McpManager, ServerState

@@ -38,4 +38,6 @@ def test_the_wheel_holds_every_module_and_data_file(tmp_path: Path):
                  for p in (ROOT / "skills" / "bundled").rglob("*")
                  if p.is_file() and "__pycache__" not in p.parts}
     assert expected - shipped == set()
-    assert "tools/mcp/manager.py" in shipped and "backend/facts/beellama-v0.3.2.json" in shipped
+    assert "tools/mcp/manager.py" in shipped
+    assert "backend/engine/facts/beellama-v0.3.2.json" in shipped
+    assert "backend/models/presets.toml" in shipped

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.models import parse_hf
-from backend.presets import get_preset
+from backend.models.presets import get_preset
+from backend.models.sources import parse_hf
 from tests.fake_tools import fake_nvidia_smi
 from tests.synthetic_gguf import write_dflash_draft_header, write_gemma4_31b_header
 

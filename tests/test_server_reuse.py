@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend import server
-from backend.engines import Engine, register_system
-from backend.launch import ensure_server, plan_for
-from backend.presets import get_preset
-from backend.probe_model import write_probe_model
+from backend.engine.build import Engine, register_system
+from backend.engine.probe_model import write_probe_model
+from backend.models.presets import get_preset
+from backend.serve import server
+from backend.serve.launch import ensure_server, plan_for
 
 
 def _probe_preset(agent_home: Path, tmp_path: Path, engine: Engine) -> Engine:
@@ -53,7 +53,7 @@ def test_a_server_with_another_configuration_is_named_and_left_alone(
 
 
 def test_slot_settings_are_the_only_differences_a_session_ignores(tmp_path: Path):
-    from backend.profiles import LaunchPlan
+    from backend.serve.profiles import LaunchPlan
 
     base = LaunchPlan(binary=tmp_path / "s", model=tmp_path / "m", profile="baseline",
                       ctx_size=4096)

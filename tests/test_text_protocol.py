@@ -1,4 +1,4 @@
-"""The ``text`` tool-call format (agent/text_protocol.py): every rule of its docstring."""
+"""The ``text`` tool-call format (agent/protocols/text.py): every rule of its docstring."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import mcp_types
 import pytest
 
-from agent import text_protocol
-from agent.protocol import FormatError, tools_with_final
-from agent.text_protocol import (
+from agent.protocols import text as text_protocol
+from agent.protocols.base import FormatError, tools_with_final
+from agent.protocols.text import (
     cut_detail,
     mismatched,
     parse_text_calls,

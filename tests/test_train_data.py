@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agent.prompts import system_prompt
-from backend.bench_prompts import BUILT_IN
+from backend.measure.prompts import BUILT_IN
 from tools.registry import default_registry
 from tools.workspace import Workspace
 from train.agent_requests import agent_turns, session_requests
@@ -251,7 +251,7 @@ and a gguf wheel travels; the product's own dependencies (pydantic, httpx2, psut
 def test_the_torch_stages_need_only_torch_transformers_numpy_and_gguf():
     import ast
 
-    allowed = {"torch", "transformers", "numpy", "gguf", "backend.ggufinfo", "backend",
+    allowed = {"torch", "transformers", "numpy", "gguf", "backend.models.ggufinfo", "backend",
                *sys.stdlib_module_names}
     found = []
     for name in DEVICE_SAFE:

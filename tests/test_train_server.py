@@ -13,9 +13,9 @@ import gguf
 import httpx2
 import pytest
 
-from backend.engines import Engine
-from backend.profiles import LaunchPlan
-from backend.server import pick_port, stop, up
+from backend.engine.build import Engine
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import pick_port, stop, up
 from train import llama
 from train.config import draft_config
 from train.export import save_weights, weights_from_gguf

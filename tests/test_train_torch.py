@@ -20,9 +20,9 @@ pytest.importorskip("transformers")
 
 import httpx2  # noqa: E402
 
-from backend.engines import Engine  # noqa: E402
-from backend.profiles import LaunchPlan  # noqa: E402
-from backend.server import pick_port, stop, up  # noqa: E402
+from backend.engine.build import Engine  # noqa: E402
+from backend.serve.profiles import LaunchPlan  # noqa: E402
+from backend.serve.server import pick_port, stop, up  # noqa: E402
 from train import hf_gen, llama  # noqa: E402
 from train.accept import acceptance  # noqa: E402
 from train.batches import make_batch  # noqa: E402

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from backend.ggufinfo import GgufError, gguf_metadata, read_gguf_info
+from backend.models.ggufinfo import GgufError, gguf_metadata, read_gguf_info
 from train.errors import InputError
 
 SUPPORTED_ARCHS = ("llama",)

@@ -32,7 +32,7 @@ build)
     --target "$W/site" .whl/*.whl
   python3 -c "import torch, transformers, gguf, pydantic; print(torch.__version__, \
 transformers.__version__, torch.cuda.get_device_name())"
-  setsid nohup python3 -c "from pathlib import Path; from backend.engines import \
+  setsid nohup python3 -c "from pathlib import Path; from backend.engine.build import \
 build_llama_cpp; print(build_llama_cpp(sdist=Path('$SDIST'), cuda=True, jobs=14).binary)" \
     > "$W/build.log" 2>&1 < /dev/null &
   sleep 20; tail -3 "$W/build.log"

@@ -6,7 +6,7 @@
   would (``add_special``), so the ids are the ones the server decodes from;
 - :func:`complete_ids` — ``POST /completion`` from token ids, greedy (temperature 0), with
   ``return_tokens``: the generated ids exactly as sampled, not re-tokenised text;
-- :func:`serve` — a managed ``llama-server`` (``backend.server.up``) with ``parallel`` slots
+- :func:`serve` — a managed ``llama-server`` (``backend.serve.server.up``) with ``parallel`` slots
   (``-np``, continuous batching), stopped on exit.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx2
 
-from backend.presets import ServerOptions
-from backend.profiles import LaunchPlan
-from backend.server import ServerError, pick_port, stop, up
+from backend.models.presets import ServerOptions
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerError, pick_port, stop, up
 from train.errors import TrainError
 from train.requests import ChatRequest
 

@@ -7,7 +7,7 @@ the server's own chat template.
 
 Coding prompts come in the format of ``shared/dflash/train-prompts.jsonl``: one JSON object a
 line, ``{"src": "...", "text": "..."}`` (``src`` optional). The bench's own prompts
-(:mod:`backend.bench_prompts`) are held out of training: a prompt that repeats one of them, asks
+(:mod:`backend.measure.prompts`) are held out of training: a prompt that repeats one of them, asks
 for one of the seed's modules or copies a line of the edit set's file is dropped
 (:func:`is_bench_prompt`).
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.bench_prompts import BUILT_IN
+from backend.measure.prompts import BUILT_IN
 from train.errors import InputError
 
 

@@ -13,10 +13,10 @@ import typer
 from agent.config_checks import CONFIG_CHECKS
 from agent.errors import EXIT_ERROR, UsageError
 from agent.ui import Reporter, echo
-from backend import engines
-from backend.convert import NEW_ARCH, OLD_ARCH, convert_draft
 from backend.doctor import run_checks
-from backend.preset_status import ModelFile, PresetStatus, all_preset_status
+from backend.engine import build as engines
+from backend.models.convert import NEW_ARCH, OLD_ARCH, convert_draft
+from backend.serve.preset_status import ModelFile, PresetStatus, all_preset_status
 
 JsonOut = Annotated[bool, typer.Option("--json", help="JSON output.")]
 MIB = 2**20

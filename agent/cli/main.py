@@ -39,8 +39,11 @@ from agent.sessions.checkpoints import RestorePlan
 from agent.sessions.log import list_sessions
 from agent.sessions.repo import RepoSession, diff_session, load_record, undo_task
 from agent.ui import Reporter, SafeConsole, echo
-from backend import engines, secret_store, server
-from backend.bench import (
+from backend import secret_store
+from backend.cache import CacheError, list_cache, remove
+from backend.engine import build as engines
+from backend.engine.build import BuildError, Engine
+from backend.measure.bench import (
     BenchError,
     BenchUsage,
     default_result_path,
@@ -49,19 +52,18 @@ from backend.bench import (
     run_bench,
     write_result,
 )
-from backend.bench_prompts import PromptsError, load_prompts
-from backend.bench_report import plot_result, require_matplotlib, result_table
-from backend.cache import CacheError, list_cache, remove
-from backend.convert import ConvertError
-from backend.drafts import DraftError
-from backend.engines import BuildError, Engine
-from backend.fit import FitError, check_fit
-from backend.ggufinfo import GgufError
-from backend.launch import ensure_engine, plan_for
-from backend.models import ModelError, resolve_model
-from backend.presets import PresetError, UnknownPreset, get_preset
-from backend.preview import preview_command
-from backend.server import ServerError
+from backend.measure.prompts import PromptsError, load_prompts
+from backend.measure.report import plot_result, require_matplotlib, result_table
+from backend.models.convert import ConvertError
+from backend.models.drafts import DraftError
+from backend.models.ggufinfo import GgufError
+from backend.models.presets import PresetError, UnknownPreset, get_preset
+from backend.models.sources import ModelError, resolve_model
+from backend.serve import server
+from backend.serve.fit import FitError, check_fit
+from backend.serve.launch import ensure_engine, plan_for
+from backend.serve.preview import preview_command
+from backend.serve.server import ServerError
 from tools import reaper
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "

@@ -45,8 +45,8 @@ from agent.newproject.recipe import (
 from agent.newproject.runners import TIMEOUT_S, TestReport, run_project_tests
 from agent.newproject.toolchains import ECOSYSTEMS, available
 from agent.prompts import system_prompt
-from agent.protocol import tools_with_final
-from agent.protocol_choice import ProtocolDecision
+from agent.protocols.base import tools_with_final
+from agent.protocols.choice import ProtocolDecision
 from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
 from agent.sessions.log import SessionLog, new_session_id
 from agent.sessions.slots import hold_slot

@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import git
 
-from agent.call_protocol import RESULT_PREFIX
 from agent.config import Settings
 from agent.context import DEFAULT_N_CTX, ContextKeeper
 from agent.errors import UsageError, UserError
@@ -31,7 +30,8 @@ from agent.events import (
 )
 from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
-from agent.protocol import tools_with_final
+from agent.protocols.base import tools_with_final
+from agent.protocols.calls import RESULT_PREFIX
 from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
 from agent.sessions import checkpoints as cp
 from agent.sessions.approval import make_approver

@@ -4,8 +4,8 @@ Upstream llama.cpp and BeeLlama ≥0.4 load only upstream ``dflash`` drafts (Bee
 v0.4.0). BeeLlama ≤0.3 (bee-old) loads its own ``dflash-draft`` format, and a ``dflash`` file
 only with an *earlier* upstream key set (``dflash.target_layer_ids``, ``hidden_norm``), not
 b11434's (shared/engines/README.md, from v0.3.1's ``src/models/dflash_draft.cpp``). So a draft
-in the other format is converted once (:func:`backend.convert.convert_draft`, either way) into
-the model cache; a file that is no DFlash draft, or one that cannot be converted, is refused
+in the other format is converted once (:func:`backend.models.convert.convert_draft`, either way)
+into the model cache; a file that is no DFlash draft, or one that cannot be converted, is refused
 with the cause and the fix.
 """
 
@@ -15,10 +15,10 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
-from backend.flavour import Flavour
-from backend.ggufinfo import GgufError, gguf_metadata
+from backend.engine.flavour import Flavour
 from backend.home import home
+from backend.models.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
+from backend.models.ggufinfo import GgufError, gguf_metadata
 
 
 class DraftError(ValueError):

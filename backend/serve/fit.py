@@ -3,7 +3,7 @@
 Estimates follow llama.cpp b11434's allocation (``src/llama-kv-cache.cpp``,
 ``src/llama-kv-cache-iswa.cpp``, ``src/llama-context.cpp``, ``common/speculative.cpp``):
 
-- weights: the sum of the GGUF's tensor sizes (:mod:`backend.ggufinfo`);
+- weights: the sum of the GGUF's tensor sizes (:mod:`backend.models.ggufinfo`);
 - KV cache: per layer that owns one, ``cells x (row(K) + row(V))`` with rows priced by the cache
   type's ggml block size (``gguf.GGML_QUANT_SIZES``); BeeLlama ≤0.3's TurboQuant types
   (``turbo2/3/4``, ``turbo2_tcq``, ``turbo3_tcq``: :data:`TURBO_BLOCK_BYTES`) pad each head to a
@@ -41,10 +41,10 @@ from typing import Literal
 
 import psutil
 
-from backend.ggufinfo import GgufInfo, read_gguf_info
-from backend.presets import ServerOptions
-from backend.profiles import LaunchPlan
-from backend.server import config_hash, running
+from backend.models.ggufinfo import GgufInfo, read_gguf_info
+from backend.models.presets import ServerOptions
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import config_hash, running
 
 MIB = 2**20
 GPU_RUNTIME_MIB = 512

@@ -4,7 +4,7 @@
 ``{"tool": NAME, "arguments": {...}}``, forced by a ``response_format`` json_schema that
 llama-server compiles into a grammar; ``final_answer`` (``{"text": ...}``) ends the task. The
 content is stored verbatim in history. The ``text`` protocol (tags, raw-text values, no
-grammar) is in :mod:`agent.text_protocol`.
+grammar) is in :mod:`agent.protocols.text`.
 """
 
 from __future__ import annotations

@@ -6,14 +6,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.drafts import draft_for
-from backend.engines import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
-from backend.fit import check_fit
-from backend.flavour import detect_flavour
-from backend.models import resolve_model
-from backend.presets import Preset, PresetError, get_preset
-from backend.profiles import LaunchPlan, Profile, get_profile
-from backend.server import DEFAULT_PORT, ServerState, compatible, plan_differences, running, up
+from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
+from backend.engine.flavour import detect_flavour
+from backend.models.drafts import draft_for
+from backend.models.presets import Preset, PresetError, get_preset
+from backend.models.sources import resolve_model
+from backend.serve.fit import check_fit
+from backend.serve.profiles import LaunchPlan, Profile, get_profile
+from backend.serve.server import (
+    DEFAULT_PORT,
+    ServerState,
+    compatible,
+    plan_differences,
+    running,
+    up,
+)
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
@@ -46,7 +53,8 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     """Resolve the preset's models (fetching them) into a launch plan.
 
     An old-format DFlash draft is converted for builds that need the upstream format
-    (:func:`backend.drafts.draft_for`). Raises ``PresetError``, ``ModelError`` or ``DraftError``.
+    (:func:`backend.models.drafts.draft_for`). Raises ``PresetError``, ``ModelError`` or
+    ``DraftError``.
     """
     chosen = profile_for(preset, profile)
     model = resolve_model(preset.model, note)
@@ -66,7 +74,7 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
                   force: bool = False) -> tuple[ServerState, bool]:
     """Engine, models and server for ``preset_name``; returns (state, reused).
 
-    Before a launch the fit check runs (:func:`backend.fit.check_fit`); ``force`` launches a
+    Before a launch the fit check runs (:func:`backend.serve.fit.check_fit`); ``force`` launches a
     plan it refuses. Raises ``BuildError``, ``ModelError``, ``PresetError``, ``FitError``,
     ``GgufError`` or ``ServerError``.
     """

@@ -31,12 +31,12 @@ from pydantic import BaseModel
 
 from backend import secret_store
 from backend.cache import record_use
-from backend.flavour import binary_devices, binary_facts, detect_flavour
-from backend.ggufinfo import GgufError, gguf_metadata
-from backend.helpfacts import check_argv
+from backend.engine.flavour import binary_devices, binary_facts, detect_flavour
+from backend.engine.helpfacts import check_argv
 from backend.home import home, private_open
-from backend.profiles import LaunchPlan, server_argv
-from backend.quirks import kv_kernel_note, launch_flags, request_extra
+from backend.models.ggufinfo import GgufError, gguf_metadata
+from backend.serve.profiles import LaunchPlan, server_argv
+from backend.serve.quirks import kv_kernel_note, launch_flags, request_extra
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
@@ -70,7 +70,7 @@ class ServerState(BaseModel):
     preset: str | None = None
     request_extra: dict[str, Any] = {}
     """Fields every request to this server must carry (a build's known bug worked around:
-    :mod:`backend.quirks`); the agent's client and the bench merge them into each request."""
+    :mod:`backend.serve.quirks`); the agent's client and the bench merge them into each request."""
 
     @property
     def base_url(self) -> str:

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.flavour import Flavour
-from backend.profiles import LaunchPlan
+from backend.engine.flavour import Flavour
+from backend.serve.profiles import LaunchPlan
 
 REDUCED_VERIFY_ARCHS = frozenset({"qwen35", "qwen35moe", "gemma4"})
 """Target architectures whose BeeLlama v0.3.1 graph builds the reduced verify output."""
@@ -73,7 +73,7 @@ def launch_flags(plan: LaunchPlan, flavour: Flavour, devices: list[str]) -> tupl
 def kv_kernel_note(plan: LaunchPlan, configure_flags: list[str]) -> str | None:
     """A warning when ``plan``'s KV cache types need CUDA flash-attention kernels that the engine
     (its CMake ``configure_flags``) was built without (``--no-fa-all-quants``), else None."""
-    from backend.engines import needs_fa_all_quants
+    from backend.engine.build import needs_fa_all_quants
 
     o = plan.options
     if "-DGGML_CUDA=ON" not in configure_flags or "-DGGML_CUDA_FA_ALL_QUANTS=OFF" not in \

@@ -30,15 +30,15 @@ import httpx2
 import psutil
 from pydantic import BaseModel, Field, ValidationError
 
-from backend.bench_prompts import BenchPrompt
-from backend.engines import Engine
-from backend.fit import FitError, check_fit
-from backend.flavour import detect_flavour
+from backend.engine.build import Engine
+from backend.engine.flavour import detect_flavour
 from backend.home import home
-from backend.launch import plan_for
-from backend.presets import Preset
-from backend.profiles import LaunchPlan, get_profile
-from backend.server import (
+from backend.measure.prompts import BenchPrompt
+from backend.models.presets import Preset
+from backend.serve.fit import FitError, check_fit
+from backend.serve.launch import plan_for
+from backend.serve.profiles import LaunchPlan, get_profile
+from backend.serve.server import (
     DEFAULT_HOST,
     ServerState,
     get_json,
@@ -346,7 +346,7 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
 def _post(client: httpx2.Client, state: ServerState, profile: str, prompt: BenchPrompt,
           body: dict) -> dict:
     url = state.base_url + "/v1/chat/completions"
-    # A build's known bug worked around per request (backend.quirks); the body's own keys win.
+    # A build's known bug worked around per request (backend.serve.quirks); the body's own keys win.
     body = {**state.request_extra, **body}
     try:
         resp = client.post(url, json=body)

@@ -6,8 +6,8 @@ pip-built), unpacked with :mod:`tarfile`, configured with cmake for this machine
 ``llama-server`` target is built. The same recipe builds a local source tree (``--source``), an
 upstream git tag, or BeeLlama.cpp cloned (gitpython) at a release tag. Installed engines live in
 ``<cache>/engines/<key>/`` with an ``engine.json`` manifest; the key covers engine, version and
-configure flags (which include the CPU features the build uses: :mod:`backend.cpu`), so a second
-build with the same inputs is a no-op and a build for another CPU gets its own key. An engine
+configure flags (which include the CPU features the build uses: :mod:`backend.engine.cpu`), so a
+second build with the same inputs is a no-op and a build for another CPU gets its own key. An engine
 whose CPU features this machine lacks is never picked (it would die with SIGILL).
 """
 
@@ -33,7 +33,7 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from backend import secret_store
-from backend.cpu import CpuTarget, build_target, cpu_features, missing_features
+from backend.engine.cpu import CpuTarget, build_target, cpu_features, missing_features
 from backend.home import home
 
 LLAMA_CPP_VERSION = "11434"
@@ -83,7 +83,7 @@ class Engine(BaseModel):
     source: str = ""
     """What was built: a folder, an archive (with its sha256) or a git URL and ref."""
     flavour: str | None = None
-    """The flavour the built binary's ``--help`` showed (:mod:`backend.flavour`), or None."""
+    """The flavour the built binary's ``--help`` showed (:mod:`backend.engine.flavour`), or None."""
 
 
 def detect_cuda_arch() -> str | None:
@@ -125,8 +125,8 @@ def configure_flags(cuda_arch: str | None,
     static libraries make the binary start without LD_LIBRARY_PATH. ``build_number`` names a
     tree without ``.git`` (the sdist) so ``/props.build_info`` says which build it is. The CUDA
     flags are the seed's (shared/seed: CUDA, flash attention with all quantized KV types).
-    ``cpu`` (default: this CPU, :func:`backend.cpu.build_target`) adds ggml's instruction-set
-    options: explicit features, AMX off (why: :mod:`backend.cpu`). ``fa_all_quants`` (CUDA
+    ``cpu`` (default: this CPU, :func:`backend.engine.cpu.build_target`) adds ggml's instruction-set
+    options: explicit features, AMX off (why: :mod:`backend.engine.cpu`). ``fa_all_quants`` (CUDA
     only): flash-attention kernels for every K/V type pair, the seed's flag; off, the CUDA build
     is much shorter and only same-type f16/q4_0/q8_0/bf16/turbo caches keep flash attention on
     the GPU (:func:`needs_fa_all_quants`).
@@ -723,7 +723,7 @@ def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: s
 def _built_flavour(binary: Path, log: Path) -> str | None:
     """The flavour the new binary's ``--help`` shows (noted in the build log), or None when it
     does not run here (e.g. a CUDA build on a machine whose driver is missing)."""
-    from backend.flavour import detect_flavour
+    from backend.engine.flavour import detect_flavour
 
     try:
         found: str | None = detect_flavour(binary)

@@ -49,7 +49,7 @@ The rules (the system prompt teaches 1-5; the others settle the edge cases):
 8. **Cut off.** A reply that ended at max_tokens runs nothing; :func:`cut_detail` says which
    call was cut (the loop reports it and keeps a short marker instead of the reply).
 9. **Repair.** A reply with no tag calls may still hold calls written the json way
-   (:func:`agent.protocol.calls_in_text`); those run.
+   (:func:`agent.protocols.base.calls_in_text`); those run.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.protocol import FINAL_ANSWER, FormatError, lenient_json
+from agent.protocols.base import FINAL_ANSWER, FormatError, lenient_json
 
 _TAG = re.compile(r"<([A-Za-z_][\w.\-]*)>")
 _WS = " \t\r\n"

@@ -12,16 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.convert import NEW_ARCH, OLD_ARCH
-from backend.drafts import DraftError, converted_path, gguf_architecture
-from backend.engines import Engine
-from backend.flavour import Flavour, binary_devices, binary_facts, detect_flavour
-from backend.helpfacts import check_argv
-from backend.launch import profile_for
-from backend.preset_status import cached_file
-from backend.presets import Preset
-from backend.profiles import LaunchPlan, server_argv
-from backend.quirks import launch_flags
+from backend.engine.build import Engine
+from backend.engine.flavour import Flavour, binary_devices, binary_facts, detect_flavour
+from backend.engine.helpfacts import check_argv
+from backend.models.convert import NEW_ARCH, OLD_ARCH
+from backend.models.drafts import DraftError, converted_path, gguf_architecture
+from backend.models.presets import Preset
+from backend.serve.launch import profile_for
+from backend.serve.preset_status import cached_file
+from backend.serve.profiles import LaunchPlan, server_argv
+from backend.serve.quirks import launch_flags
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"
 

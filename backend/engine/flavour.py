@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Literal
 
-from backend.helpfacts import HelpFacts, parse_help
+from backend.engine.helpfacts import HelpFacts, parse_help
 from backend.home import home
 
 Flavour = Literal["bee-old", "bee-new", "upstream"]
