@@ -43,6 +43,8 @@ class SessionStart(_Event):
     model: str | None = None
     n_ctx: int | None = None
     repo: str | None = Field(None, description="Git work tree root, when there is one.")
+    speculation: str | None = Field(None, description="The tuned launch's draft length and "
+                                    "why (backend.serve.tuning), when the profile is tuned.")
 
 
 class ProtocolChoice(_Event):

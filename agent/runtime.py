@@ -15,6 +15,7 @@ from backend.engine.build import default_engine
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_server
 from backend.serve.server import ServerState, crash_report
+from backend.serve.tuning import TuningError, effective_n_max, record_turns
 
 _PROBE = "dflash-agent-tool-role-probe"
 
@@ -28,6 +29,19 @@ class Backend:
     profile: str | None
     sampling: dict[str, Any]
     state: ServerState | None = None
+
+    @property
+    def speculation(self) -> str | None:
+        """The managed server's tuned draft length and why; None when untuned or remote."""
+        return self.state.speculation if self.state is not None else None
+
+    def draft_length(self) -> str | None:
+        """What a step line shows of drafting: ``draft length K``, ``drafting off`` (a tuned
+        profile that turned it off), or None when the server drafts with no draft model."""
+        if self.state is None or self.state.plan.draft is None:
+            return None
+        k = effective_n_max(self.state.plan)
+        return f"draft length {k}" if k else "drafting off"
 
 
 def connect(settings: Settings, reporter: Reporter) -> Backend:
@@ -55,10 +69,28 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                                   progress=reporter.build_progress, note=reporter.note)
     reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
                   f"(profile {state.plan.profile})")
+    if state.speculation:
+        reporter.note(f"speculation: {state.speculation}")
     client = ServerClient(state.base_url, settings.request_timeout,
                           explain=lambda: crash_report(state),
                           request_extra=state.request_extra)
-    return Backend(client, preset.name, state.plan.profile, sampling, state)
+    backend = Backend(client, preset.name, state.plan.profile, sampling, state)
+    reporter.draft_length = backend.draft_length()
+    return backend
+
+
+def record_speculation(backend: Backend, timings: list[Any],
+                       warn: Any = None) -> None:
+    """Record a task's ``timings`` (drafted and accepted tokens per model call) for the tuned
+    launch (:func:`backend.serve.tuning.record_turns`): the next launch chooses its draft length
+    from them. A record that cannot be written is said through ``warn``, never raised."""
+    if backend.state is None or not timings:
+        return
+    try:
+        record_turns(backend.state.plan, [t.model_dump() for t in timings])
+    except TuningError as exc:
+        if warn is not None:
+            warn(f"could not record the draft's acceptance: {exc}")
 
 
 def choose_protocol(setting: str, client: ServerClient) -> tuple[str, ProtocolDecision]:

@@ -81,6 +81,9 @@ class Reporter:
         self._streaming = False
         self._protocol = "json"
         self._started = 0.0
+        self.draft_length: str | None = None
+        """The server's drafting, shown on every step line (``draft length 3``, ``drafting
+        off``); None when it has no draft model."""
         self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
                        "reply_misses": 0, "turns": 0}
         self._previous: tuple[int, int] | None = None
@@ -129,6 +132,8 @@ class Reporter:
         self._previous = (prompt + reused, decoded)
         accept = (f" · accepted {t.draft_n_accepted}/{t.draft_n} drafts"
                   if t.draft_n else "")
+        if self.draft_length:
+            accept += f" · {self.draft_length}"
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""
         self.console.print(Text(f"step {step} · prefill {prompt} (reused {reused}){miss} · "
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"

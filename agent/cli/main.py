@@ -52,6 +52,15 @@ from backend.measure.bench import (
     run_bench,
     write_result,
 )
+from backend.measure.calibrate import (
+    CalibrationError,
+    CalibrationUsage,
+    calibrate,
+    parse_lengths,
+    plot_calibration,
+    table_lines,
+)
+from backend.measure.calibrate import default_result_path as calibration_path
 from backend.measure.prompts import PromptsError, load_prompts
 from backend.measure.report import plot_result, require_matplotlib, result_table
 from backend.models.convert import ConvertError
@@ -64,6 +73,7 @@ from backend.serve.fit import FitError, check_fit
 from backend.serve.launch import ensure_engine, plan_for
 from backend.serve.preview import preview_command
 from backend.serve.server import ServerError
+from backend.serve.tuning import TuningError, tune
 from tools import reaper
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -82,10 +92,11 @@ app.add_typer(skills_app, name="skills")
 err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
-                CacheError, BenchError, PromptsError, DraftError, FitError, GgufError)
+                CacheError, BenchError, PromptsError, DraftError, FitError, GgufError,
+                CalibrationError, TuningError)
 
 PLAIN_ERRORS = (UserError, ConfigError, PresetError, BenchUsage, PromptsError, FitError,
-                CacheError, ContextTooSmall, ConvertError)
+                CacheError, ContextTooSmall, ConvertError, CalibrationError)
 """The user's own mistake or choice, fully said in one line: no crash log (a traceback
 would not help); the other known errors (build, server, model files) keep one."""
 
@@ -95,7 +106,9 @@ CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailab
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
 Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram, "
-                                             "dflash, dflash+ngram.")]
+                                             "dflash (draft length tuned per launch, off when "
+                                             "it would not pay), dflash-fixed (always 15), "
+                                             "dflash+ngram.")]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
 
 
@@ -508,12 +521,23 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     engine = _engine(settings, reporter)
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
                     parallel=parallel, idle_timeout=idle_timeout)
+    serving = server.compatible(plan)
+    if serving is not None:
+        # A server already runs this plan: keep its draft length (re-chosen at a new launch).
+        plan, line = plan.model_copy(update={"draft_n_max": serving.plan.draft_n_max}), \
+            serving.speculation
+    else:
+        plan, choice = tune(plan, timeout=settings.server_start_timeout, note=reporter.note)
+        line = choice.line() if choice else None
     check_fit(plan, force=force, note=reporter.note)
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,
-                              timeout=settings.server_start_timeout, progress=reporter.note)
+                              timeout=settings.server_start_timeout, progress=reporter.note,
+                              speculation=line)
     verb = "reusing" if reused else "started"
     echo(f"{verb} llama-server pid {state.pid} at {state.base_url} "
                f"(preset {chosen.name}, profile {plan.profile})")
+    if state.speculation:
+        echo(f"speculation: {state.speculation}")
 
 
 @backend_app.command("down", epilog=EXIT_CODES_HELP)
@@ -544,6 +568,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
                    f"{info['profile']}  n_ctx {info['n_ctx']}  up {info['uptime_s']} s\n"
                    f"  binary {info['binary']} ({info['flavour']})\n  model  {info['model']}"
                    f"\n  log    {info['log']}")
+        if info.get("speculation"):
+            echo(f"  speculation {info['speculation']}")
 
 
 @backend_app.command("bench", epilog=EXIT_CODES_HELP)
@@ -573,6 +599,11 @@ def bench_cmd(
                                                 "time, rounds alternating the profile order "
                                                 "(automatic when the servers do not fit side "
                                                 "by side).")] = False,
+    synth_accept: Annotated[float | None, typer.Option(
+        "--synth-accept", min=0.0, max=1.0,
+        help="Each drafted token accepted with probability P whatever the draft proposes "
+             "(b11434's --spec-synth-rates): what a better draft would give on this machine. "
+             "Output text is not valid; tuned profiles choose their length for P.")] = None,
 ) -> None:
     """Compare speculation profiles on one binary and model: one server per profile side by
     side, requests interleaved; per prompt and overall tokens, decode and prefill tok/s,
@@ -590,7 +621,7 @@ def bench_cmd(
                        ctx_size=settings.ctx_size, start_timeout=settings.server_start_timeout,
                        force=force,
                        note=lambda message: err.print(message, markup=False, style="dim"),
-                       one_at_a_time=one_at_a_time)
+                       one_at_a_time=one_at_a_time, synth_accept=synth_accept)
     table_out = SafeConsole(highlight=False, soft_wrap=True)
     if not table_out.is_terminal:  # piped or logged: rich's 80 columns would cut the table
         table_out = SafeConsole(highlight=False, soft_wrap=True, width=160)
@@ -599,6 +630,57 @@ def bench_cmd(
     echo(f"results: {written}")
     if plot is not None:
         echo(f"chart: {plot_result(result, plot)}")
+
+
+@backend_app.command("calibrate", epilog=EXIT_CODES_HELP)
+def calibrate_cmd(
+    preset: Preset = None,
+    profile: Annotated[str, typer.Option(help="The speculative profile whose steps to "
+                                         "measure (dflash, dflash-fixed, dflash+ngram).")]
+    = "dflash",
+    lengths: Annotated[str, typer.Option(help="Comma-separated draft lengths to measure "
+                                         "(1..15).")] = "1,2,3,5,7,15",
+    check_accept: Annotated[float, typer.Option(
+        "--check-accept", min=0.0, max=1.0,
+        help="Also measure each length at this synthetic per-token acceptance, to correct "
+             "the model for partial acceptance (0: skip).")] = 0.75,
+    tokens: Annotated[int, typer.Option(min=16, help="Tokens decoded per request.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed requests per configuration "
+                                         "(the median counts).")] = 3,
+    ctx_size: CtxSize = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the run here "
+                                                   "(default: <state>/calibrate/<date>.json)."
+                                                   )] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of speed against acceptance "
+                                              "length per draft length (plot extra).")]
+    = None,
+    force: Annotated[bool, typer.Option("--force", help="Launch even when the fit check "
+                                        "says the servers do not fit.")] = False,
+) -> None:
+    """Measure what a speculative step costs on this engine, model, draft and device (plain
+    decoding and each draft length, synthetic acceptance), store the cost model the tuned
+    profiles launch with, and print speedup against acceptance with break-even marked."""
+    settings = load_settings(cli={"preset": preset, "ctx_size": ctx_size})
+    chosen = get_preset(settings.preset)
+    wanted = parse_lengths(lengths)
+    engine = _engine(settings, Reporter())
+    result = calibrate(chosen, engine, profile=profile, lengths=wanted,
+                       check_p=check_accept or None, tokens=tokens, repeats=repeats,
+                       ctx_size=settings.ctx_size or 4096,
+                       start_timeout=settings.server_start_timeout, force=force,
+                       note=lambda message: err.print(message, markup=False, style="dim"))
+    for line in table_lines(result):
+        echo(line)
+    path = json_path or calibration_path(result)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json(indent=2), "utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write the results to {path}: {exc}") from exc
+    echo(f"cost model: {result.stored}")
+    echo(f"results: {path}")
+    if plot is not None:
+        echo(f"chart: {plot_calibration(result, plot)}")
 
 
 backend_app.command("presets")(presets_cmd)
@@ -653,7 +735,7 @@ def main() -> None:
         err.print("interrupted")
         code = EXIT_INTERRUPTED
     except KNOWN_ERRORS as exc:
-        usage = isinstance(exc, UsageError | UnknownPreset | BenchUsage)
+        usage = isinstance(exc, UsageError | UnknownPreset | BenchUsage | CalibrationUsage)
         err.print(f"error: {exc}", markup=False)
         tail = getattr(exc, "tail", "")
         if tail:

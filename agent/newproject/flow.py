@@ -47,7 +47,7 @@ from agent.newproject.toolchains import ECOSYSTEMS, available
 from agent.prompts import system_prompt
 from agent.protocols.base import tools_with_final
 from agent.protocols.choice import ProtocolDecision
-from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
+from agent.runtime import Backend, choose_protocol, connect, record_speculation, renders_tool_role
 from agent.sessions.log import SessionLog, new_session_id
 from agent.sessions.slots import hold_slot
 from agent.ui import Reporter
@@ -342,7 +342,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
         emit(SessionStart(session_id=session_id, task=description, workspace=str(directory),
                           base_url=client.base_url, protocol=protocol, preset=backend.preset,
                           profile=backend.profile, model=client.props().get("model_path"),
-                          n_ctx=client.n_ctx()))
+                          n_ctx=client.n_ctx(), speculation=backend.speculation))
         emit(TaskStart(session_id=session_id, task=1, text=description))
         plan_timings: list[Timings] = []
         if recipe.name == "simple":
@@ -555,6 +555,7 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
             client.id_slot = slot
             result, tests = _work(agent, task, first, s)
             progress.steps = result.steps
+        record_speculation(s.backend, s.plan_timings + result.timings, reporter.note)
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         raise

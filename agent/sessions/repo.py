@@ -32,7 +32,7 @@ from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
 from agent.protocols.base import tools_with_final
 from agent.protocols.calls import RESULT_PREFIX
-from agent.runtime import Backend, choose_protocol, connect, renders_tool_role
+from agent.runtime import Backend, choose_protocol, connect, record_speculation, renders_tool_role
 from agent.sessions import checkpoints as cp
 from agent.sessions.approval import make_approver
 from agent.sessions.instructions import load_instructions
@@ -197,7 +197,8 @@ class RepoSession:
                 session_id=self.id, task="", workspace=str(root), base_url=client.base_url,
                 protocol=protocol, preset=self.backend.preset, profile=self.backend.profile,
                 model=client.props().get("model_path"), n_ctx=client.n_ctx(),
-                repo=str(root) if self.repo is not None else None))
+                repo=str(root) if self.repo is not None else None,
+                speculation=self.backend.speculation))
         self.agent = Agent(client, self.registry, session_id=self.id, protocol=protocol,
                            system=system, emit=self.emit, sampling=self.backend.sampling,
                            auto_switch=auto_switch, tool_role=renders_tool_role(client),
@@ -238,7 +239,9 @@ class RepoSession:
                 client.id_slot = slot
                 first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
                 self.forced_skills = []
-                return self.agent.run(text, first_calls=first)
+                result = self.agent.run(text, first_calls=first)
+                record_speculation(self.backend, result.timings, self.warn)
+                return result
         except Exception as exc:
             # Logged only (the command line prints the error): `agent sessions` then says
             # how the task ended.

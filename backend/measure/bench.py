@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ import psutil
 from pydantic import BaseModel, Field, ValidationError
 
 from backend.engine.build import Engine
-from backend.engine.flavour import detect_flavour
+from backend.engine.flavour import binary_facts, detect_flavour
 from backend.home import home
 from backend.measure.prompts import BenchPrompt
 from backend.models.presets import Preset
@@ -47,6 +46,7 @@ from backend.serve.server import (
     stop,
     up,
 )
+from backend.serve.tuning import effective_n_max, gpu_names, record_turns, synth_rates, tune
 
 SCHEMA_VERSION = 1
 REFERENCE_PROFILE = "baseline"
@@ -109,6 +109,8 @@ class ServerInfo(BaseModel):
     build_info: str | None = Field(description="/props build_info.")
     model_path: str | None = Field(description="/props model_path.")
     n_ctx: int | None = Field(description="/props default_generation_settings.n_ctx.")
+    speculation: str | None = Field(None, description="A tuned profile's choice of draft "
+                                    "length and why (backend.serve.tuning).")
 
 
 class MachineInfo(BaseModel):
@@ -159,6 +161,9 @@ class BenchResult(BaseModel):
     overall: list[Stats] = Field(description="Per profile: each temperature, then all.")
     one_at_a_time: bool = Field(False, description="True when the servers ran one at a time "
                                 "(rounds alternating the profile order), not side by side.")
+    synth_accept: float | None = Field(None, description="Synthetic per-token acceptance "
+                                       "given to every drafting server (--synth-accept); "
+                                       "None: the draft's own.")
 
     def overall_speedup(self, profile: str) -> float | None:
         """``profile``'s speedup over every prompt and temperature."""
@@ -224,24 +229,11 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _gpus() -> list[str]:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] \
-        if proc.returncode == 0 else []
-
-
 def machine_info() -> MachineInfo:
     """OS, CPU model and threads, RAM and GPUs of this machine."""
     return MachineInfo(platform=platform.platform(), cpu=_cpu_name(),
                        cpu_threads=os.cpu_count(), ram_bytes=psutil.virtual_memory().total,
-                       gpus=_gpus())
+                       gpus=gpu_names())
 
 
 def sample_from_response(body: object, *, index: int, profile: str, prompt: str,
@@ -337,10 +329,21 @@ def _keep_current_marker() -> Iterator[None]:
 
 
 def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
-                note: Callable[[str], None] | None) -> LaunchPlan:
+                synth_accept: float | None, start_timeout: float,
+                note: Callable[[str], None] | None) -> tuple[LaunchPlan, str | None]:
+    """The plan a profile is measured with (tuned as a launch would be, or for the synthetic
+    acceptance) and the tuning's line (None for untuned profiles)."""
     plan = plan_for(preset, engine, profile, ctx_size, note)
-    return plan.model_copy(update={"extra_flags": (*plan.extra_flags, "--alias",
-                                                   f"dflash-agent-bench-{profile}")})
+    plan, choice = tune(plan, synth_p=synth_accept, timeout=start_timeout, note=note)
+    flags: tuple[str, ...] = ("--alias", f"dflash-agent-bench-{profile}")
+    k = effective_n_max(plan)
+    if synth_accept is not None and k:
+        if not binary_facts(plan.binary).has("--spec-synth-rates"):
+            raise BenchUsage(f"--synth-accept needs an engine with --spec-synth-rates "
+                             f"(upstream b11434 or later); {engine.key} has none")
+        flags += ("--spec-synth-rates", synth_rates(synth_accept, k))
+    return (plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags)}),
+            choice.line() if choice else None)
 
 
 def _post(client: httpx2.Client, state: ServerState, profile: str, prompt: BenchPrompt,
@@ -369,14 +372,15 @@ def _post(client: httpx2.Client, state: ServerState, profile: str, prompt: Bench
     return data
 
 
-def _server_info(profile: str, state: ServerState) -> ServerInfo:
+def _server_info(profile: str, state: ServerState, speculation: str | None) -> ServerInfo:
     try:
         props = get_json(state.base_url, "/props")
     except (httpx2.HTTPError, ValueError):
         props = {}
     settings = props.get("default_generation_settings") or {}
     return ServerInfo(profile=profile, argv=state.argv, build_info=props.get("build_info"),
-                      model_path=props.get("model_path"), n_ctx=settings.get("n_ctx"))
+                      model_path=props.get("model_path"), n_ctx=settings.get("n_ctx"),
+                      speculation=speculation)
 
 
 def _model_file(path: Path) -> ModelFile:
@@ -406,7 +410,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
               *, prompt_set: str, temperatures: list[float], max_tokens: int = 1200,
               repeats: int = 1, ctx_size: int | None = None, start_timeout: float = 600.0,
               request_timeout: float = 3600.0, force: bool = False,
-              one_at_a_time: bool = False,
+              one_at_a_time: bool = False, synth_accept: float | None = None,
               note: Callable[[str], None] | None = None) -> BenchResult:
     """Measure every prompt at every temperature ``repeats`` times on each profile.
 
@@ -416,6 +420,11 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     ``repeats`` rounds whose profile order alternates, so slow drift does not favour one
     profile (a 31B preset on a 24 GB card cannot hold two copies of the model).
 
+    Tuned profiles are tuned as a launch would tune them (a probe when due); with
+    ``synth_accept`` every drafting server accepts each drafted token with that probability
+    (``--spec-synth-rates``) and tuned profiles choose their length for it. Without it, the
+    drafts' acceptance is recorded for the next tuned launch.
+
     ``profiles`` should come from :func:`parse_profiles`; the reference for speedups is
     ``baseline`` when listed, else the first profile. ``force`` turns a fit refusal into a
     note. Raises :class:`BenchError` (a server refused or answered badly), ``FitError``,
@@ -424,7 +433,13 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     say = note or (lambda _msg: None)
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
     started = datetime.now(UTC)
-    plans = {p: _bench_plan(preset, engine, p, ctx_size, note) for p in profiles}
+    with _keep_current_marker():
+        tuned = {p: _bench_plan(preset, engine, p, ctx_size, synth_accept, start_timeout, note)
+                 for p in profiles}
+    plans = {p: plan for p, (plan, _) in tuned.items()}
+    for profile, (_, line) in tuned.items():
+        if line:
+            say(f"{profile}: {line}")
     request_extra: dict[str, float | int | bool] = {"cache_prompt": False}
     for key in ("top_k", "top_p", "min_p"):
         value = getattr(preset.sampling, key)
@@ -465,7 +480,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                         one_at_a_time = True
                         break
             if not one_at_a_time:
-                servers = {p: _server_info(p, s) for p, s in states.items()}
+                servers = {p: _server_info(p, s, tuned[p][1]) for p, s in states.items()}
                 group = 0
                 for prompt in prompts:
                     for temp in temperatures:
@@ -485,12 +500,20 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                     states = {profile: _start(profile, plans[profile], preset, client, force,
                                               start_timeout, note)}
                     try:
-                        servers.setdefault(profile, _server_info(profile, states[profile]))
+                        servers.setdefault(profile, _server_info(profile, states[profile],
+                                                                 tuned[profile][1]))
                         for prompt in prompts:
                             for temp in temperatures:
                                 measure(client, states, profile, prompt, temp, repeat)
                     finally:
                         stop(states[profile])
+    if synth_accept is None:
+        # The draft's acceptance on these prompts informs the next tuned launch.
+        for profile, plan in plans.items():
+            record_turns(plan, [{"draft_n": s.draft_n, "draft_n_accepted": s.draft_accepted,
+                                 "predicted_n": s.completion_tokens,
+                                 "predicted_ms": s.decode_ms}
+                                for s in samples if s.profile == profile], source="bench")
     per_prompt, overall = summarize(samples, profiles, [p.name for p in prompts],
                                     temperatures, reference)
     first = next(iter(plans.values()))
@@ -508,7 +531,8 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         profiles=profiles, reference_profile=reference, max_tokens=max_tokens,
         temperatures=temperatures, repeats=repeats, ctx_size=first.ctx_size,
         request_extra=request_extra, servers=ordered, samples=samples,
-        per_prompt=per_prompt, overall=overall, one_at_a_time=one_at_a_time)
+        per_prompt=per_prompt, overall=overall, one_at_a_time=one_at_a_time,
+        synth_accept=synth_accept)
 
 
 def write_result(result: BenchResult, path: Path) -> Path:

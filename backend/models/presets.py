@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from backend.home import home
 
-ProfileName = Literal["baseline", "ngram", "dflash", "dflash+ngram"]
+ProfileName = Literal["baseline", "ngram", "dflash", "dflash-fixed", "dflash+ngram"]
 DEFAULT_PRESET = "smollm2-135m"
 
 

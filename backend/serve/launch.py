@@ -21,6 +21,7 @@ from backend.serve.server import (
     running,
     up,
 )
+from backend.serve.tuning import tune
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
@@ -74,6 +75,8 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
                   force: bool = False) -> tuple[ServerState, bool]:
     """Engine, models and server for ``preset_name``; returns (state, reused).
 
+    A tuned profile's draft length is chosen before the launch (:func:`backend.serve.tuning.
+    tune`: a short acceptance probe when one is due; drafting off when it would not pay).
     Before a launch the fit check runs (:func:`backend.serve.fit.check_fit`); ``force`` launches a
     plan it refuses. Raises ``BuildError``, ``ModelError``, ``PresetError``, ``FitError``,
     ``GgufError`` or ``ServerError``.
@@ -84,11 +87,14 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     serving = compatible(plan)
     if serving is not None:
         # The server that is up is the one sessions use, whatever its slot count.
-        return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note)
+        return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note,
+                  speculation=serving.speculation)
+    plan, choice = tune(plan, timeout=timeout, note=note)
     for other in running():
         if other.preset == preset.name and note is not None:
             note(f"the {preset.name} server at {other.base_url} runs with another "
                  f"{', '.join(plan_differences(plan, other.plan))}; starting one for this "
                  "session's")
     check_fit(plan, force=force, note=note)
-    return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note)
+    return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note,
+              speculation=choice.line() if choice else None)

@@ -1,5 +1,6 @@
 """``agent backend up --print-cmd``: the exact ``llama-server`` command for a preset, without
-building an engine, downloading a model or converting a draft.
+building an engine, downloading a model, converting a draft or probing a draft: a tuned
+profile shows the draft length that the costs and acceptance stored in the home choose.
 
 Files not in the cache yet appear as their source (``hf://…``) with a note; a draft in the
 format the engine does not load (old ``dflash-draft`` for upstream and BeeLlama ≥0.4, upstream
@@ -22,6 +23,7 @@ from backend.serve.launch import profile_for
 from backend.serve.preset_status import cached_file
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
+from backend.serve.tuning import tune
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"
 
@@ -75,6 +77,10 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
                       profile=chosen.name, ctx_size=ctx_size or preset.ctx_size, draft=draft,
                       parallel=parallel, idle_timeout=idle_timeout, options=preset.server,
                       extra_flags=tuple(preset.extra_flags))
+    if engine is not None:
+        plan, choice = tune(plan, allow_probe=False, note=notes.append)
+        if choice is not None:
+            notes.append(f"speculation: {choice.line()}")
     argv = server_argv(plan, host, port, flavour)
     if engine is not None and flavour == "bee-old":
         added, why = launch_flags(plan, flavour, binary_devices(engine.binary))

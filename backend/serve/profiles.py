@@ -23,6 +23,9 @@ class Profile(BaseModel):
     spec_types: tuple[str, ...] = Field((), description="Values for --spec-type, joined by ','.")
     draft_n_max: int | None = Field(None, description="--spec-draft-n-max (tokens per draft).")
     needs_draft: bool = Field(False, description="True when a draft model must be given.")
+    tuned: bool = Field(False, description="True when the launch chooses the draft length "
+                        "(0 = off) from measured costs and acceptance (backend.serve.tuning); "
+                        "draft_n_max is then the longest it may choose.")
 
 
 PROFILES: dict[str, Profile] = {
@@ -30,13 +33,18 @@ PROFILES: dict[str, Profile] = {
     # Prompt-lookup speculation: no draft model; strong when output repeats the context.
     "ngram": Profile(name="ngram", spec_types=("ngram-mod",)),
     # b11434 defaults --spec-draft-n-max to 3; DFlash drafts 16-token blocks (block - 1 = 15).
+    # The length is tuned per launch: 15 only pays for a very good draft on a large target
+    # (SPECULATION-COSTS.md), and a draft that does not pay is not run at all.
     "dflash": Profile(name="dflash", spec_types=("draft-dflash",), draft_n_max=15,
-                      needs_draft=True),
+                      needs_draft=True, tuned=True),
+    # The untuned launch (always 15 drafted tokens): the reference the tuning is measured by.
+    "dflash-fixed": Profile(name="dflash-fixed", spec_types=("draft-dflash",), draft_n_max=15,
+                            needs_draft=True),
     # Both: upstream tries its n-gram drafters first and the draft model when they find no
     # match (common/speculative.cpp, common_speculative_init's order of preference), so text
     # copied from the context costs no draft pass.
     "dflash+ngram": Profile(name="dflash+ngram", spec_types=("draft-dflash", "ngram-mod"),
-                            draft_n_max=15, needs_draft=True),
+                            draft_n_max=15, needs_draft=True, tuned=True),
 }
 
 
@@ -55,6 +63,9 @@ class LaunchPlan(BaseModel):
                                      "(--sleep-idle-seconds); it wakes on the next request.")
     options: ServerOptions = Field(default_factory=ServerOptions)
     extra_flags: tuple[str, ...] = ()
+    draft_n_max: int | None = Field(None, ge=0, le=15, description="Draft length chosen for "
+                                    "this launch (backend.serve.tuning); 0 = drafting off (no "
+                                    "draft model loaded); None = the profile's own.")
 
 
 def get_profile(name: str) -> Profile:
@@ -85,6 +96,10 @@ def _options(o: ServerOptions, flavour: Flavour) -> list[str]:
     return argv
 
 
+def _is_dflash(profile: Profile) -> bool:
+    return profile.spec_types == ("draft-dflash",)
+
+
 def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[str]:
     argv: list[str] = []
     if profile.name == "dflash+ngram" and flavour == "bee-old":
@@ -92,6 +107,13 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
         # also consults ngram-mod there was never run: refuse rather than guess.
         raise ValueError("the dflash+ngram profile is not proven on BeeLlama <= 0.3 (bee-old): "
                          "use the dflash profile there")
+    n_max = plan.draft_n_max if plan.draft_n_max is not None else profile.draft_n_max
+    types = profile.spec_types
+    if profile.needs_draft and n_max == 0:
+        # Drafting off: no draft model, so no draft pass (a confidence cut would still run it
+        # every step); what the profile speculates without a draft stays.
+        types = tuple(t for t in types if t != "draft-dflash")
+        return ["--spec-type", ",".join(types)] if types else []
     if profile.needs_draft:
         if plan.draft is None:
             raise ValueError(f"profile '{profile.name}' needs a draft model; the preset has none")
@@ -100,16 +122,15 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
             argv += ["--spec-draft-ngl", plan.options.draft_gpu_layers]
         # A quantized draft KV collapses acceptance (BACKEND-FACTS.md): keep it f16.
         argv += ["--spec-draft-type-k", "f16", "--spec-draft-type-v", "f16"]
-    types = profile.spec_types
-    if profile.name == "dflash" and flavour == "bee-old":
+    if _is_dflash(profile) and flavour == "bee-old":
         types = ("dflash",)
     if types:
         argv += ["--spec-type", ",".join(types)]
-    if profile.name == "dflash" and flavour == "bee-old":
+    if _is_dflash(profile) and flavour == "bee-old":
         if plan.options.dflash_cross_ctx is not None:
             argv += ["--spec-dflash-cross-ctx", str(plan.options.dflash_cross_ctx)]
-    elif profile.draft_n_max is not None:
-        argv += ["--spec-draft-n-max", str(profile.draft_n_max)]
+    elif n_max is not None:
+        argv += ["--spec-draft-n-max", str(n_max)]
     return argv
 
 
@@ -119,7 +140,8 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
 
     One translation covers the three flavours; where they differ (BACKEND-FACTS.md "Flags"):
     DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``) on bee-old and
-    ``draft-dflash`` with ``--spec-draft-n-max 15`` elsewhere; locked weights are
+    ``draft-dflash`` with ``--spec-draft-n-max`` (the plan's tuned length, else 15) elsewhere,
+    and no draft at all when the plan's length is 0; locked weights are
     ``--no-mmap --mlock`` on bee-old and ``--load-mode mlock`` elsewhere; ``--fit`` is set
     explicitly on upstream. Check the result with :func:`backend.engine.helpfacts.check_argv`.
 
@@ -128,7 +150,7 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
     for ``dflash+ngram`` on bee-old.
     """
     profile = get_profile(plan.profile)
-    if profile.needs_draft and plan.parallel > 1:
+    if profile.needs_draft and plan.parallel > 1 and plan.draft_n_max != 0:
         raise ValueError("DFlash runs with one slot (-np 1); drop --parallel or choose the "
                          "ngram or baseline profile")
     argv = [str(plan.binary), "-m", str(plan.model), "--host", host, "--port", str(port),

@@ -42,7 +42,8 @@ def request_extra(flavour: Flavour, profile: str, target_arch: str) -> tuple[dic
     """Fields every request to this server must carry, and the note that says why (None when
     nothing is needed): the workaround for bee-old DFlash with a target outside
     :data:`REDUCED_VERIFY_ARCHS` (module docstring)."""
-    if flavour != "bee-old" or profile != "dflash" or target_arch in REDUCED_VERIFY_ARCHS:
+    if flavour != "bee-old" or profile not in ("dflash", "dflash-fixed") \
+            or target_arch in REDUCED_VERIFY_ARCHS:
         return {}, None
     note = (f"BeeLlama <=0.3 DFlash aborts on its reduced-verify path with a "
             f"'{target_arch or 'unknown'}' target (GGML_ASSERT(logits != nullptr) in "
@@ -61,7 +62,7 @@ def launch_flags(plan: LaunchPlan, flavour: Flavour, devices: list[str]) -> tupl
     names), and the note that says why (None when nothing is added): ``--spec-draft-device
     none`` for bee-old DFlash on a build with no offload device (module docstring), unless the
     preset's ``extra_flags`` already choose the draft's device."""
-    if flavour != "bee-old" or plan.profile != "dflash" or devices \
+    if flavour != "bee-old" or plan.profile not in ("dflash", "dflash-fixed") or devices \
             or any(f in DRAFT_DEVICE_FLAGS for f in plan.extra_flags):
         return [], None
     return ["--spec-draft-device", "none"], (

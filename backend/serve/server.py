@@ -71,6 +71,9 @@ class ServerState(BaseModel):
     request_extra: dict[str, Any] = {}
     """Fields every request to this server must carry (a build's known bug worked around:
     :mod:`backend.serve.quirks`); the agent's client and the bench merge them into each request."""
+    speculation: str | None = None
+    """The tuned launch's choice and why (:class:`backend.serve.tuning.Tuning`'s line), for
+    ``backend status`` and the session; None for untuned profiles."""
 
     @property
     def base_url(self) -> str:
@@ -398,8 +401,11 @@ def _launch_argv(plan: LaunchPlan, host: str, port: int) -> tuple[list[str], str
 
 def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
        preset: str | None = None, timeout: float = 600.0,
-       progress: Callable[[str], None] | None = None) -> tuple[ServerState, bool]:
+       progress: Callable[[str], None] | None = None,
+       speculation: str | None = None) -> tuple[ServerState, bool]:
     """Start the server for ``plan`` or reuse the running one; returns (state, reused).
+
+    ``speculation`` (the tuned draft length's line) is recorded in the state and the log.
 
     Waits for ``/health`` (503 while the model loads) up to ``timeout`` seconds. Raises
     :class:`ServerError` with a diagnosis and the log path when the process dies or times out.
@@ -425,6 +431,8 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             out.write(f"$ {' '.join(argv)}\n")
             for note in notes:
                 out.write(f"# dflash-agent workaround: {note}\n")
+            if speculation:
+                out.write(f"# dflash-agent speculation: {speculation}\n")
         for note in notes:
             if progress:
                 progress(f"workaround: {note}")
@@ -435,7 +443,8 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             created = 0.0
         state = ServerState(pid=pid, create_time=created, host=host, port=chosen,
                             config_hash=digest, plan=plan, argv=argv, log=log,
-                            started_at=time.time(), preset=preset, request_extra=extra)
+                            started_at=time.time(), preset=preset, request_extra=extra,
+                            speculation=speculation)
         _write_state(state)
         record_use(*[p for p in (plan.binary, plan.model, plan.draft) if p is not None])
         try:
@@ -564,9 +573,12 @@ SLOT_FIELDS = ("parallel", "idle_timeout")
 
 def plan_differences(wanted: LaunchPlan, running_plan: LaunchPlan) -> list[str]:
     """Names of the plan fields (other than :data:`SLOT_FIELDS`) in which a running server
-    differs from ``wanted``; empty when that server can serve it."""
+    differs from ``wanted``; empty when that server can serve it. A ``wanted`` draft length of
+    None (a tuned profile not tuned yet) takes whatever length the running server chose: the
+    length is re-chosen at the next launch, never under a running session."""
     a, b = wanted.model_dump(), running_plan.model_dump()
-    return [name for name in a if name not in SLOT_FIELDS and a[name] != b[name]]
+    skip = SLOT_FIELDS + (("draft_n_max",) if wanted.draft_n_max is None else ())
+    return [name for name in a if name not in skip and a[name] != b[name]]
 
 
 def compatible(plan: LaunchPlan) -> ServerState | None:
@@ -606,7 +618,8 @@ def describe(state: ServerState) -> dict:
     info = {"pid": state.pid, "binary": str(state.plan.binary), "flavour": flavour,
             "model": str(state.plan.model),
             "profile": state.plan.profile, "preset": state.preset, "url": state.base_url,
-            "uptime_s": round(time.time() - state.started_at), "log": str(state.log)}
+            "uptime_s": round(time.time() - state.started_at), "log": str(state.log),
+            "speculation": state.speculation}
     try:
         props = get_json(state.base_url, "/props")
         info["n_ctx"] = props.get("default_generation_settings", {}).get("n_ctx")

@@ -217,30 +217,34 @@ finish() {  # at most 8 files come back: pack the rest
 # >>> LEAD: MEASUREMENT COMMANDS — fill in / edit before the call. Examples below. Every result
 # goes to $OUT (8 files at most come back; name them uniquely per call). Keep the total inside
 # the call's timeout_s (600 s at most), wait_build included.
-has_calibrate() { "${AGENT[@]}" backend --help 2>/dev/null | grep -q ' calibrate '; }
 
 measure_smol() {
   step up-cmd-smol 60 "${AGENT[@]}" backend up --preset smol-v1 --print-cmd
-  if has_calibrate; then
-    step cal-smol 240 "${AGENT[@]}" backend calibrate --preset smol-v1 --json "$OUT/cal-smol.json"
-  else
-    say "no \`agent backend calibrate\` in this checkout: skipped"
-  fi
-  step bench-smol-v1 240 "${AGENT[@]}" backend bench --preset smol-v1 \
+  step cal-smol 200 "${AGENT[@]}" backend calibrate --preset smol-v1 --tokens 128 \
+    --json "$OUT/cal-smol.json" --plot "$OUT/cal-smol.png"
+  for set in edit seed; do
+    step "bench-smol-v1-$set" 120 "${AGENT[@]}" backend bench --preset smol-v1 \
+      --profiles baseline,dflash,dflash-fixed --prompts "$set" --temperatures 0 \
+      --max-tokens 512 --json "$OUT/bench-smol-v1-$set.json"
+  done
+  step bench-smol-s75 120 "${AGENT[@]}" backend bench --preset smol-v1 \
     --profiles baseline,dflash,dflash-fixed --prompts edit --temperatures 0 \
-    --max-tokens "$MAX_TOKENS" --json "$OUT/bench-smol-v1.json"
+    --max-tokens 512 --synth-accept 0.75 --json "$OUT/bench-smol-s75.json"
+  step bench-smol-ngram 120 "${AGENT[@]}" backend bench --preset smol-v1 \
+    --profiles baseline,ngram --prompts edit --temperatures 0 \
+    --max-tokens 512 --json "$OUT/bench-smol-ngram.json"
 }
 
 measure_big() {
   step up-cmd-big 60 "${AGENT[@]}" backend up --preset big74 --print-cmd
-  if has_calibrate; then
-    step cal-big74 300 "${AGENT[@]}" backend calibrate --preset big74 --json "$OUT/cal-big74.json"
-  else
-    say "no \`agent backend calibrate\` in this checkout: skipped"
-  fi
-  step bench-big74r 240 "${AGENT[@]}" backend bench --preset big74r \
-    --profiles baseline,dflash --prompts edit --temperatures 0 \
-    --max-tokens "$MAX_TOKENS" --json "$OUT/bench-big74r.json"
+  step cal-big74 240 "${AGENT[@]}" backend calibrate --preset big74 --lengths 1,3,7,15 \
+    --tokens 128 --json "$OUT/cal-big74.json" --plot "$OUT/cal-big74.png"
+  step bench-big74-s75 150 "${AGENT[@]}" backend bench --preset big74 \
+    --profiles baseline,dflash,dflash-fixed --prompts edit --temperatures 0 \
+    --max-tokens 256 --synth-accept 0.75 --json "$OUT/bench-big74-s75.json"
+  step bench-big74-useless 150 "${AGENT[@]}" backend bench --preset big74 \
+    --profiles baseline,dflash,dflash-fixed --prompts edit --temperatures 0 \
+    --max-tokens 256 --json "$OUT/bench-big74-useless.json"
 }
 # <<< LEAD: END OF MEASUREMENT COMMANDS
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,284 @@
+"""``agent backend calibrate``: what a speculative step costs on this engine, target, draft and
+device, measured and stored for the tuned launch (:mod:`backend.serve.tuning`).
+
+Method (SPECULATION-COSTS.md): one server per configuration, each started, warmed up and asked
+``repeats`` times for ``tokens`` tokens (``ignore_eos``, temperature 0, no prompt cache); the
+median request counts. First plain decoding, then for each draft length K a server drafting K
+tokens with synthetic acceptance ``--spec-synth-rates 0,…,0`` (nothing accepted: the pure cost
+of a step with K drafted tokens), and — when ``check_p`` is set — one with rates
+``p, p², …, p^K`` (each drafted token accepted with probability p), whose measured speedup
+against the formula gives the efficiency at partial acceptance. The same per-position profile
+at every K makes lengths compare fairly.
+
+An engine without ``--spec-synth-rates`` (BeeLlama, older builds) gets the stated fallback: the
+real draft is timed at each length (a step's time is decode time over steps, steps = tokens −
+accepted), and no efficiency is measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx2
+from pydantic import BaseModel, Field
+
+from backend.engine.build import Engine
+from backend.engine.flavour import binary_facts, detect_flavour
+from backend.home import home
+from backend.models.presets import Preset
+from backend.serve.fit import check_fit
+from backend.serve.launch import plan_for
+from backend.serve.profiles import LaunchPlan, get_profile
+from backend.serve.server import DEFAULT_HOST, ServerError, ServerState, pick_port, stop, up
+from backend.serve.tuning import (
+    CostModel,
+    device_id,
+    engine_key,
+    save_costs,
+    synth_rates,
+    tokens_per_step,
+)
+
+DEFAULT_LENGTHS = (1, 2, 3, 5, 7, 15)
+DEFAULT_CHECK_P = 0.75
+PROMPT = ("Write a Python module with a function `parse_csv(text)` that parses CSV text into a "
+          "list of dicts, handling quoted fields, and tests for it.")
+
+
+class CalibrationError(RuntimeError):
+    """Calibration could not run (no draft, an unsupported profile or engine, a server that
+    failed); the message says why."""
+
+
+class CalibrationUsage(CalibrationError):
+    """The command line asks for something calibration cannot do (bad lengths, a profile
+    without a draft model, a preset without a draft, a BeeLlama <= 0.3 engine)."""
+
+
+class Row(BaseModel):
+    """One measured configuration."""
+
+    name: str = Field(description="'plain', 'K=3', 'K=3 p=0.75'.")
+    n_max: int = Field(description="Draft length (0 for plain).")
+    synth_p: float | None = Field(description="Synthetic per-token acceptance (None: real).")
+    tokens: int = Field(description="Tokens decoded by the median request.")
+    accepted: int
+    drafted: int
+    decode_ms: float
+    step_ms: float = Field(description="decode_ms / steps; steps = tokens − accepted.")
+    tok_s: float
+
+
+class Calibration(BaseModel):
+    """A calibration run: its rows and the cost model stored from them."""
+
+    preset: str
+    profile: str
+    engine: str
+    costs: CostModel
+    rows: list[Row]
+    stored: Path | None = None
+
+    def plain(self) -> Row:
+        """The plain-decoding row."""
+        return next(r for r in self.rows if r.n_max == 0)
+
+    def checked(self, k: int) -> Row | None:
+        """The row at length ``k`` under the check acceptance, if measured."""
+        return next((r for r in self.rows if r.n_max == k and r.synth_p), None)
+
+
+def parse_lengths(spec: str) -> tuple[int, ...]:
+    """``"1,3,7,15"`` → ``(1, 3, 7, 15)``; raises :class:`CalibrationError` for anything but
+    distinct lengths in 1..15."""
+    try:
+        values = sorted({int(v) for v in spec.split(",") if v.strip()})
+    except ValueError as exc:
+        raise CalibrationUsage(f"--lengths '{spec}': expected numbers like 1,3,7,15") from exc
+    if not values or any(not 1 <= v <= 15 for v in values):
+        raise CalibrationUsage(f"--lengths '{spec}': give draft lengths in 1..15")
+    return tuple(values)
+
+
+def _request(client: httpx2.Client, state: ServerState, tokens: int) -> dict:
+    body = {**state.request_extra, "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": tokens, "temperature": 0.0, "cache_prompt": False,
+            "ignore_eos": True}
+    try:
+        resp = client.post(state.base_url + "/v1/chat/completions", json=body)
+        data = resp.json()
+    except (httpx2.HTTPError, ValueError) as exc:
+        raise CalibrationError(f"the calibration server at {state.base_url} failed: {exc} "
+                               f"(log: {state.log})") from exc
+    timings = data.get("timings") if isinstance(data, dict) else None
+    if resp.status_code != 200 or not isinstance(timings, dict):
+        raise CalibrationError(f"the calibration server answered HTTP {resp.status_code} "
+                               f"without timings (log: {state.log})")
+    return timings
+
+
+def _measure(name: str, plan: LaunchPlan, n_max: int, synth_p: float | None, tokens: int,
+             repeats: int, preset: str, start_timeout: float,
+             note: Callable[[str], None]) -> Row:
+    note(f"measuring {name}")
+    state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset, timeout=start_timeout,
+                  progress=note)
+    try:
+        with httpx2.Client(timeout=httpx2.Timeout(connect=10.0, read=1800.0, write=60.0,
+                                                  pool=10.0)) as client:
+            _request(client, state, 8)  # warm-up: weights paged in, buffers allocated
+            runs = [_request(client, state, tokens) for _ in range(repeats)]
+    finally:
+        stop(state)
+    rates = [(t.get("predicted_n") or 0) / (t.get("predicted_ms") or 1e-9) for t in runs]
+    t = runs[rates.index(statistics.median_low(rates))]
+    n = int(t.get("predicted_n") or 0)
+    accepted = int(t.get("draft_n_accepted") or 0)
+    ms = float(t.get("predicted_ms") or 0.0)
+    if n <= 0 or ms <= 0:
+        raise CalibrationError(f"{name}: the server decoded nothing (log: {state.log})")
+    return Row(name=name, n_max=n_max, synth_p=synth_p, tokens=n, accepted=accepted,
+               drafted=int(t.get("draft_n") or 0), decode_ms=ms,
+               step_ms=ms / max(1, n - accepted), tok_s=n / ms * 1000.0)
+
+
+def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
+              lengths: tuple[int, ...] = DEFAULT_LENGTHS,
+              check_p: float | None = DEFAULT_CHECK_P, tokens: int = 64, repeats: int = 3,
+              ctx_size: int | None = 4096, start_timeout: float = 600.0, force: bool = False,
+              store: bool = True,
+              note: Callable[[str], None] | None = None) -> Calibration:
+    """Measure plain decoding and a speculative step at each of ``lengths`` for ``preset``'s
+    target and draft on ``engine``; store the cost model (unless ``store`` is False).
+
+    Costs are stored per engine key, target, draft and device (:func:`tuning.save_costs`).
+    Raises :class:`CalibrationError` (no draft, ngram profile, bee-old, a server that failed),
+    ``FitError``, ``ModelError``, ``PresetError`` or ``TuningError``.
+    """
+    say = note or (lambda _msg: None)
+    if profile not in ("dflash", "dflash-fixed", "dflash+ngram"):
+        raise CalibrationUsage(f"calibrate measures draft-model steps (dflash profiles); the "
+                               f"{profile} profile drafts only where its n-gram lookup finds "
+                               "a match, so measure it with `agent backend bench`")
+    if not preset.draft:
+        raise CalibrationUsage(f"preset '{preset.name}' has no draft model to calibrate")
+    if detect_flavour(engine.binary) == "bee-old":
+        raise CalibrationUsage("BeeLlama <= 0.3 (bee-old) sizes its drafts itself (its "
+                               "adaptive `profit` controller) and has no per-server draft "
+                               "length to calibrate; use an upstream build")
+    synthetic = binary_facts(engine.binary).has("--spec-synth-rates")
+    if not synthetic:
+        say("this engine has no --spec-synth-rates: timing the real draft at each length "
+            "instead (step costs only, no efficiency check)")
+    # dflash+ngram would consult n-grams first; the step being measured is the draft model's.
+    spec = plan_for(preset, engine, "dflash-fixed", ctx_size, note)
+    plain = spec.model_copy(update={"profile": "baseline", "draft": None})
+    check_fit(spec, force=force, note=note)
+
+    def tagged(plan: LaunchPlan, name: str, *flags: str) -> LaunchPlan:
+        alias = ("--alias", f"dflash-agent-calibrate-{name.replace(' ', '-')}")
+        return plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags, *alias)})
+
+    args = (tokens, repeats, preset.name, start_timeout, say)
+    try:
+        rows = [_measure("plain", tagged(plain, "plain"), 0, None, *args)]
+        for k in lengths:
+            at_k = spec.model_copy(update={"draft_n_max": k})
+            zero = ("--spec-synth-rates", synth_rates(0.0, k)) if synthetic else ()
+            rows.append(_measure(f"K={k}", tagged(at_k, f"k{k}", *zero), k,
+                                 0.0 if synthetic else None, *args))
+            if synthetic and check_p is not None:
+                rows.append(_measure(f"K={k} p={check_p:g}",
+                                     tagged(at_k, f"k{k}-p", "--spec-synth-rates",
+                                            synth_rates(check_p, k)), k, check_p, *args))
+    except ServerError as exc:
+        raise CalibrationError(str(exc)) from exc
+    base = rows[0]
+    ratios: dict[int, float] = {}
+    efficiency: dict[int, float] = {}
+    for row in rows[1:]:
+        if not row.synth_p:
+            ratios[row.n_max] = row.step_ms / base.step_ms
+    for row in rows[1:]:
+        if row.synth_p:
+            predicted = tokens_per_step(row.synth_p, row.n_max) / ratios[row.n_max]
+            # Capped at 1: noise must not make the model more optimistic than the formula.
+            efficiency[row.n_max] = min(1.0, (row.tok_s / base.tok_s) / predicted)
+    device = device_id(engine.binary)
+    costs = CostModel(source="calibrated", engine=engine_key(engine.binary),
+                      model=f"{spec.model.name}:{spec.model.stat().st_size}",
+                      draft=f"{spec.draft.name}:{spec.draft.stat().st_size}" if spec.draft
+                      else "-", device=device, plain_ms=base.step_ms, step_ratio=ratios,
+                      efficiency=efficiency, check_p=check_p if efficiency else None,
+                      synthetic=synthetic, measured_at=datetime.now(UTC))
+    stored = save_costs(costs, spec) if store else None
+    return Calibration(preset=preset.name, profile=get_profile(profile).name,
+                       engine=engine.key, costs=costs, rows=rows, stored=stored)
+
+
+_GRID = (0.5, 0.75, 0.9)
+
+
+def table_lines(cal: Calibration) -> list[str]:
+    """The calibration as ≤ 80-column lines: per length the step cost, the predicted speedup
+    at three acceptances, the break-even acceptance, and the checked speedup."""
+    base = cal.plain()
+    c = cal.costs
+    lines = [f"{cal.preset} on {c.device} ({cal.engine})",
+             f"plain: {base.step_ms:.2f} ms a token ({base.tok_s:.1f} tok/s)",
+             "speedup over plain when each drafted token is accepted with probability p:",
+             f"{'K':>3} {'step ms':>8} {'x plain':>7} "
+             + " ".join(f"{'p=' + format(p, 'g'):>6}" for p in _GRID)
+             + f" {'break-even':>10} {'measured':>9}"]
+    for k in sorted(c.step_ratio):
+        cells = " ".join(f"{c.speedup(k, p):6.2f}" for p in _GRID)
+        even = c.break_even(k)
+        checked = cal.checked(k)
+        measured = (f"{checked.tok_s / base.tok_s:5.2f}@{checked.synth_p:g}"
+                    if checked else "")
+        lines.append(f"{k:>3} {c.step_ratio[k] * base.step_ms:8.2f} {c.step_ratio[k]:6.2f}x "
+                     f"{cells} {'p>' + format(even, '.2f') if even else 'never':>10} "
+                     f"{measured:>9}")
+    lines.append("break-even: the acceptance above which drafting that length beats plain "
+                 "decoding")
+    if not c.synthetic:
+        lines.append("(real draft timed: no synthetic acceptance in this engine)")
+    return lines
+
+
+def plot_calibration(cal: Calibration, path: Path) -> Path:
+    """A PNG of predicted decode speed (× plain) against acceptance length (tokens per step)
+    for each draft length, break-even marked; returns ``path``. Needs matplotlib (the plot
+    extra); raises :class:`CalibrationError` without it or when the file cannot be written."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise CalibrationError("--plot needs matplotlib, which comes with the plot extra: "
+                               "pip install 'dflash-agent[plot]'") from exc
+    fig = Figure(figsize=(7.0, 4.5), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    c = cal.costs
+    for k in sorted(c.step_ratio):
+        ps = [i / 200 for i in range(201)]
+        ax.plot([tokens_per_step(p, k) for p in ps], [c.speedup(k, p) for p in ps],
+                label=f"K = {k}")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="plain (break-even)")
+    ax.set_xlabel("acceptance length (tokens per step)")
+    ax.set_ylabel("decode speed (x plain)")
+    ax.set_title(f"{cal.preset} on {c.device}: plain {cal.plain().tok_s:.0f} tok/s", fontsize=9)
+    ax.legend(fontsize=8)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise CalibrationError(f"cannot write the chart to {path}: {exc}") from exc
+    return path
+
+
+def default_result_path(cal: Calibration) -> Path:
+    """``<state>/calibrate/<UTC date and time>.json``."""
+    when = cal.costs.measured_at or datetime.now(UTC)
+    return home().state / "calibrate" / f"{when.strftime('%Y%m%d-%H%M%S')}.json"

@@ -1,0 +1,492 @@
+"""Speculation that pays: the draft length a speculative launch uses, chosen from measured costs
+and measured acceptance, with drafting off whenever it would not beat plain decoding.
+
+The model (SPECULATION-COSTS.md). A speculative step with K drafted tokens costs ``r(K)`` plain
+decode steps (measured by ``agent backend calibrate`` with synthetic acceptance, or a stated
+default). A draft whose tokens are each accepted with probability ``p`` yields
+``1 + p + … + p^K`` tokens per step, so its speedup over plain decoding is::
+
+    S(K, p) = e(K) · (1 + p + … + p^K) / r(K)
+
+where ``e(K)`` (≤ 1) is what calibration measured at a partial acceptance against that formula
+(85–92 % on an H200: partial acceptance has costs the formula leaves out). The launch drafts
+with the K of the best S, or not at all when no K is predicted to beat plain decoding by
+:data:`MARGIN`; when a K has been *measured* on the user's own traffic (decode tok/s against the
+calibrated plain rate) the measured figure is used when it is the lower one.
+
+``p`` comes from observations of the draft (``draft_n`` / ``draft_n_accepted`` at a known K):
+a probe at launch (:func:`probe`, a few short requests on a server with the draft), ``agent
+backend bench`` runs and the agent's own turns (recorded at the end of each session). When
+drafting is off no observation arrives, so the next launch probes again once the last probe is
+:data:`REPROBE_AFTER` old: drafting comes back when a probe says it would pay.
+
+"Off" means no draft pass at all: the server is launched without the draft model (``dflash``:
+plain; ``dflash+ngram``: ngram only). A confidence cut (``--spec-draft-p-min``) is not an off
+switch — the draft's forward pass still runs every step (0.68–0.74× plain measured with nothing
+drafted) — and b11434 compiled its per-request ``speculative.n_max`` out, so the length is per
+server and a re-choice takes effect at the next launch, between tasks, never mid-turn.
+``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's confidence on real text, which
+synthetic acceptance cannot give, and a cut does not remove the draft pass's cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import httpx2
+from pydantic import BaseModel, Field, ValidationError
+
+from backend.engine.flavour import detect_flavour
+from backend.home import home
+from backend.serve.profiles import LaunchPlan, get_profile
+from backend.serve.server import DEFAULT_HOST, ServerError, pick_port, stop, up
+
+MARGIN = 1.05
+"""Drafting must be predicted to beat plain decoding by 5 %: the model is measured to within
+~10 %, and a draft that only breaks even costs memory and risk for nothing."""
+
+REPROBE_AFTER = timedelta(hours=24)
+"""While drafting is off, a launch probes the draft again once the last probe is this old."""
+
+MAX_OBSERVATIONS = 50
+"""Observations kept per (engine, model, draft); the newest win."""
+
+PROBE_TOKENS = 48
+"""Tokens decoded per probe request: enough drafts (≥ 3 steps at K = 15) to see acceptance,
+short enough to take seconds on a CPU."""
+
+PROBE_PROMPTS = (
+    # An edit (text the answer repeats) and new code (text it does not): the two kinds of turn
+    # a coding agent decodes most.
+    "Rename the function `total` to `sum_prices` in this code and show the whole file:\n\n"
+    "def total(items):\n    result = 0\n    for item in items:\n        result += item.price\n"
+    "    return result\n\n\nprint(total([]))\n",
+    "Write a Python function `parse_csv(text)` that parses CSV text into a list of dicts, "
+    "handling quoted fields.",
+)
+
+# SPECULATION-COSTS.md, step cost at K drafted tokens with nothing accepted, in plain steps:
+# the small target's rows, the most expensive measured (a large target's steps are cheaper
+# relative to plain, so these never overstate a gain). 0.85 = the low end of the measured
+# efficiency at partial acceptance.
+_DEFAULT_RATIOS = {"cpu": {3: 2.5, 7: 4.0, 15: 6.6}, "gpu": {3: 2.1, 7: 2.6, 15: 4.5}}
+_DEFAULT_EFFICIENCY = 0.85
+
+
+class TuningError(RuntimeError):
+    """A stored cost model or acceptance record could not be read or written."""
+
+
+class CostModel(BaseModel):
+    """What a speculative step costs on one engine, target, draft and device.
+
+    ``step_ratio[K]`` is the time of one step with K drafted tokens and none accepted, in plain
+    decode steps (``plain_ms`` each). ``efficiency[K]`` is measured speedup / predicted speedup
+    at ``check_p`` (1.0 when unchecked)."""
+
+    source: Literal["calibrated", "default"]
+    engine: str = Field(description="Engine key (build, CPU or CUDA).")
+    model: str = Field(description="Target GGUF file name and size.")
+    draft: str = Field(description="Draft GGUF file name and size.")
+    device: str = Field(description="GPU names, or 'cpu'.")
+    plain_ms: float | None = Field(None, description="ms per token decoding plain.")
+    step_ratio: dict[int, float]
+    efficiency: dict[int, float] = {}
+    check_p: float | None = None
+    synthetic: bool = Field(True, description="False when the engine had no synthetic "
+                            "acceptance and the real draft was timed instead.")
+    measured_at: datetime | None = None
+
+    def speedup(self, k: int, p: float) -> float:
+        """Predicted speedup over plain decoding at draft length ``k`` (a measured length)
+        for per-token acceptance ``p`` in [0, 1]."""
+        return self.efficiency.get(k, 1.0) * tokens_per_step(p, k) / self.step_ratio[k]
+
+    def break_even(self, k: int) -> float | None:
+        """The acceptance ``p`` at which length ``k`` breaks even; None if it never does."""
+        if self.speedup(k, 1.0) < 1.0:
+            return None
+        lo, hi = 0.0, 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.speedup(k, mid) < 1.0 else (lo, mid)
+        return hi
+
+
+class Observation(BaseModel):
+    """One measurement of the draft on real text: what it drafted and what was accepted."""
+
+    source: Literal["probe", "bench", "session"]
+    n_max: int = Field(ge=1, description="Draft length in force (--spec-draft-n-max).")
+    draft_n: int = Field(ge=0)
+    accepted: int = Field(ge=0)
+    tokens: int = Field(0, ge=0, description="Tokens decoded.")
+    decode_ms: float = Field(0.0, ge=0)
+    at: datetime
+
+
+class AcceptanceRecord(BaseModel):
+    """The newest :data:`MAX_OBSERVATIONS` observations of one draft with one target."""
+
+    observations: list[Observation] = []
+
+
+class Tuning(BaseModel):
+    """A launch's speculation choice and why; ``n_max`` 0 means drafting off."""
+
+    n_max: int = Field(ge=0)
+    p: float | None = Field(None, description="Estimated per-token acceptance.")
+    predicted: float | None = Field(None, description="Predicted speedup at n_max (at the "
+                                    "best length when off).")
+    costs: Literal["calibrated", "default"]
+    reason: str
+
+    def line(self) -> str:
+        """One line for the user: the choice, then why."""
+        head = "drafting off" if self.n_max == 0 else f"draft length {self.n_max}"
+        return f"{head}: {self.reason}"
+
+
+def tokens_per_step(p: float, k: int) -> float:
+    """Expected tokens per step, ``1 + p + … + p^k`` (the target's own token included)."""
+    return float(k + 1) if p >= 1.0 else (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+def synth_rates(p: float, k: int) -> str:
+    """``--spec-synth-rates`` for per-token acceptance ``p`` over ``k`` positions: the
+    unconditional rates p, p², …, p^k (b11434 wants them non-increasing, one per position)."""
+    return ",".join(f"{p ** (i + 1):.6g}" for i in range(k))
+
+
+def acceptance_from_ratio(ratio: float, k: int) -> float:
+    """The per-token acceptance ``p`` whose expected accepted share of a K-token draft,
+    ``(p + p² + … + p^k) / k``, equals ``ratio`` (accepted / drafted, in [0, 1])."""
+    ratio = min(max(ratio, 0.0), 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        share = (tokens_per_step(mid, k) - 1.0) / k
+        lo, hi = (mid, hi) if share < ratio else (lo, mid)
+    return (lo + hi) / 2
+
+
+def estimate_p(observations: Iterable[Observation]) -> float | None:
+    """Per-token acceptance from observations at their own lengths, weighted by tokens
+    drafted; None when nothing was drafted."""
+    total = 0
+    weighted = 0.0
+    for obs in observations:
+        if obs.draft_n:
+            weighted += acceptance_from_ratio(obs.accepted / obs.draft_n, obs.n_max) * obs.draft_n
+            total += obs.draft_n
+    return weighted / total if total else None
+
+
+def _measured_speedups(costs: CostModel, observations: list[Observation]) -> dict[int, float]:
+    """Speedup per length measured on real traffic (decode rate against the calibrated plain
+    rate); only with a calibrated plain rate and ≥ 64 tokens at that length."""
+    if costs.source != "calibrated" or not costs.plain_ms:
+        return {}
+    out: dict[int, float] = {}
+    for k in {o.n_max for o in observations}:
+        at_k = [o for o in observations if o.n_max == k and o.decode_ms > 0]
+        tokens = sum(o.tokens for o in at_k)
+        if tokens >= 64:
+            out[k] = tokens / sum(o.decode_ms for o in at_k) * costs.plain_ms
+    return out
+
+
+def choose(costs: CostModel, p: float | None, observations: list[Observation] = (),
+           max_n: int = 15) -> Tuning:
+    """The draft length to launch with (0 = off) for acceptance ``p``.
+
+    Lengths are those the cost model measured, capped at ``max_n``. With ``p`` None (nothing
+    known about the draft) drafting is off. Pure: reads nothing.
+    """
+    label = costs.source
+    if p is None:
+        return Tuning(n_max=0, costs=label, reason="nothing measured about this draft yet")
+    lengths = sorted(k for k in costs.step_ratio if 1 <= k <= max_n)
+    if not lengths:
+        return Tuning(n_max=0, p=p, costs=label, reason="no measured draft length")
+    measured = _measured_speedups(costs, list(observations))
+    scores = {k: min(costs.speedup(k, p), measured.get(k, math.inf)) for k in lengths}
+    best = max(lengths, key=lambda k: (scores[k], -k))
+    where = "calibrated" if label == "calibrated" else "default (uncalibrated)"
+    why = (f"acceptance {p:.2f} per token; {where} step costs predict "
+           f"{scores[best]:.2f}x at length {best}")
+    if best in measured and measured[best] <= costs.speedup(best, p):
+        why = f"acceptance {p:.2f} per token; measured {measured[best]:.2f}x at length {best}"
+    if scores[best] < MARGIN:
+        return Tuning(n_max=0, p=p, predicted=scores[best], costs=label,
+                      reason=f"{why}, under the {MARGIN:.2f}x it must beat plain decoding by")
+    return Tuning(n_max=best, p=p, predicted=scores[best], costs=label, reason=why)
+
+
+# --- identity and storage -------------------------------------------------------------------
+
+def gpu_names() -> list[str]:
+    """``nvidia-smi``'s name and memory per GPU; empty without an NVIDIA GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] \
+        if proc.returncode == 0 else []
+
+
+def _file_id(path: Path) -> str:
+    try:
+        return f"{path.name}:{path.stat().st_size}"
+    except OSError:
+        return path.name
+
+
+def engine_key(binary: Path) -> str:
+    """The engine's key: its install folder's name (build, CPU tag or CUDA), else the path."""
+    return binary.parent.parent.name if binary.parent.name == "bin" else str(binary)
+
+
+def device_id(binary: Path) -> str:
+    """The device a server of ``binary`` decodes on: GPU names for a CUDA build, else 'cpu'."""
+    if "cuda" in engine_key(binary).lower():
+        gpus = gpu_names()
+        return "; ".join(gpus) if gpus else "cuda"
+    return "cpu"
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _speculation_dir() -> Path:
+    return home().state / "speculation"
+
+
+def costs_path(plan: LaunchPlan, device: str) -> Path:
+    """Where the cost model of ``plan``'s engine, target and draft on ``device`` is stored."""
+    draft = _file_id(plan.draft) if plan.draft else "-"
+    return _speculation_dir() / "costs" / (
+        _key(engine_key(plan.binary), _file_id(plan.model), draft, device) + ".json")
+
+
+def acceptance_path(plan: LaunchPlan) -> Path:
+    """Where the observations of ``plan``'s draft with its target are stored."""
+    draft = _file_id(plan.draft) if plan.draft else "-"
+    return _speculation_dir() / "acceptance" / (
+        _key(engine_key(plan.binary), _file_id(plan.model), draft) + ".json")
+
+
+def default_costs(plan: LaunchPlan, device: str) -> CostModel:
+    """The stated default cost model (the most expensive rows measured, see module doc)."""
+    ratios = _DEFAULT_RATIOS["cpu" if device == "cpu" else "gpu"]
+    return CostModel(source="default", engine=engine_key(plan.binary),
+                     model=_file_id(plan.model),
+                     draft=_file_id(plan.draft) if plan.draft else "-", device=device,
+                     step_ratio=dict(ratios),
+                     efficiency={k: _DEFAULT_EFFICIENCY for k in ratios})
+
+
+def _write_json(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, "utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise TuningError(f"cannot write {path}: {exc}") from exc
+
+
+def save_costs(costs: CostModel, plan: LaunchPlan) -> Path:
+    """Store ``costs`` for ``plan`` (keyed by engine, target, draft, device); returns the path.
+    Raises :class:`TuningError`."""
+    path = costs_path(plan, costs.device)
+    _write_json(path, costs.model_dump_json(indent=2))
+    return path
+
+
+def load_costs(plan: LaunchPlan, device: str,
+               note: Callable[[str], None] | None = None) -> CostModel:
+    """The calibrated cost model for ``plan`` on ``device``, else :func:`default_costs`.
+
+    A stored file that cannot be read is said through ``note`` and the default is used: a
+    damaged file never stops a launch.
+    """
+    path = costs_path(plan, device)
+    if path.is_file():
+        try:
+            return CostModel.model_validate_json(path.read_text("utf-8"))
+        except (OSError, ValueError, ValidationError) as exc:
+            if note:
+                note(f"ignoring the damaged cost model {path} ({type(exc).__name__}); "
+                     "run `agent backend calibrate` again")
+    return default_costs(plan, device)
+
+
+def load_observations(plan: LaunchPlan,
+                      note: Callable[[str], None] | None = None) -> list[Observation]:
+    """The stored observations of ``plan``'s draft, oldest first; a damaged record is said
+    through ``note`` and treated as empty."""
+    path = acceptance_path(plan)
+    if not path.is_file():
+        return []
+    try:
+        return AcceptanceRecord.model_validate_json(path.read_text("utf-8")).observations
+    except (OSError, ValueError, ValidationError) as exc:
+        if note:
+            note(f"ignoring the damaged acceptance record {path} ({type(exc).__name__})")
+        return []
+
+
+def record(plan: LaunchPlan, new: Iterable[Observation]) -> None:
+    """Append observations of ``plan``'s draft (the newest :data:`MAX_OBSERVATIONS` kept).
+    Raises :class:`TuningError` when the record cannot be written."""
+    new = [o for o in new if o.draft_n > 0 or o.tokens > 0]
+    if not new or plan.draft is None:
+        return
+    kept = (load_observations(plan) + new)[-MAX_OBSERVATIONS:]
+    _write_json(acceptance_path(plan), AcceptanceRecord(observations=kept).model_dump_json())
+
+
+def record_turns(plan: LaunchPlan, timings: Iterable[dict], source: Literal[
+        "bench", "session"] = "session") -> int:
+    """Record llama-server ``timings`` of requests served by ``plan`` (a server that drafted
+    with length ``plan.draft_n_max``); returns how many carried drafts. Requests that drafted
+    nothing count too (their tokens, at zero acceptance). Raises :class:`TuningError`."""
+    k = effective_n_max(plan)
+    if not k:
+        return 0
+    now = datetime.now(UTC)
+    obs = []
+    for t in timings:
+        try:
+            obs.append(Observation(source=source, n_max=k, draft_n=int(t.get("draft_n") or 0),
+                                   accepted=int(t.get("draft_n_accepted") or 0),
+                                   tokens=int(t.get("predicted_n") or 0),
+                                   decode_ms=float(t.get("predicted_ms") or 0.0), at=now))
+        except (TypeError, ValueError, ValidationError):
+            continue  # a malformed timings object is not evidence either way
+    record(plan, obs)
+    return sum(1 for o in obs if o.draft_n)
+
+
+def effective_n_max(plan: LaunchPlan) -> int:
+    """The draft length a server of ``plan`` drafts with (0 when it loads no draft)."""
+    profile = get_profile(plan.profile)
+    if not profile.needs_draft or plan.draft is None:
+        return 0
+    return plan.draft_n_max if plan.draft_n_max is not None else (profile.draft_n_max or 0)
+
+
+# --- the probe --------------------------------------------------------------------------------
+
+def probe_due(observations: list[Observation], now: datetime | None = None) -> bool:
+    """True when nothing was observed yet, or the newest observation is older than
+    :data:`REPROBE_AFTER` (drafting off produces none, so this is how it comes back)."""
+    if not observations:
+        return True
+    newest = max(o.at for o in observations)
+    return (now or datetime.now(UTC)) - newest > REPROBE_AFTER
+
+
+def probe(plan: LaunchPlan, n_max: int, timeout: float = 600.0,
+          note: Callable[[str], None] | None = None) -> list[Observation]:
+    """Measure the draft's acceptance on :data:`PROBE_PROMPTS` at length ``n_max``.
+
+    Starts a server of ``plan`` drafting ``n_max`` tokens (its own ``--alias``, so never the
+    user's server), sends each prompt once (temperature 0, :data:`PROBE_TOKENS` tokens), stops
+    it. Returns one observation per prompt. Raises :class:`TuningError` when a request fails,
+    ``ServerError`` when the server does not start.
+    """
+    probing = plan.model_copy(update={"draft_n_max": n_max, "extra_flags": (
+        *plan.extra_flags, "--alias", "dflash-agent-probe")})
+    state, _ = up(probing, port=pick_port(DEFAULT_HOST, 0), timeout=timeout, progress=note)
+    out = []
+    try:
+        with httpx2.Client(timeout=timeout) as client:
+            for text in PROBE_PROMPTS:
+                body = {**state.request_extra,
+                        "messages": [{"role": "user", "content": text}],
+                        "max_tokens": PROBE_TOKENS, "temperature": 0.0, "cache_prompt": False}
+                try:
+                    t = client.post(state.base_url + "/v1/chat/completions",
+                                    json=body).json().get("timings") or {}
+                    out.append(Observation(source="probe", n_max=n_max,
+                                           draft_n=int(t.get("draft_n") or 0),
+                                           accepted=int(t.get("draft_n_accepted") or 0),
+                                           tokens=int(t.get("predicted_n") or 0),
+                                           decode_ms=float(t.get("predicted_ms") or 0.0),
+                                           at=datetime.now(UTC)))
+                except (httpx2.HTTPError, ValueError, AttributeError, TypeError) as exc:
+                    raise TuningError(f"the acceptance probe's request failed: {exc} "
+                                      f"(log: {state.log})") from exc
+    finally:
+        stop(state)
+    return out
+
+
+def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = True,
+         timeout: float = 600.0,
+         note: Callable[[str], None] | None = None) -> tuple[LaunchPlan, Tuning | None]:
+    """``plan`` with the draft length of a tuned profile chosen (0 = off), and the choice.
+
+    Untuned profiles, plans without a draft, plans whose length is already set and BeeLlama
+    <= 0.3 (it sizes drafts itself, per request, with its ``profit`` controller) come back
+    unchanged with None. ``synth_p`` (a benchmark's synthetic acceptance) replaces measured
+    acceptance. Otherwise a probe runs first when one is due (:func:`probe_due`) and
+    ``allow_probe`` (``--print-cmd`` never launches: it shows what is stored). A probe that
+    fails turns drafting off for this launch, said through ``note``; it never stops one.
+    """
+    profile = get_profile(plan.profile)
+    if not profile.tuned or plan.draft is None or plan.draft_n_max is not None:
+        return plan, None
+    if detect_flavour(plan.binary) == "bee-old":
+        return plan, None
+    longest = profile.draft_n_max or 15
+    costs = load_costs(plan, device_id(plan.binary), note)
+    if synth_p is not None:
+        choice = choose(costs, synth_p, max_n=longest)
+        choice = choice.model_copy(update={"reason": "synthetic " + choice.reason})
+        return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
+    observations = load_observations(plan, note)
+    if probe_due(observations) and allow_probe:
+        k = max((k for k in costs.step_ratio if k <= longest), default=longest)
+        if note:
+            note(f"probing the draft's acceptance at length {k} (two short requests)")
+        try:
+            new = probe(plan, k, timeout, note)
+            record(plan, new)
+            observations = observations + new
+        except (TuningError, ServerError) as exc:
+            off = Tuning(n_max=0, costs=costs.source,
+                         reason=f"the acceptance probe failed ({exc})")
+            return plan.model_copy(update={"draft_n_max": 0}), off
+    choice = choose(costs, estimate_p(observations), observations, max_n=longest)
+    if probe_due(observations) and not allow_probe:
+        choice = choice.model_copy(update={
+            "reason": choice.reason + "; the launch probes the draft first and may choose "
+                                      "otherwise"})
+    return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
+
+
+def describe_record(plan: LaunchPlan, device: str) -> dict:
+    """What ``backend status`` shows: costs (calibrated or default), observations, the choice
+    the next launch would make. Reads the home; never probes."""
+    costs = load_costs(plan, device)
+    observations = load_observations(plan)
+    p = estimate_p(observations)
+    tuning = choose(costs, p, observations)
+    return {"costs": costs.source, "observations": len(observations),
+            "acceptance_p": None if p is None else round(p, 4),
+            "next_launch": tuning.line(), "probe_due": probe_due(observations)}

@@ -1,0 +1,175 @@
+"""Speculation that pays, through the real CLI and real llama-servers (the tiny DFlash fixture:
+a random target and a random draft that accepts nothing): `backend calibrate` measures and
+stores step costs, a tuned `dflash` launch probes the draft and turns drafting off, the bench
+shows tuned against fixed and takes `--synth-accept`, a session says the draft length in force
+and records what its drafts did. Broken inputs get one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from backend.engine.build import Engine
+from backend.home import HOME_ENV
+from backend.measure.bench import BenchResult
+from backend.measure.calibrate import Calibration
+from backend.serve import tuning
+from backend.serve.profiles import LaunchPlan
+from tests.gitrepo import committed_repo
+from tests.test_bench import AGENT, PNG_MAGIC, make_home, run
+
+pytestmark = pytest.mark.server
+
+
+def _presets(fixture: dict, profile: str = "dflash", ctx: int = 1024) -> str:
+    return (f'[tinyd]\nmodel = "{fixture["target"]}"\ndraft = "{fixture["draft"]}"\n'
+            f'profile = "{profile}"\nctx_size = {ctx}\n[tinyd.sampling]\ntemperature = 0.0\n'
+            f'[plain]\nmodel = "{fixture["target"]}"\nctx_size = 1024\n')
+
+
+def _plan(home: Path, engine: Engine, fixture: dict) -> LaunchPlan:
+    return LaunchPlan(binary=engine.binary, model=fixture["target"], profile="dflash",
+                      ctx_size=1024, draft=fixture["draft"])
+
+
+def test_calibrate_measures_stores_and_prints_the_cost_model(engine: Engine, tiny_dflash: dict,
+                                                              tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    out, png = tmp_path / "cal.json", tmp_path / "cal.png"
+    proc = run("backend", "calibrate", "--preset", "tinyd", "--lengths", "1,3", "--tokens",
+               "24", "--repeats", "1", "--json", str(out), "--plot", str(png), home=home)
+    assert proc.returncode == 0, proc.stderr
+    cal = Calibration.model_validate_json(out.read_text("utf-8"))
+    assert [r.name for r in cal.rows] == ["plain", "K=1", "K=1 p=0.75", "K=3", "K=3 p=0.75"]
+    plain = cal.plain()
+    assert plain.drafted == 0 and plain.tokens == 24  # ignore_eos: every token decoded
+    for row in cal.rows[1:]:
+        assert row.drafted > 0, row  # a drafting server, synthetic acceptance applied
+        assert (row.accepted == 0) == (row.synth_p == 0.0)
+    assert set(cal.costs.step_ratio) == {1, 3} and cal.costs.source == "calibrated"
+    assert cal.costs.synthetic and cal.costs.plain_ms == pytest.approx(plain.step_ms)
+    # Stored where a launch of the same engine, target and draft on this device finds it.
+    monkeypatch.setenv(HOME_ENV, str(home))
+    stored = tuning.load_costs(_plan(home, engine, tiny_dflash), "cpu")
+    assert stored.source == "calibrated" and stored.step_ratio == cal.costs.step_ratio
+    lines = proc.stdout.splitlines()
+    table = lines[:next(i for i, line in enumerate(lines) if line.startswith("cost model: "))]
+    assert all(len(line) <= 80 for line in table), max(table, key=len)  # file paths may not
+    assert any(line.split()[:1] == ["3"] and ("never" in line or "p>" in line)
+               for line in lines)
+    assert png.read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--lengths", "0,99"], "give draft lengths in 1..15"),
+    (["--lengths", "three"], "expected numbers like 1,3,7,15"),
+    (["--profile", "ngram"], "measure it with `agent backend bench`"),
+    (["--preset", "plain"], "has no draft model to calibrate"),
+])
+def test_calibrate_refuses_bad_input_in_one_line(engine: Engine, tiny_dflash: dict,
+                                                  tmp_path: Path, args: list[str],
+                                                  message: str):
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    proc = run("backend", "calibrate", "--preset", "tinyd", *args, home=home)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_tuned_launch_probes_a_useless_draft_and_does_not_run_it(engine: Engine,
+                                                                   tiny_dflash: dict,
+                                                                   tmp_path: Path,
+                                                                   monkeypatch):
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    try:
+        up = run("backend", "up", "--preset", "tinyd", home=home)
+        assert up.returncode == 0, up.stderr
+        assert "probing the draft's acceptance at length 15" in up.stderr
+        assert "speculation: drafting off: acceptance 0.00 per token" in up.stdout
+        status = json.loads(run("backend", "status", "--json", home=home).stdout)
+        assert len(status) == 1 and status[0]["speculation"].startswith("drafting off")
+        text = run("backend", "status", home=home).stdout
+        assert "speculation drafting off" in text
+        state = next((home / "state" / "servers").glob("*.json"))
+        argv = json.loads(state.read_text("utf-8"))["argv"]
+        assert "--spec-draft-model" not in argv and "--spec-type" not in argv
+        # The next launch of the same plan reuses it: no second probe.
+        again = run("backend", "up", "--preset", "tinyd", home=home)
+        assert "reusing" in again.stdout and "probing" not in again.stderr
+        printed = run("backend", "up", "--preset", "tinyd", "--print-cmd", home=home)
+        assert "--spec-draft-model" not in printed.stdout
+        assert "speculation: drafting off: acceptance 0.00" in printed.stderr
+        assert "probes the draft first" not in printed.stderr  # the probe is stored
+        # The fixed profile still drafts 15 tokens: the reference the tuning is judged by.
+        fixed = run("backend", "up", "--preset", "tinyd", "--profile", "dflash-fixed",
+                    "--print-cmd", home=home)
+        assert "--spec-type draft-dflash --spec-draft-n-max 15" in fixed.stdout
+    finally:
+        run("backend", "down", "--all", home=home)
+    monkeypatch.setenv(HOME_ENV, str(home))
+    observations = tuning.load_observations(_plan(home, engine, tiny_dflash))
+    assert [o.source for o in observations] == ["probe", "probe"]
+    assert sum(o.draft_n for o in observations) > 0
+    assert sum(o.accepted for o in observations) == 0
+
+
+def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tiny_dflash: dict,
+                                                             tmp_path: Path):
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    out = tmp_path / "bench.json"
+    proc = run("backend", "bench", "--preset", "tinyd", "--profiles",
+               "baseline,dflash,dflash-fixed", "--prompts", "edit", "--temperatures", "0",
+               "--max-tokens", "24", "--synth-accept", "0.9", "--json", str(out), home=home)
+    assert proc.returncode == 0, proc.stderr
+    result = BenchResult.model_validate_json(out.read_text("utf-8"))
+    assert result.synth_accept == 0.9
+    servers = {s.profile: s for s in result.servers}
+    assert servers["dflash-fixed"].speculation is None
+    line = servers["dflash"].speculation
+    assert line and "synthetic acceptance 0.90" in line and "default (uncalibrated)" in line
+    # Default CPU costs at p = 0.9 choose length 7 (SPECULATION-COSTS.md's CPU rows).
+    assert line.startswith("draft length 7")
+    argv = servers["dflash"].argv
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "7"
+    assert argv[argv.index("--spec-synth-rates") + 1].count(",") == 6
+    fixed = [s for s in result.samples if s.profile == "dflash-fixed"]
+    assert all(s.draft_n > 0 for s in fixed) and sum(s.draft_accepted for s in fixed) > 0
+    assert "dflash: draft length 7: synthetic acceptance 0.90" in proc.stderr
+    # Synthetic runs say nothing about the real draft: no observations recorded.
+    assert not list((home / "state" / "speculation").glob("acceptance/*.json"))
+
+
+def test_bench_synth_accept_is_checked(engine: Engine, tiny_dflash: dict, tmp_path: Path):
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    proc = run("backend", "bench", "--preset", "tinyd", "--synth-accept", "1.5", home=home)
+    assert proc.returncode == 2 and "--synth-accept" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_session_shows_the_draft_length_and_records_its_drafts(engine: Engine,
+                                                                  tiny_dflash: dict,
+                                                                  tmp_path: Path, monkeypatch):
+    home = make_home(tmp_path, engine, _presets(tiny_dflash, profile="dflash-fixed",
+                                                        ctx=4096))
+    repo = tmp_path / "repo"
+    committed_repo(repo, {"README.md": "hello\n"})
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    try:
+        proc = subprocess.run(
+            [*AGENT, "run", "--preset", "tinyd", "--max-steps", "1", "--approval", "ask",
+             "say hello"], cwd=repo, capture_output=True,
+            text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+    finally:
+        run("backend", "down", "--all", home=home)
+    assert proc.returncode in (0, 1), proc.stderr  # the random model rarely finishes a task
+    assert "· draft length 15" in proc.stderr, proc.stderr
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, tiny_dflash).model_copy(update={"profile": "dflash-fixed",
+                                                               "ctx_size": 4096})
+    observations = tuning.load_observations(plan)
+    assert observations and {o.source for o in observations} == {"session"}
+    assert all(o.n_max == 15 for o in observations) and sum(o.draft_n for o in observations)

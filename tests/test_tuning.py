@@ -1,0 +1,157 @@
+"""The tuned launch's decision (backend.serve.tuning): the cost model, acceptance estimates,
+the choice of draft length or "off", and the stores in the home, including damaged ones."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from backend.serve import tuning
+from backend.serve.profiles import LaunchPlan, server_argv
+from backend.serve.tuning import (
+    MARGIN,
+    CostModel,
+    Observation,
+    choose,
+    estimate_p,
+    tokens_per_step,
+)
+
+
+def _costs(ratios: dict[int, float], source: str = "calibrated", plain_ms: float = 10.0,
+           efficiency: dict[int, float] | None = None) -> CostModel:
+    return CostModel(source=source, engine="e", model="m", draft="d", device="cpu",
+                     plain_ms=plain_ms, step_ratio=ratios, efficiency=efficiency or {})
+
+
+def _plan(tmp_path: Path, profile: str = "dflash", draft_n_max: int | None = None) -> LaunchPlan:
+    model, draft = tmp_path / "model.gguf", tmp_path / "draft.gguf"
+    model.write_bytes(b"m" * 10)
+    draft.write_bytes(b"d" * 20)
+    return LaunchPlan(binary=tmp_path / "eng" / "bin" / "llama-server", model=model,
+                      profile=profile, ctx_size=4096, draft=draft, draft_n_max=draft_n_max)
+
+
+def _obs(k: int, drafted: int, accepted: int, tokens: int = 0, ms: float = 0.0,
+         at: datetime | None = None) -> Observation:
+    return Observation(source="session", n_max=k, draft_n=drafted, accepted=accepted,
+                       tokens=tokens, decode_ms=ms, at=at or datetime.now(UTC))
+
+
+def test_tokens_per_step_and_acceptance_round_trip() -> None:
+    assert tokens_per_step(0.0, 15) == 1.0
+    assert tokens_per_step(1.0, 3) == 4.0
+    assert tokens_per_step(0.5, 2) == pytest.approx(1.75)
+    for p in (0.05, 0.5, 0.75, 0.93):
+        for k in (1, 3, 15):
+            share = (tokens_per_step(p, k) - 1.0) / k
+            assert tuning.acceptance_from_ratio(share, k) == pytest.approx(p, abs=1e-6)
+
+
+def test_the_speculation_costs_tables_are_reproduced() -> None:
+    # SPECULATION-COSTS.md: CPU SmolLM2 K = 3 / 7 / 15 at p = 0.75 → 1.10 / 0.90 / 0.60.
+    cpu = _costs({3: 2.5, 7: 4.0, 15: 6.6})
+    assert [cpu.speedup(k, 0.75) for k in (3, 7, 15)] == pytest.approx([1.1, 0.9, 0.6],
+                                                                       abs=0.015)
+    assert cpu.break_even(3) == pytest.approx(0.69, abs=0.01)
+    assert _costs({15: 20.0}).break_even(15) is None  # 16 tokens a step never pay 20x
+
+
+def test_a_draft_that_accepts_nothing_turns_drafting_off() -> None:
+    choice = choose(_costs({1: 1.6, 3: 2.5, 7: 4.0, 15: 6.6}), 0.007)
+    assert choice.n_max == 0
+    assert "drafting off" in choice.line() and "must beat plain" in choice.reason
+
+
+def test_unknown_acceptance_is_off_not_a_guess() -> None:
+    assert choose(_costs({3: 2.5}), None).n_max == 0
+
+
+def test_the_best_length_depends_on_acceptance_and_costs() -> None:
+    cpu = _costs({3: 2.5, 7: 4.0, 15: 6.6})
+    assert choose(cpu, 0.9).n_max == 7  # 1.43 beats 1.38 and 1.23
+    big = _costs({3: 1.7, 7: 1.9, 15: 2.3})  # the 7.4 B shape on an H200
+    assert choose(big, 0.9).n_max == 15
+    assert choose(big, 0.5).n_max == 3
+    assert choose(cpu, 0.5).n_max == 0  # 0.75 at best
+    assert choose(cpu, 0.9, max_n=3).n_max == 3
+
+
+def test_the_margin_is_required() -> None:
+    ratio = 2.0 / (MARGIN - 0.01)  # predicted just under the margin at p = 1, K = 1
+    assert choose(_costs({1: ratio}), 1.0).n_max == 0
+    assert choose(_costs({1: 2.0 / (MARGIN + 0.01)}), 1.0).n_max == 1
+
+
+def test_measured_goodput_on_real_traffic_overrides_a_rosier_prediction() -> None:
+    costs = _costs({3: 2.5})  # plain 10 ms a token
+    predicted = choose(costs, 0.9)
+    assert predicted.n_max == 3
+    # The agent's own turns at K = 3 ran at 80 tok/s against 100 plain: 0.8x.
+    slow = [_obs(3, 300, 240, tokens=400, ms=5000.0)]
+    measured = choose(costs, 0.9, slow)
+    assert measured.n_max == 0 and "measured 0.80x" in measured.reason
+    # Default (uncalibrated) costs have no plain rate to measure against.
+    assert choose(_costs({3: 2.5}, source="default", plain_ms=None), 0.9, slow).n_max == 3
+
+
+def test_estimate_p_weights_by_tokens_drafted_at_each_length() -> None:
+    assert estimate_p([]) is None
+    assert estimate_p([_obs(15, 0, 0, tokens=40)]) is None
+    p = estimate_p([_obs(15, 1500, 14), _obs(3, 30, 0)])
+    assert 0.10 < p < 0.13  # 0.14 accepted a block at K = 15 is p ≈ 0.12 at position 1
+
+
+def test_off_means_no_draft_pass(tmp_path: Path) -> None:
+    on = server_argv(_plan(tmp_path, draft_n_max=3), "127.0.0.1", 1)
+    assert on[on.index("--spec-draft-n-max") + 1] == "3"
+    off = server_argv(_plan(tmp_path, draft_n_max=0), "127.0.0.1", 1)
+    assert "--spec-draft-model" not in off and "--spec-type" not in off
+    both = server_argv(_plan(tmp_path, "dflash+ngram", draft_n_max=0), "127.0.0.1", 1)
+    assert both[both.index("--spec-type") + 1] == "ngram-mod"
+    assert "--spec-draft-model" not in both
+    fixed = server_argv(_plan(tmp_path, "dflash-fixed"), "127.0.0.1", 1)
+    assert fixed[fixed.index("--spec-draft-n-max") + 1] == "15"
+
+
+def test_costs_are_stored_per_plan_and_a_damaged_file_falls_back(agent_home: Path,
+                                                                   tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    assert tuning.load_costs(plan, "cpu").source == "default"
+    stored = _costs({3: 2.2}).model_copy(update={"measured_at": datetime.now(UTC)})
+    path = tuning.save_costs(stored, plan)
+    assert tuning.load_costs(plan, "cpu").step_ratio == {3: 2.2}
+    assert tuning.load_costs(plan, "NVIDIA H200").source == "default"  # another device
+    path.write_text("{not json", "utf-8")
+    notes: list[str] = []
+    assert tuning.load_costs(plan, "cpu", notes.append).source == "default"
+    assert "damaged cost model" in notes[0]
+
+
+def test_observations_are_recorded_capped_and_survive_damage(agent_home: Path,
+                                                              tmp_path: Path) -> None:
+    plan = _plan(tmp_path, draft_n_max=7)
+    timings = [{"draft_n": 70, "draft_n_accepted": 7, "predicted_n": 80, "predicted_ms": 900.0},
+               {"predicted_n": 10, "predicted_ms": 100.0},  # drafted nothing: still evidence
+               {"draft_n": "many"}]  # malformed: skipped
+    assert tuning.record_turns(plan, timings) == 1
+    obs = tuning.load_observations(plan)
+    assert [(o.n_max, o.draft_n, o.accepted, o.tokens) for o in obs] == [(7, 70, 7, 80),
+                                                                         (7, 0, 0, 10)]
+    for _ in range(tuning.MAX_OBSERVATIONS):
+        tuning.record_turns(plan, timings[:1])
+    assert len(tuning.load_observations(plan)) == tuning.MAX_OBSERVATIONS
+    assert tuning.record_turns(_plan(tmp_path, draft_n_max=0), timings) == 0  # off: nothing
+    tuning.acceptance_path(plan).write_bytes(b"\x00garbage")
+    notes: list[str] = []
+    assert tuning.load_observations(plan, notes.append) == []
+    assert "damaged acceptance record" in notes[0]
+
+
+def test_a_probe_is_due_first_and_again_after_a_day() -> None:
+    now = datetime.now(UTC)
+    assert tuning.probe_due([])
+    assert not tuning.probe_due([_obs(15, 10, 0, at=now)], now)
+    assert tuning.probe_due([_obs(15, 10, 0, at=now - timedelta(hours=25))], now)
