@@ -106,6 +106,7 @@ from backend.serve.server import (  # noqa: E402
     interrupt_on_termination,
     stop,
 )
+from backend.serve.tuning import tune  # noqa: E402
 from tools.registry import Registry, default_registry  # noqa: E402
 from tools.workspace import Workspace  # noqa: E402
 
@@ -1080,11 +1081,17 @@ def _client(state: ServerState) -> ServerClient:
 
 
 def _plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
-          note: Callable[[str], None] | None) -> LaunchPlan:
+          note: Callable[[str], None] | None) -> tuple[LaunchPlan, str | None]:
+    """The plan ``profile`` replays with, tuned as a launch would tune it
+    (backend.serve.tuning), and the tuning's line (None for untuned profiles)."""
     plan = plan_for(preset, engine, profile, ctx_size, note)
+    plan, choice = tune(plan, note=note)
+    line = choice.line() if choice else None
+    if line and note is not None:
+        note(f"{profile}: {line}")
     # Its own alias: never the user's managed server, nor a concurrent `backend bench`'s.
     return plan.model_copy(update={"extra_flags": (*plan.extra_flags, "--alias",
-                                                   f"dflash-agent-turns-{profile}")})
+                                                   f"dflash-agent-turns-{profile}")}), line
 
 
 def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str],
@@ -1103,7 +1110,9 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
     """
     started_at, clock = datetime.now(UTC), time.monotonic()
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
-    plans = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
+    with _keep_current_marker():  # a tuning probe starts a server of its own
+        tuned = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
+    plans = {p: plan for p, (plan, _) in tuned.items()}
     states: dict[str, ServerState] = {}
     measured, done = resumable(previous, sessions, profiles, protocols, plain, preset.name,
                                max_tokens, sampling) if previous else ([], set())
@@ -1114,7 +1123,7 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             for profile, plan in plans.items():
                 states[profile] = _start(profile, plan, preset, http, force, start_timeout,
                                          note)
-            servers = [_server_info(p, s) for p, s in states.items()]
+            servers = [_server_info(p, s, tuned[p][1]) for p, s in states.items()]
             clients = {p: _client(s) for p, s in states.items()}
             tool_role = renders_tool_role(clients[reference])
             try:

@@ -421,15 +421,17 @@ def test_the_dflash_path_reports_drafts_per_verification(engine: Engine, tiny_df
                      f'draft = "{tiny_dflash["draft"]}"\nprofile = "dflash"\n'
                      "ctx_size = 2048\n")
     out = tmp_path / "dflash.json"
-    proc = script("--preset", "tinyd", "--protocols", "text", "--no-plain", "--sessions",
-                  "inventory-report", "--turns", "1", "--max-tokens", "16", "--json",
-                  str(out), "-q", home=home)
+    # dflash-fixed always drafts; the tuned dflash profile turns the random draft off.
+    proc = script("--preset", "tinyd", "--profiles", "baseline,dflash,dflash-fixed",
+                  "--protocols", "text", "--no-plain", "--sessions", "inventory-report",
+                  "--turns", "1", "--max-tokens", "16", "--json", str(out), "-q", home=home)
     assert proc.returncode == 0, proc.stderr
     result = at.ReplayResult.model_validate_json(out.read_text("utf-8"))
-    assert result.profiles == ["baseline", "ngram", "dflash"]
-    dflash = [s for s in result.samples if s.profile == "dflash"]
+    assert result.profiles == ["baseline", "dflash", "dflash-fixed"]
+    assert all(s.draft_n == 0 for s in result.samples if s.profile == "dflash")
+    dflash = [s for s in result.samples if s.profile == "dflash-fixed"]
     assert dflash and all(s.draft_n > 0 and s.drafts for s in dflash)
-    row = group(result, "text", "dflash", "all")
+    row = group(result, "text", "dflash-fixed", "all")
     assert row.accepted_per_draft == pytest.approx(row.draft_accepted / row.drafts)
 
 

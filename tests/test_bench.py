@@ -112,14 +112,18 @@ def _dflash_bench(home: Path, out: Path, *profiles: str) -> subprocess.Completed
 
 
 def _assert_drafted(proc: subprocess.CompletedProcess, out: Path) -> None:
+    # dflash-fixed always drafts: the tuned dflash profile would (rightly) turn the random
+    # fixture's draft off (tests/test_speculation_real.py).
     assert proc.returncode == 0, proc.stderr
     result = BenchResult.model_validate_json(out.read_text("utf-8"))
-    assert result.draft is not None and result.profiles == ["baseline", "dflash"]
-    dflash = [s for s in result.samples if s.profile == "dflash"]
+    assert result.draft is not None and result.profiles == ["baseline", "dflash-fixed"]
+    dflash = [s for s in result.samples if s.profile == "dflash-fixed"]
     assert dflash and all(s.draft_n > 0 for s in dflash)
     assert all(s.draft_n == 0 for s in result.samples if s.profile == "baseline")
-    assert any("--spec-draft-model" in s.argv for s in result.servers if s.profile == "dflash")
-    overall = next(r for r in table_rows(proc.stdout) if r[:3] == ["all", "all", "dflash"])
+    assert any("--spec-draft-model" in s.argv for s in result.servers
+               if s.profile == "dflash-fixed")
+    overall = next(r for r in table_rows(proc.stdout) if r[:3] == ["all", "all",
+                                                                    "dflash-fixed"])
     assert int(overall[6]) == sum(s.draft_n for s in dflash) > 0  # the "draft" column
 
 
@@ -128,14 +132,14 @@ def test_dflash_fixture_drafts_in_the_bench_json_and_table(engine: Engine, tiny_
     home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
                      f'draft = "{tiny_dflash["draft"]}"\nprofile = "dflash"\nctx_size = 1024\n')
     out = tmp_path / "dflash.json"
-    _assert_drafted(_dflash_bench(home, out, "--profiles", "baseline,dflash"), out)
+    _assert_drafted(_dflash_bench(home, out, "--profiles", "baseline,dflash-fixed"), out)
 
 
 def test_old_format_draft_benches_after_convert_draft(engine: Engine, tiny_dflash: dict,
                                                       tmp_path: Path):
     converted = tmp_path / "converted.gguf"
     home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
-                     f'draft = "{converted}"\nprofile = "dflash"\nctx_size = 1024\n')
+                     f'draft = "{converted}"\nprofile = "dflash-fixed"\nctx_size = 1024\n')
     conv = run("backend", "convert-draft", str(tiny_dflash["old"]), str(converted), home=home)
     assert conv.returncode == 0, conv.stderr
     out = tmp_path / "old.json"

@@ -1,7 +1,8 @@
 """The seed's flow in miniature, through the CLI: a preset whose target and old-format DFlash
 draft come from the hub (a loopback stand-in behind HF_ENDPOINT), `backend up --print-cmd`, then
 `backend up` downloads, converts the draft for the upstream build, checks the fit, launches
-with the flavour's flags, and the server drafts."""
+with the flavour's flags, and the server drafts. The profile is ``dflash-fixed``: the tuned
+``dflash`` would turn the fixture's random draft off (tests/test_speculation_real.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_a_hub_preset_with_an_old_format_draft_goes_from_nothing_to_drafting(
     (home / "config").mkdir(parents=True)
     (home / "config" / "presets.toml").write_text(
         f'[tiny-seed]\nmodel = "hf://{TARGET[0]}/{TARGET[1]}"\n'
-        f'draft = "hf://{DRAFT[0]}/{DRAFT[1]}"\nprofile = "dflash"\nctx_size = 1024\n'
+        f'draft = "hf://{DRAFT[0]}/{DRAFT[1]}"\nprofile = "dflash-fixed"\nctx_size = 1024\n'
         '[tiny-seed.sampling]\ntemperature = 0.0\n'
         '[tiny-seed.server]\nbatch_size = 512\nubatch_size = 256\nlock_memory = false\n')
     with HfStandin({TARGET: target.read_bytes(), DRAFT: draft.read_bytes()}) as hub:
@@ -60,7 +61,7 @@ def test_a_hub_preset_with_an_old_format_draft_goes_from_nothing_to_drafting(
     try:
         assert up.returncode == 0, up.stderr
         status = json.loads(_agent("backend", "status", "--json", env=env).stdout)
-        assert status[0]["profile"] == "dflash"
+        assert status[0]["profile"] == "dflash-fixed"
         body = httpx2.post(f"{status[0]['url']}/v1/chat/completions", timeout=120, json={
             "messages": [{"role": "user", "content": "count: 1 2 3 4 5 6 7 8"}],
             "max_tokens": 32, "temperature": 0}).json()

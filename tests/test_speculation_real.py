@@ -118,8 +118,14 @@ def test_a_tuned_launch_probes_a_useless_draft_and_does_not_run_it(engine: Engin
 
 
 def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tiny_dflash: dict,
-                                                             tmp_path: Path):
+                                                             tmp_path: Path, monkeypatch):
     home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    # A stored cost model (as `calibrate` writes it) under which length 3 is best at p = 0.9.
+    monkeypatch.setenv(HOME_ENV, str(home))
+    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+                                       device="cpu", plain_ms=5.0,
+                                       step_ratio={3: 2.0, 15: 8.0}),
+                      _plan(home, engine, tiny_dflash))
     out = tmp_path / "bench.json"
     proc = run("backend", "bench", "--preset", "tinyd", "--profiles",
                "baseline,dflash,dflash-fixed", "--prompts", "edit", "--temperatures", "0",
@@ -130,15 +136,14 @@ def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tin
     servers = {s.profile: s for s in result.servers}
     assert servers["dflash-fixed"].speculation is None
     line = servers["dflash"].speculation
-    assert line and "synthetic acceptance 0.90" in line and "default (uncalibrated)" in line
-    # Default CPU costs at p = 0.9 choose length 7 (SPECULATION-COSTS.md's CPU rows).
-    assert line.startswith("draft length 7")
+    assert line == ("draft length 3: synthetic acceptance 0.90 per token; calibrated step "
+                    "costs predict 1.72x at length 3")
     argv = servers["dflash"].argv
-    assert argv[argv.index("--spec-draft-n-max") + 1] == "7"
-    assert argv[argv.index("--spec-synth-rates") + 1].count(",") == 6
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "3"
+    assert argv[argv.index("--spec-synth-rates") + 1] == "0.9,0.81,0.729"
     fixed = [s for s in result.samples if s.profile == "dflash-fixed"]
     assert all(s.draft_n > 0 for s in fixed) and sum(s.draft_accepted for s in fixed) > 0
-    assert "dflash: draft length 7: synthetic acceptance 0.90" in proc.stderr
+    assert f"dflash: {line}" in proc.stderr
     # Synthetic runs say nothing about the real draft: no observations recorded.
     assert not list((home / "state" / "speculation").glob("acceptance/*.json"))
 
@@ -173,3 +178,29 @@ def test_a_session_shows_the_draft_length_and_records_its_drafts(engine: Engine,
     observations = tuning.load_observations(plan)
     assert observations and {o.source for o in observations} == {"session"}
     assert all(o.n_max == 15 for o in observations) and sum(o.draft_n for o in observations)
+
+
+def test_an_engine_without_synthetic_acceptance_times_the_real_draft(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """BeeLlama and older builds have no --spec-synth-rates: calibration times the real draft
+    at each length (steps = tokens − accepted) and says so, never a crash."""
+    from backend.engine import flavour
+    from backend.measure import calibrate as cal_mod
+    from backend.models.presets import get_preset
+
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    real = flavour.binary_facts(engine.binary)
+    without = real.model_copy(update={"flags": frozenset(
+        f for f in real.flags if not f.startswith("--spec-synth"))})
+    monkeypatch.setattr(cal_mod, "binary_facts", lambda _binary: without)
+    notes: list[str] = []
+    result = cal_mod.calibrate(get_preset("tinyd"), engine, lengths=(1, 3), tokens=16,
+                               repeats=1, note=notes.append)
+    assert [r.name for r in result.rows] == ["plain", "K=1", "K=3"]
+    assert all(r.synth_p is None and r.drafted > 0 for r in result.rows[1:])
+    assert not result.costs.synthetic and result.costs.efficiency == {}
+    assert result.costs.step_ratio[3] > 1.0
+    assert any("timing the real draft" in n for n in notes)
+    assert "(real draft timed: no synthetic acceptance in this engine)" in \
+        cal_mod.table_lines(result)

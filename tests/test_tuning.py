@@ -155,3 +155,27 @@ def test_a_probe_is_due_first_and_again_after_a_day() -> None:
     assert tuning.probe_due([])
     assert not tuning.probe_due([_obs(15, 10, 0, at=now)], now)
     assert tuning.probe_due([_obs(15, 10, 0, at=now - timedelta(hours=25))], now)
+
+
+def test_engine_keys_and_devices(agent_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from backend.home import home
+    built = home().engines / "llama.cpp-11434-cpu-avx512-abc" / "bin" / "llama-server"
+    cuda = home().engines / "llama.cpp-11434-cuda-avx512-abc" / "bin" / "llama-server"
+    system = Path("/usr/bin/llama-server")
+    assert tuning.engine_key(built) == "llama.cpp-11434-cpu-avx512-abc"
+    assert tuning.engine_key(system) == "/usr/bin/llama-server"  # not "usr" for every one
+    monkeypatch.setattr(tuning, "gpu_names", lambda: ["NVIDIA H200, 143771 MiB"])
+    assert tuning.device_id(built) == "cpu"  # a CPU build decodes on the CPU, GPU or not
+    assert tuning.device_id(cuda) == tuning.device_id(system) == "NVIDIA H200, 143771 MiB"
+    monkeypatch.setattr(tuning, "gpu_names", lambda: [])
+    assert tuning.device_id(system) == "cpu"
+
+
+def test_default_costs_draft_only_when_a_draft_is_nearly_always_right(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    cpu, gpu = tuning.default_costs(plan, "cpu"), tuning.default_costs(plan, "NVIDIA H200")
+    assert cpu.source == gpu.source == "default"
+    assert choose(cpu, 0.14).n_max == choose(gpu, 0.14).n_max == 0  # v1 on SmolLM2
+    assert choose(cpu, 0.9).n_max == 0  # the 2-core CPU's measured steps: nothing pays
+    assert choose(gpu, 0.75).n_max in (2, 3)
+    assert "default (uncalibrated)" in choose(gpu, 0.75).reason

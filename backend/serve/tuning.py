@@ -72,11 +72,15 @@ PROBE_PROMPTS = (
     "handling quoted fields.",
 )
 
-# SPECULATION-COSTS.md, step cost at K drafted tokens with nothing accepted, in plain steps:
-# the small target's rows, the most expensive measured (a large target's steps are cheaper
-# relative to plain, so these never overstate a gain). 0.85 = the low end of the measured
-# efficiency at partial acceptance.
-_DEFAULT_RATIOS = {"cpu": {3: 2.5, 7: 4.0, 15: 6.6}, "gpu": {3: 2.1, 7: 2.6, 15: 4.5}}
+# Step cost at K drafted tokens with nothing accepted, in plain steps: SmolLM2-135M with a
+# 1-layer DFlash draft, the most expensive rows measured (a larger target's steps cost less
+# relative to plain, so these do not overstate a gain there). CPU: the higher of three
+# calibrations on the 2-core Xeon (2026-12-01/02; SPECULATION-COSTS.md's 2.5 / 4.0 / 6.6 at
+# K = 3 / 7 / 15 came from a faster day); GPU: `agent backend calibrate` on an H200
+# (benchmarks/RESULTS.md, 2026-12-02). 0.85 = the low end of the measured efficiency at
+# partial acceptance.
+_DEFAULT_RATIOS = {"cpu": {1: 2.3, 2: 2.8, 3: 3.2, 5: 4.8, 7: 5.5, 15: 8.3},
+                   "gpu": {1: 1.81, 2: 1.96, 3: 1.93, 5: 2.36, 7: 2.64, 15: 4.76}}
 _DEFAULT_EFFICIENCY = 0.85
 
 
@@ -253,17 +257,24 @@ def _file_id(path: Path) -> str:
         return path.name
 
 
+def _installed(binary: Path) -> bool:
+    """True for a binary the product built into the home (``<engines>/<key>/bin/…``)."""
+    return binary.parent.name == "bin" and binary.parent.parent.parent == home().engines
+
+
 def engine_key(binary: Path) -> str:
-    """The engine's key: its install folder's name (build, CPU tag or CUDA), else the path."""
-    return binary.parent.parent.name if binary.parent.name == "bin" else str(binary)
+    """The engine's key: its install folder's name (build, CPU tag or CUDA) for an engine the
+    product built, else the binary's path (a registered system engine)."""
+    return binary.parent.parent.name if _installed(binary) else str(binary)
 
 
 def device_id(binary: Path) -> str:
-    """The device a server of ``binary`` decodes on: GPU names for a CUDA build, else 'cpu'."""
-    if "cuda" in engine_key(binary).lower():
-        gpus = gpu_names()
-        return "; ".join(gpus) if gpus else "cuda"
-    return "cpu"
+    """The device a server of ``binary`` decodes on: GPU names for a CUDA build (or any
+    binary the product did not build, when the machine has a GPU), else 'cpu'."""
+    if _installed(binary) and "cuda" not in engine_key(binary).lower():
+        return "cpu"
+    gpus = gpu_names()
+    return "; ".join(gpus) if gpus else "cpu"
 
 
 def _key(*parts: str) -> str:
