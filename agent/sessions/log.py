@@ -24,14 +24,17 @@ def new_session_id() -> str:
 class SessionLog:
     """Append-only event log of one session; each event is fsynced so a crash loses nothing.
 
-    ``resume=True`` appends to an existing session's log (no new index entry).
+    ``resume=True`` appends to an existing session's log (no new index entry), after setting
+    aside a last line a crash cut (``set_aside`` names the side file then, else None).
     """
 
     def __init__(self, session_id: str, task: str, workspace: Path, resume: bool = False):
         self.id = session_id
         folder = home().ensure().sessions
         self.path = folder / f"{session_id}.jsonl"
+        self.set_aside: Path | None = None
         if resume:
+            self.set_aside = mend_torn_tail(self.path)
             return
         with private_open(folder / "index.jsonl", "a", encoding="utf-8") as idx:
             idx.write(json.dumps({"id": session_id, "task": task, "workspace": str(workspace),
@@ -43,6 +46,28 @@ class SessionLog:
             fh.write(event.model_dump_json() + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def mend_torn_tail(path: Path) -> Path | None:
+    """Move a torn last line (no newline at its end: the process died mid-write) of the log at
+    ``path`` into ``<log>.torn`` and cut it from the log, so the next event starts a line of its
+    own instead of being glued onto the fragment. Returns the side file, or None when the log
+    ends cleanly (or does not exist). The fragment is kept first, then cut: a crash in between
+    keeps it twice, never loses it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not data or data.endswith(b"\n"):
+        return None
+    cut = data.rfind(b"\n") + 1
+    side = path.with_name(path.name + ".torn")
+    with private_open(side, "ab") as fh:
+        fh.write(data[cut:] + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.truncate(path, cut)
+    return side
 
 
 def read_events(path: Path, lenient: bool = False,

@@ -23,6 +23,7 @@ from agent.events import (
     ErrorEvent,
     Event,
     Message,
+    ModelTurn,
     SessionStart,
     TaskStart,
     ToolCall,
@@ -30,7 +31,7 @@ from agent.events import (
 )
 from agent.loop import Agent, Limits, LoopResult
 from agent.prompts import system_prompt
-from agent.protocols.base import tools_with_final
+from agent.protocols.base import FINAL_ANSWER, tools_with_final
 from agent.protocols.calls import RESULT_PREFIX
 from agent.runtime import Backend, choose_protocol, connect, record_speculation, renders_tool_role
 from agent.sessions import checkpoints as cp
@@ -48,6 +49,7 @@ from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
+NOT_RUN = "not run: the session ended before this call started"
 @dataclass
 class SessionRecord:
     """What a session log says about its repo and checkpoints."""
@@ -180,6 +182,8 @@ class RepoSession:
         # Before any tool process starts: their markers name the session (`agent resume`).
         reaper.set_session(self.id)
         self.log = SessionLog(self.id, "", root, resume=record is not None)
+        if self.log.set_aside is not None:
+            self.warn(f"the log's cut-off last line was moved to {self.log.set_aside}")
         self.mcp = start_servers(root, self.warn, self.id, ask, interactive)
         if self.mcp is not None:
             add_mcp_tools(self.registry, ToolContext(workspace), self.mcp, self.warn)
@@ -216,12 +220,12 @@ class RepoSession:
             for name in _activated_skills(record):
                 self.skills.activations.restore(name)
         if record is not None:
-            for call, message in _unanswered(record, self.agent):
+            messages, results = _unanswered(record, self.agent)
+            for message in messages:
                 self.agent.messages.append(message)
                 self.log.append(Message(session_id=self.id, message=message))
-                self.log.append(ToolResult(session_id=self.id, step=call.step,
-                                           call_id=call.call_id, name=call.name,
-                                           text=INTERRUPTED, is_error=True, duration_s=0.0))
+            for event in results:
+                self.log.append(event)
 
     def emit(self, event: Event) -> None:
         self.log.append(event)
@@ -303,36 +307,72 @@ def _activated_skills(record: SessionRecord) -> list[str]:
 
 
 def _unanswered(record: SessionRecord,
-                agent: Agent) -> list[tuple[ToolCall, dict[str, Any]]]:
-    """Result messages for calls that never got one (the process died mid-tool).
+                agent: Agent) -> tuple[list[dict[str, Any]], list[ToolResult]]:
+    """Result messages for the calls of the last reply that never got one (the process died
+    mid-tool), and the ``tool_result`` events to log for those that never finished.
 
-    What counts is what was sent: a result message in the log answers its call even when the
-    process died before the ``tool_result`` event that follows it (answering it again would
-    put two results for one call id into the next request).
+    The calls are those of the last assistant message (its wire ``tool_calls``, else its
+    ``model_turn``; an injected call has only its ``tool_call`` event), up to a final answer:
+    also a call that never started gets an answer ("not run"). What counts is what was sent:
+    a result message in the log answers its call even when the process died before the
+    ``tool_result`` event that follows it (answering it again would put two results for one
+    call id into the next request). A call that finished but whose result was never sent
+    (``text`` sends a reply's results together) gets its logged result. ``text`` results go
+    back as one user message, as the loop sends them.
     """
-    answered = {e.call_id for e in record.events if isinstance(e, ToolResult)}
-    pending: list[ToolCall] = []
-    for e in record.events:
-        if isinstance(e, ToolCall):
-            pending.append(e)
-        elif isinstance(e, Message) and pending:
-            message = e.message
+    events = record.events
+    last = max((i for i, e in enumerate(events) if isinstance(e, Message)
+                and e.message.get("role") == "assistant"), default=None)
+    if last is None:
+        return [], []
+    reply, tail = events[last].message, events[last + 1:]
+    if any(isinstance(e, Compaction) for e in tail):
+        return [], []  # compacted before the next request: every result was in
+    turn = events[last - 1] if last else None
+    step = turn.step if isinstance(turn, ModelTurn) else 0
+    calls: list[tuple[str, str, int]] = []
+    if reply.get("tool_calls"):
+        calls = [(c["id"], c["function"]["name"], step) for c in reply["tool_calls"]]
+    elif isinstance(turn, ModelTurn):
+        calls = [(c.id, c.name, step) for c in turn.tool_calls]
+    known = {c[0] for c in calls}
+    calls += [(e.call_id, e.name, e.step) for e in tail
+              if isinstance(e, ToolCall) and e.call_id not in known]
+    names = [name for _, name, _ in calls]
+    if FINAL_ANSWER in names:
+        calls = calls[:names.index(FINAL_ANSWER)]  # the task ended; later calls never run
+    pending = list(calls)
+    for e in tail:
+        if not isinstance(e, Message):
+            continue
+        message = e.message
+        if message.get("role") == "tool":
+            pending = [c for c in pending if c[0] != message.get("tool_call_id")]
+        elif message.get("role") == "user":
+            # Results sent as user messages (json without a tool role; text, where one
+            # message holds every result of a reply) carry tool names, not call ids: each
+            # "[result of tool X]" answers the oldest pending call of X.
             content = str(message.get("content") or "")
-            hits: list[ToolCall] = []
-            if message.get("role") == "tool":
-                hits = [c for c in pending if c.call_id == message.get("tool_call_id")][:1]
-            elif message.get("role") == "user":
-                # Results sent as user messages (json without a tool role; text, where one
-                # message holds every result of a reply) carry tool names, not call ids: each
-                # "[result of tool X]" answers the oldest pending call of X.
-                for name in {c.name for c in pending}:
-                    count = content.count(RESULT_PREFIX.format(name=name))
-                    hits += [c for c in pending if c.name == name][:count]
-            for hit in hits:
-                answered.add(hit.call_id)
-                pending.remove(hit)
-    out = []
-    for e in record.events:
-        if isinstance(e, ToolCall) and e.call_id not in answered:
-            out.append((e, agent.calls.result_message(e.call_id, e.name, INTERRUPTED)))
-    return out
+            for name in {c[1] for c in pending}:
+                count = content.count(RESULT_PREFIX.format(name=name))
+                hits = [c for c in pending if c[1] == name][:count]
+                pending = [c for c in pending if c not in hits]
+    started = {e.call_id for e in tail if isinstance(e, ToolCall)}
+    finished = {e.call_id: e for e in tail if isinstance(e, ToolResult)}
+    messages: list[dict[str, Any]] = []
+    results: list[ToolResult] = []
+    for call_id, name, call_step in pending:
+        done = finished.get(call_id)
+        if done is not None:
+            text = ("ERROR: " if done.is_error else "") + done.text
+        else:
+            text = INTERRUPTED if call_id in started else NOT_RUN
+            results.append(ToolResult(session_id=record.session_id, step=call_step,
+                                      call_id=call_id, name=name, text=text, is_error=True,
+                                      duration_s=0.0))
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": text}
+                        if reply.get("tool_calls")
+                        else agent.calls.result_message(call_id, name, text))
+    if len(messages) > 1 and all(m["role"] == "user" for m in messages):
+        messages = [{"role": "user", "content": "\n\n".join(m["content"] for m in messages)}]
+    return messages, results
