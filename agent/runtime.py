@@ -12,6 +12,7 @@ from agent.errors import UsageError
 from agent.protocols.choice import ProtocolDecision, decide
 from agent.ui import Reporter
 from backend.engine.build import default_engine
+from backend.engine.flavour import detect_flavour
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_server
 from backend.serve.server import ServerState, crash_report
@@ -36,12 +37,17 @@ class Backend:
         return self.state.speculation if self.state is not None else None
 
     def draft_length(self) -> str | None:
-        """What a step line shows of drafting: ``draft length K``, ``drafting off`` (a tuned
-        profile that turned it off), or None when the server drafts with no draft model."""
-        if self.state is None or self.state.plan.draft is None:
+        """What a step line shows of the draft model: ``draft length K``, ``drafting off`` or
+        ``draft model off`` (a tuned profile that turned it off; n-gram lookup may still
+        draft), or None when the server has no draft model or sizes drafts itself
+        (BeeLlama <= 0.3)."""
+        plan = self.state.plan if self.state is not None else None
+        if plan is None or plan.draft is None or detect_flavour(plan.binary) == "bee-old":
             return None
-        k = effective_n_max(self.state.plan)
-        return f"draft length {k}" if k else "drafting off"
+        k = effective_n_max(plan)
+        if k:
+            return f"draft length {k}"
+        return "draft model off" if "ngram" in plan.profile else "drafting off"
 
 
 def connect(settings: Settings, reporter: Reporter) -> Backend:

@@ -86,7 +86,6 @@ from backend.measure.bench import (  # noqa: E402
     MachineInfo,
     ModelFile,
     ServerInfo,
-    _keep_current_marker,
     _model_file,
     _server_info,
     _start,
@@ -104,6 +103,7 @@ from backend.serve.server import (  # noqa: E402
     ServerState,
     crash_report,
     interrupt_on_termination,
+    keep_current_marker,
     stop,
 )
 from backend.serve.tuning import tune  # noqa: E402
@@ -1110,14 +1110,14 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
     """
     started_at, clock = datetime.now(UTC), time.monotonic()
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
-    with _keep_current_marker():  # a tuning probe starts a server of its own
+    with keep_current_marker():  # a tuning probe starts a server of its own
         tuned = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
     plans = {p: plan for p, (plan, _) in tuned.items()}
     states: dict[str, ServerState] = {}
     measured, done = resumable(previous, sessions, profiles, protocols, plain, preset.name,
                                max_tokens, sampling) if previous else ([], set())
     complete, stopped = True, None
-    with interrupt_on_termination(), _keep_current_marker(), \
+    with interrupt_on_termination(), keep_current_marker(), \
             httpx2.Client(timeout=httpx2.Timeout(60.0)) as http:
         try:
             for profile, plan in plans.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,11 @@ def test_calibrate_measures_stores_and_prints_the_cost_model(engine: Engine, tin
                "24", "--repeats", "1", "--json", str(out), "--plot", str(png), home=home)
     assert proc.returncode == 0, proc.stderr
     cal = Calibration.model_validate_json(out.read_text("utf-8"))
-    assert [r.name for r in cal.rows] == ["plain", "K=1", "K=1 p=0.75", "K=3", "K=3 p=0.75"]
+    assert [r.name for r in cal.rows] == ["plain (mean of first and last)", "K=1", "K=1 p=0.75",
+                                          "K=3", "K=3 p=0.75", "plain (again)"]
     plain = cal.plain()
     assert plain.drafted == 0 and plain.tokens == 24  # ignore_eos: every token decoded
-    for row in cal.rows[1:]:
+    for row in cal.rows[1:-1]:
         assert row.drafted > 0, row  # a drafting server, synthetic acceptance applied
         assert (row.accepted == 0) == (row.synth_p == 0.0)
     assert set(cal.costs.step_ratio) == {1, 3} and cal.costs.source == "calibrated"
@@ -108,13 +110,25 @@ def test_a_tuned_launch_probes_a_useless_draft_and_does_not_run_it(engine: Engin
         fixed = run("backend", "up", "--preset", "tinyd", "--profile", "dflash-fixed",
                     "--print-cmd", home=home)
         assert "--spec-type draft-dflash --spec-draft-n-max 15" in fixed.stdout
+        monkeypatch.setenv(HOME_ENV, str(home))
+        plan = _plan(home, engine, tiny_dflash)
+        observations = tuning.load_observations(plan)
+        assert [o.source for o in observations] == ["probe", "probe"]
+        assert sum(o.draft_n for o in observations) > 0
+        assert sum(o.accepted for o in observations) == 0
+        # Later measurements say drafting would pay: the running server is reused (never
+        # restarted under a session) and the user is told how to relaunch with the new length.
+        tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m",
+                                           draft="d", device="cpu", plain_ms=5.0,
+                                           step_ratio={3: 2.0}), plan)
+        tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=300,
+                                                accepted=270, at=datetime.now(UTC))])
+        stale = run("backend", "up", "--preset", "tinyd", home=home)
+        assert "reusing" in stale.stdout, stale.stderr
+        assert ("the running server has no draft; what is measured now chooses draft length "
+                "3: acceptance 0.95 per token") in " ".join(stale.stderr.split())
     finally:
         run("backend", "down", "--all", home=home)
-    monkeypatch.setenv(HOME_ENV, str(home))
-    observations = tuning.load_observations(_plan(home, engine, tiny_dflash))
-    assert [o.source for o in observations] == ["probe", "probe"]
-    assert sum(o.draft_n for o in observations) > 0
-    assert sum(o.accepted for o in observations) == 0
 
 
 def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tiny_dflash: dict,
@@ -197,8 +211,8 @@ def test_an_engine_without_synthetic_acceptance_times_the_real_draft(
     notes: list[str] = []
     result = cal_mod.calibrate(get_preset("tinyd"), engine, lengths=(1, 3), tokens=16,
                                repeats=1, note=notes.append)
-    assert [r.name for r in result.rows] == ["plain", "K=1", "K=3"]
-    assert all(r.synth_p is None and r.drafted > 0 for r in result.rows[1:])
+    assert [r.name for r in result.rows][1:] == ["K=1", "K=3", "plain (again)"]
+    assert all(r.synth_p is None and r.drafted > 0 for r in result.rows[1:-1])
     assert not result.costs.synthetic and result.costs.efficiency == {}
     assert result.costs.step_ratio[3] > 1.0
     assert any("timing the real draft" in n for n in notes)

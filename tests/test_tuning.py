@@ -163,12 +163,29 @@ def test_engine_keys_and_devices(agent_home: Path, monkeypatch: pytest.MonkeyPat
     cuda = home().engines / "llama.cpp-11434-cuda-avx512-abc" / "bin" / "llama-server"
     system = Path("/usr/bin/llama-server")
     assert tuning.engine_key(built) == "llama.cpp-11434-cpu-avx512-abc"
-    assert tuning.engine_key(system) == "/usr/bin/llama-server"  # not "usr" for every one
+    assert tuning.engine_key(system).startswith("/usr/bin/llama-server:")  # not "usr" for all
     monkeypatch.setattr(tuning, "gpu_names", lambda: ["NVIDIA H200, 143771 MiB"])
     assert tuning.device_id(built) == "cpu"  # a CPU build decodes on the CPU, GPU or not
     assert tuning.device_id(cuda) == tuning.device_id(system) == "NVIDIA H200, 143771 MiB"
     monkeypatch.setattr(tuning, "gpu_names", lambda: [])
     assert tuning.device_id(system) == "cpu"
+
+
+def test_damaged_stores_are_refused_by_their_models_not_by_a_crash() -> None:
+    for ratios in ({3: 0.0}, {3: float("nan")}, {0: 2.0}, {16: 2.0}):
+        with pytest.raises(ValueError):
+            _costs(ratios)
+    with pytest.raises(ValueError):
+        _costs({3: 2.0}, efficiency={3: float("inf")})
+    naive = Observation.model_validate({"source": "probe", "n_max": 15, "draft_n": 3,
+                                        "accepted": 0, "at": "2026-11-01T10:00:00"})
+    assert naive.at.tzinfo is not None and tuning.probe_due([naive])
+
+
+def test_the_choice_is_one_line_and_says_what_off_means() -> None:
+    off = tuning.Tuning(n_max=0, costs="default", reason="the probe failed (x\n  y)",
+                        off_label="draft model off (n-gram lookup only)")
+    assert off.line() == "draft model off (n-gram lookup only): the probe failed (x y)"
 
 
 def test_default_costs_draft_only_when_a_draft_is_nearly_always_right(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ from backend.serve.fit import FitError, check_fit
 from backend.serve.launch import ensure_engine, plan_for
 from backend.serve.preview import preview_command
 from backend.serve.server import ServerError
-from backend.serve.tuning import TuningError, tune
+from backend.serve.tuning import TuningError, stale_note, tune
 from tools import reaper
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -524,6 +524,9 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     serving = server.compatible(plan)
     if serving is not None:
         # A server already runs this plan: keep its draft length (re-chosen at a new launch).
+        stale = stale_note(serving.plan, plan)
+        if stale:
+            reporter.note(stale)
         plan, line = plan.model_copy(update={"draft_n_max": serving.plan.draft_n_max}), \
             serving.speculation
     else:
@@ -663,12 +666,15 @@ def calibrate_cmd(
     settings = load_settings(cli={"preset": preset, "ctx_size": ctx_size})
     chosen = get_preset(settings.preset)
     wanted = parse_lengths(lengths)
+    if plot is not None:
+        require_matplotlib()  # before minutes of measuring, not after
     engine = _engine(settings, Reporter())
-    result = calibrate(chosen, engine, profile=profile, lengths=wanted,
-                       check_p=check_accept or None, tokens=tokens, repeats=repeats,
-                       ctx_size=settings.ctx_size or 4096,
-                       start_timeout=settings.server_start_timeout, force=force,
-                       note=lambda message: err.print(message, markup=False, style="dim"))
+    with server.interrupt_on_termination():  # a killed run stops its servers too
+        result = calibrate(chosen, engine, profile=profile, lengths=wanted,
+                           check_p=check_accept or None, tokens=tokens, repeats=repeats,
+                           ctx_size=settings.ctx_size or 4096,
+                           start_timeout=settings.server_start_timeout, force=force,
+                           note=lambda message: err.print(message, markup=False, style="dim"))
     for line in table_lines(result):
         echo(line)
     path = json_path or calibration_path(result)

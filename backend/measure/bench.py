@@ -20,7 +20,7 @@ import contextlib
 import os
 import platform
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -42,11 +42,19 @@ from backend.serve.server import (
     ServerState,
     get_json,
     interrupt_on_termination,
+    keep_current_marker,
     pick_port,
     stop,
     up,
 )
-from backend.serve.tuning import effective_n_max, gpu_names, record_turns, synth_rates, tune
+from backend.serve.tuning import (
+    TuningError,
+    effective_n_max,
+    gpu_names,
+    record_turns,
+    synth_rates,
+    tune,
+)
 
 SCHEMA_VERSION = 1
 REFERENCE_PROFILE = "baseline"
@@ -313,21 +321,6 @@ def summarize(samples: list[Sample], profiles: list[str], prompts: list[str],
     return per_prompt, overall
 
 
-@contextlib.contextmanager
-def _keep_current_marker() -> Iterator[None]:
-    """Restore ``<servers>/current`` afterwards: ``up`` points it at each server it starts,
-    and ``agent backend down`` must still find the user's own server after a bench."""
-    marker = home().ensure().servers / "current"
-    before = marker.read_text("utf-8") if marker.is_file() else None
-    try:
-        yield
-    finally:
-        if before is None:
-            marker.unlink(missing_ok=True)
-        else:
-            marker.write_text(before, "utf-8")
-
-
 def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
                 synth_accept: float | None, start_timeout: float,
                 note: Callable[[str], None] | None) -> tuple[LaunchPlan, str | None]:
@@ -433,7 +426,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     say = note or (lambda _msg: None)
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
     started = datetime.now(UTC)
-    with _keep_current_marker():
+    with keep_current_marker():
         tuned = {p: _bench_plan(preset, engine, p, ctx_size, synth_accept, start_timeout, note)
                  for p in profiles}
     plans = {p: plan for p, (plan, _) in tuned.items()}
@@ -463,7 +456,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
             f"{sample.completion_tokens} tokens, {rate:.1f} tok/s, "
             f"draft {sample.draft_accepted}/{sample.draft_n}")
 
-    with interrupt_on_termination(), _keep_current_marker(), \
+    with interrupt_on_termination(), keep_current_marker(), \
             httpx2.Client(timeout=timeout) as client:
         states: dict[str, ServerState] = {}
         try:
@@ -510,10 +503,13 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     if synth_accept is None:
         # The draft's acceptance on these prompts informs the next tuned launch.
         for profile, plan in plans.items():
-            record_turns(plan, [{"draft_n": s.draft_n, "draft_n_accepted": s.draft_accepted,
+            try:
+                record_turns(plan, [{"draft_n": s.draft_n, "draft_n_accepted": s.draft_accepted,
                                  "predicted_n": s.completion_tokens,
-                                 "predicted_ms": s.decode_ms}
-                                for s in samples if s.profile == profile], source="bench")
+                                     "predicted_ms": s.decode_ms}
+                                   for s in samples if s.profile == profile], source="bench")
+            except TuningError as exc:  # the measurements stand without it
+                say(f"could not record the draft's acceptance: {exc}")
     per_prompt, overall = summarize(samples, profiles, [p.name for p in prompts],
                                     temperatures, reference)
     first = next(iter(plans.values()))

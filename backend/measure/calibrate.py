@@ -32,11 +32,20 @@ from backend.models.presets import Preset
 from backend.serve.fit import check_fit
 from backend.serve.launch import plan_for
 from backend.serve.profiles import LaunchPlan, get_profile
-from backend.serve.server import DEFAULT_HOST, ServerError, ServerState, pick_port, stop, up
+from backend.serve.server import (
+    DEFAULT_HOST,
+    ServerError,
+    ServerState,
+    keep_current_marker,
+    pick_port,
+    stop,
+    up,
+)
 from backend.serve.tuning import (
     CostModel,
     device_id,
     engine_key,
+    file_id,
     save_costs,
     synth_rates,
     tokens_per_step,
@@ -44,6 +53,12 @@ from backend.serve.tuning import (
 
 DEFAULT_LENGTHS = (1, 2, 3, 5, 7, 15)
 DEFAULT_CHECK_P = 0.75
+MAX_DRIFT = 0.15
+"""Plain decoding measured first and last may differ by this share; more means the machine's
+speed changed during the run, and nothing is stored."""
+MIN_EFFICIENCY, MAX_EFFICIENCY = 0.6, 1.25
+"""Measured speedup at the check acceptance over the formula's, outside which the run is
+refused (85–92 % was measured on an H200; a busy machine gave 2.9x)."""
 PROMPT = ("Write a Python module with a function `parse_csv(text)` that parses CSV text into a "
           "list of dicts, handling quoted fields, and tests for it.")
 
@@ -155,7 +170,10 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
     target and draft on ``engine``; store the cost model (unless ``store`` is False).
 
     Costs are stored per engine key, target, draft and device (:func:`tuning.save_costs`).
-    Raises :class:`CalibrationError` (no draft, ngram profile, bee-old, a server that failed),
+    Plain decoding is measured first and last; a run whose plain speed drifted more than
+    :data:`MAX_DRIFT`, or whose rows contradict the cost formula, stores nothing.
+    Raises :class:`CalibrationError` (no draft, ngram profile, bee-old, a server that failed,
+    a run that does not hold together),
     ``FitError``, ``ModelError``, ``PresetError`` or ``TuningError``.
     """
     say = note or (lambda _msg: None)
@@ -184,39 +202,69 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
 
     args = (tokens, repeats, preset.name, start_timeout, say)
     try:
-        rows = [_measure("plain", tagged(plain, "plain"), 0, None, *args)]
-        for k in lengths:
-            at_k = spec.model_copy(update={"draft_n_max": k})
-            zero = ("--spec-synth-rates", synth_rates(0.0, k)) if synthetic else ()
-            rows.append(_measure(f"K={k}", tagged(at_k, f"k{k}", *zero), k,
-                                 0.0 if synthetic else None, *args))
-            if synthetic and check_p is not None:
-                rows.append(_measure(f"K={k} p={check_p:g}",
-                                     tagged(at_k, f"k{k}-p", "--spec-synth-rates",
-                                            synth_rates(check_p, k)), k, check_p, *args))
+        with keep_current_marker():
+            rows = [_measure("plain", tagged(plain, "plain"), 0, None, *args)]
+            for k in lengths:
+                at_k = spec.model_copy(update={"draft_n_max": k})
+                zero = ("--spec-synth-rates", synth_rates(0.0, k)) if synthetic else ()
+                rows.append(_measure(f"K={k}", tagged(at_k, f"k{k}", *zero), k,
+                                     0.0 if synthetic else None, *args))
+                if synthetic and check_p is not None:
+                    rows.append(_measure(f"K={k} p={check_p:g}",
+                                         tagged(at_k, f"k{k}-p", "--spec-synth-rates",
+                                                synth_rates(check_p, k)), k, check_p, *args))
+            # Plain again at the end: a machine whose speed changed meanwhile (another job, a
+            # throttled CPU) would make every ratio wrong, and a launch would trust them.
+            again = _measure("plain (again)", tagged(plain, "plain"), 0, None, *args)
     except ServerError as exc:
         raise CalibrationError(str(exc)) from exc
-    base = rows[0]
-    ratios: dict[int, float] = {}
-    efficiency: dict[int, float] = {}
-    for row in rows[1:]:
-        if not row.synth_p:
-            ratios[row.n_max] = row.step_ms / base.step_ms
-    for row in rows[1:]:
-        if row.synth_p:
-            predicted = tokens_per_step(row.synth_p, row.n_max) / ratios[row.n_max]
-            # Capped at 1: noise must not make the model more optimistic than the formula.
-            efficiency[row.n_max] = min(1.0, (row.tok_s / base.tok_s) / predicted)
+    rows.append(again)
+    rows[0], ratios, efficiency, problems = summarize(rows)
+    if problems:
+        raise CalibrationError("the measurements do not hold together (" + "; ".join(problems)
+                               + "): something else probably used this machine; nothing was "
+                               "stored; calibrate again when it is idle")
     device = device_id(engine.binary)
+    if not spec.model.is_file() or (spec.draft and not spec.draft.is_file()):
+        raise CalibrationError("a model file went away during calibration; nothing was stored")
     costs = CostModel(source="calibrated", engine=engine_key(engine.binary),
-                      model=f"{spec.model.name}:{spec.model.stat().st_size}",
-                      draft=f"{spec.draft.name}:{spec.draft.stat().st_size}" if spec.draft
-                      else "-", device=device, plain_ms=base.step_ms, step_ratio=ratios,
+                      model=file_id(spec.model), draft=file_id(spec.draft) if spec.draft else "-",
+                      device=device, plain_ms=rows[0].step_ms, step_ratio=ratios,
                       efficiency=efficiency, check_p=check_p if efficiency else None,
                       synthetic=synthetic, measured_at=datetime.now(UTC))
     stored = save_costs(costs, spec) if store else None
     return Calibration(preset=preset.name, profile=get_profile(profile).name,
                        engine=engine.key, costs=costs, rows=rows, stored=stored)
+
+
+def summarize(rows: list[Row]) -> tuple[Row, dict[int, float], dict[int, float], list[str]]:
+    """From measured rows (plain first, plain again last): the plain row (mean of both), the
+    step cost per length in plain steps, the efficiency per checked length (capped at 1), and
+    what does not hold together — plain speed drifting more than :data:`MAX_DRIFT`, a step
+    cheaper than a plain one, a checked speedup outside :data:`MIN_EFFICIENCY` ..
+    :data:`MAX_EFFICIENCY` of the formula's. Pure."""
+    first, last = rows[0], rows[-1]
+    problems = []
+    drift = abs(last.step_ms - first.step_ms) / first.step_ms
+    if drift > MAX_DRIFT:
+        problems.append(f"plain decoding ran at {first.tok_s:.1f} tok/s first and "
+                        f"{last.tok_s:.1f} at the end")
+    plain_ms = (first.step_ms + last.step_ms) / 2
+    plain = first.model_copy(update={"name": "plain (mean of first and last)",
+                                     "step_ms": plain_ms, "tok_s": 1000.0 / plain_ms})
+    ratios = {r.n_max: r.step_ms / plain_ms for r in rows if r.n_max and not r.synth_p}
+    problems += [f"K={k} costs {r:.2f}x a plain step" for k, r in ratios.items() if r < 0.95]
+    efficiency: dict[int, float] = {}
+    for row in rows:
+        if row.n_max and row.synth_p:
+            predicted = tokens_per_step(row.synth_p, row.n_max) / ratios[row.n_max]
+            measured = row.tok_s / plain.tok_s
+            if not MIN_EFFICIENCY <= measured / predicted <= MAX_EFFICIENCY:
+                problems.append(f"K={row.n_max} at p={row.synth_p:g} ran {measured:.2f}x where "
+                                f"its step cost predicts {predicted:.2f}x")
+            # Capped at 1: noise must not make the model more optimistic than the formula.
+            efficiency[row.n_max] = min(1.0, measured / predicted)
+    return plain, ratios, efficiency, problems
 
 
 _GRID = (0.5, 0.75, 0.9)
@@ -227,7 +275,7 @@ def table_lines(cal: Calibration) -> list[str]:
     at three acceptances, the break-even acceptance, and the checked speedup."""
     base = cal.plain()
     c = cal.costs
-    lines = [f"{cal.preset} on {c.device} ({cal.engine})",
+    lines = [f"{cal.preset} on {c.device[:40]} ({cal.engine})"[:80],
              f"plain: {base.step_ms:.2f} ms a token ({base.tok_s:.1f} tok/s)",
              "speedup over plain when each drafted token is accepted with probability p:",
              f"{'K':>3} {'step ms':>8} {'x plain':>7} "

@@ -500,7 +500,9 @@ def preset_fit(model: Path, draft: Path | None, options: ServerOptions, ctx_size
 
 def fit_report(plan: LaunchPlan) -> FitReport:
     """:func:`preset_fit` for a launch plan (its models, context, slots and options)."""
-    return preset_fit(plan.model, plan.draft, plan.options, plan.ctx_size, plan.parallel)
+    # Drafting off (a tuned length of 0) loads no draft model: nothing of it to fit.
+    draft = None if plan.draft_n_max == 0 else plan.draft
+    return preset_fit(plan.model, draft, plan.options, plan.ctx_size, plan.parallel)
 
 
 def check_fit(plan: LaunchPlan, force: bool = False,

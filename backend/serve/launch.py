@@ -21,7 +21,7 @@ from backend.serve.server import (
     running,
     up,
 )
-from backend.serve.tuning import tune
+from backend.serve.tuning import stale_note, tune
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
@@ -86,7 +86,11 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     plan = plan_for(preset, engine, profile, ctx_size, note)
     serving = compatible(plan)
     if serving is not None:
-        # The server that is up is the one sessions use, whatever its slot count.
+        # The server that is up is the one sessions use, whatever its slot count; its draft
+        # length changes only at a launch (never under a running session).
+        stale = stale_note(serving.plan, plan)
+        if stale and note is not None:
+            note(stale)
         return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note,
                   speculation=serving.speculation)
     plan, choice = tune(plan, timeout=timeout, note=note)

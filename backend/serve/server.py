@@ -331,6 +331,22 @@ def interrupt_on_termination() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def keep_current_marker() -> Iterator[None]:
+    """Restore ``<servers>/current`` afterwards: ``up`` points it at each server it starts,
+    and ``agent backend down`` must still find the user's own server after a bench, a
+    calibration or an acceptance probe started servers of their own."""
+    marker = home().ensure().servers / "current"
+    before = marker.read_text("utf-8") if marker.is_file() else None
+    try:
+        yield
+    finally:
+        if before is None:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.write_text(before, "utf-8")
+
+
 def stop(state: ServerState, timeout: float = 15.0) -> None:
     """SIGTERM (then SIGKILL after ``timeout`` s) the server's process group, only if ours."""
     if not is_ours(state):

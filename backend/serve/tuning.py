@@ -33,20 +33,31 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
 import httpx2
-from pydantic import BaseModel, Field, ValidationError
+from filelock import FileLock
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from backend.engine.flavour import detect_flavour
 from backend.home import home
+from backend.serve.fit import FitError, check_fit
 from backend.serve.profiles import LaunchPlan, get_profile
-from backend.serve.server import DEFAULT_HOST, ServerError, pick_port, stop, up
+from backend.serve.server import (
+    DEFAULT_HOST,
+    ServerError,
+    keep_current_marker,
+    pick_port,
+    stop,
+    up,
+)
 
 MARGIN = 1.05
 """Drafting must be predicted to beat plain decoding by 5 %: the model is measured to within
@@ -108,6 +119,20 @@ class CostModel(BaseModel):
                             "acceptance and the real draft was timed instead.")
     measured_at: datetime | None = None
 
+    @field_validator("step_ratio")
+    @classmethod
+    def _ratios(cls, value: dict[int, float]) -> dict[int, float]:
+        if any(not 1 <= k <= 15 or not math.isfinite(r) or r <= 0 for k, r in value.items()):
+            raise ValueError("step costs need lengths 1..15 and finite costs above 0")
+        return value
+
+    @field_validator("efficiency")
+    @classmethod
+    def _efficiency(cls, value: dict[int, float]) -> dict[int, float]:
+        if any(not math.isfinite(e) or not 0 < e <= 1 for e in value.values()):
+            raise ValueError("efficiency must be in (0, 1]")
+        return value
+
     def speedup(self, k: int, p: float) -> float:
         """Predicted speedup over plain decoding at draft length ``k`` (a measured length)
         for per-token acceptance ``p`` in [0, 1]."""
@@ -132,8 +157,14 @@ class Observation(BaseModel):
     draft_n: int = Field(ge=0)
     accepted: int = Field(ge=0)
     tokens: int = Field(0, ge=0, description="Tokens decoded.")
-    decode_ms: float = Field(0.0, ge=0)
+    decode_ms: float = Field(0.0, ge=0, allow_inf_nan=False)
     at: datetime
+
+    @field_validator("at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        # A hand-edited record without a time zone is read as UTC, not a crash on comparing.
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 class AcceptanceRecord(BaseModel):
@@ -151,11 +182,13 @@ class Tuning(BaseModel):
                                     "best length when off).")
     costs: Literal["calibrated", "default"]
     reason: str
+    off_label: str = Field("drafting off", description="What off means for the profile "
+                           "('draft model off (n-gram lookup only)' for dflash+ngram).")
 
     def line(self) -> str:
-        """One line for the user: the choice, then why."""
-        head = "drafting off" if self.n_max == 0 else f"draft length {self.n_max}"
-        return f"{head}: {self.reason}"
+        """One line for the user: the choice, then why (never more than one line)."""
+        head = self.off_label if self.n_max == 0 else f"draft length {self.n_max}"
+        return " ".join(f"{head}: {self.reason}".split())
 
 
 def tokens_per_step(p: float, k: int) -> float:
@@ -250,9 +283,12 @@ def gpu_names() -> list[str]:
         if proc.returncode == 0 else []
 
 
-def _file_id(path: Path) -> str:
+def file_id(path: Path) -> str:
+    """Name, size and modification time: a retrained draft of the same name and shape (same
+    size) must not inherit the old one's record."""
     try:
-        return f"{path.name}:{path.stat().st_size}"
+        st = path.stat()
+        return f"{path.name}:{st.st_size}:{int(st.st_mtime)}"
     except OSError:
         return path.name
 
@@ -264,8 +300,9 @@ def _installed(binary: Path) -> bool:
 
 def engine_key(binary: Path) -> str:
     """The engine's key: its install folder's name (build, CPU tag or CUDA) for an engine the
-    product built, else the binary's path (a registered system engine)."""
-    return binary.parent.parent.name if _installed(binary) else str(binary)
+    product built, else the binary's path, size and time (a registered system engine, which
+    can be upgraded in place)."""
+    return binary.parent.parent.name if _installed(binary) else f"{binary}:{file_id(binary)}"
 
 
 def device_id(binary: Path) -> str:
@@ -287,34 +324,47 @@ def _speculation_dir() -> Path:
 
 def costs_path(plan: LaunchPlan, device: str) -> Path:
     """Where the cost model of ``plan``'s engine, target and draft on ``device`` is stored."""
-    draft = _file_id(plan.draft) if plan.draft else "-"
+    draft = file_id(plan.draft) if plan.draft else "-"
     return _speculation_dir() / "costs" / (
-        _key(engine_key(plan.binary), _file_id(plan.model), draft, device) + ".json")
+        _key(engine_key(plan.binary), file_id(plan.model), draft, device) + ".json")
 
 
 def acceptance_path(plan: LaunchPlan) -> Path:
-    """Where the observations of ``plan``'s draft with its target are stored."""
-    draft = _file_id(plan.draft) if plan.draft else "-"
+    """Where the observations of ``plan``'s draft with its target are stored, per kind of
+    speculation: a ``dflash+ngram`` server's ``draft_n`` counts n-gram drafts too, so its
+    record is its own; ``dflash`` and ``dflash-fixed`` (the draft model alone) share one."""
+    draft = file_id(plan.draft) if plan.draft else "-"
+    kinds = ",".join(get_profile(plan.profile).spec_types)
     return _speculation_dir() / "acceptance" / (
-        _key(engine_key(plan.binary), _file_id(plan.model), draft) + ".json")
+        _key(engine_key(plan.binary), file_id(plan.model), draft, kinds) + ".json")
+
+
+def _offloads(plan: LaunchPlan) -> bool:
+    """True unless the preset keeps the target or the draft on the CPU (``gpu_layers`` or
+    ``draft_gpu_layers`` 0)."""
+    return all(v is None or v != "0" for v in (plan.options.gpu_layers,
+                                                plan.options.draft_gpu_layers))
 
 
 def default_costs(plan: LaunchPlan, device: str) -> CostModel:
-    """The stated default cost model (the most expensive rows measured, see module doc)."""
-    ratios = _DEFAULT_RATIOS["cpu" if device == "cpu" else "gpu"]
+    """The stated default cost model (the most expensive rows measured, see above): the CPU's
+    unless the plan decodes on a GPU with both models offloaded."""
+    ratios = _DEFAULT_RATIOS["gpu" if device != "cpu" and _offloads(plan) else "cpu"]
     return CostModel(source="default", engine=engine_key(plan.binary),
-                     model=_file_id(plan.model),
-                     draft=_file_id(plan.draft) if plan.draft else "-", device=device,
+                     model=file_id(plan.model),
+                     draft=file_id(plan.draft) if plan.draft else "-", device=device,
                      step_ratio=dict(ratios),
                      efficiency={k: _DEFAULT_EFFICIENCY for k in ratios})
 
 
 def _write_json(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file of its own, then a rename)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, "utf-8")
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
     except OSError as exc:
         raise TuningError(f"cannot write {path}: {exc}") from exc
 
@@ -366,8 +416,18 @@ def record(plan: LaunchPlan, new: Iterable[Observation]) -> None:
     new = [o for o in new if o.draft_n > 0 or o.tokens > 0]
     if not new or plan.draft is None:
         return
-    kept = (load_observations(plan) + new)[-MAX_OBSERVATIONS:]
-    _write_json(acceptance_path(plan), AcceptanceRecord(observations=kept).model_dump_json())
+    path = acceptance_path(plan)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire(timeout=30)
+    except (OSError, TimeoutError) as exc:
+        raise TuningError(f"cannot lock {path}: {exc}") from exc
+    try:  # sessions ending together must not lose each other's observations
+        kept = (load_observations(plan) + new)[-MAX_OBSERVATIONS:]
+        _write_json(path, AcceptanceRecord(observations=kept).model_dump_json())
+    finally:
+        lock.release()
 
 
 def record_turns(plan: LaunchPlan, timings: Iterable[dict], source: Literal[
@@ -415,36 +475,51 @@ def probe(plan: LaunchPlan, n_max: int, timeout: float = 600.0,
           note: Callable[[str], None] | None = None) -> list[Observation]:
     """Measure the draft's acceptance on :data:`PROBE_PROMPTS` at length ``n_max``.
 
-    Starts a server of ``plan`` drafting ``n_max`` tokens (its own ``--alias``, so never the
-    user's server), sends each prompt once (temperature 0, :data:`PROBE_TOKENS` tokens), stops
-    it. Returns one observation per prompt. Raises :class:`TuningError` when a request fails,
+    Starts a server of ``plan`` drafting ``n_max`` tokens (an alias of its own, so never the
+    user's server nor a concurrent probe's), sends each prompt once (temperature 0,
+    :data:`PROBE_TOKENS` tokens), stops it; the ``current`` server marker is left as it was.
+    Returns one observation per prompt. Raises :class:`TuningError` when a request fails,
     ``ServerError`` when the server does not start.
     """
     probing = plan.model_copy(update={"draft_n_max": n_max, "extra_flags": (
-        *plan.extra_flags, "--alias", "dflash-agent-probe")})
-    state, _ = up(probing, port=pick_port(DEFAULT_HOST, 0), timeout=timeout, progress=note)
+        *plan.extra_flags, "--alias", f"dflash-agent-probe-{os.getpid()}")})
     out = []
-    try:
-        with httpx2.Client(timeout=timeout) as client:
-            for text in PROBE_PROMPTS:
-                body = {**state.request_extra,
-                        "messages": [{"role": "user", "content": text}],
-                        "max_tokens": PROBE_TOKENS, "temperature": 0.0, "cache_prompt": False}
-                try:
-                    t = client.post(state.base_url + "/v1/chat/completions",
-                                    json=body).json().get("timings") or {}
-                    out.append(Observation(source="probe", n_max=n_max,
-                                           draft_n=int(t.get("draft_n") or 0),
-                                           accepted=int(t.get("draft_n_accepted") or 0),
-                                           tokens=int(t.get("predicted_n") or 0),
-                                           decode_ms=float(t.get("predicted_ms") or 0.0),
-                                           at=datetime.now(UTC)))
-                except (httpx2.HTTPError, ValueError, AttributeError, TypeError) as exc:
-                    raise TuningError(f"the acceptance probe's request failed: {exc} "
-                                      f"(log: {state.log})") from exc
-    finally:
-        stop(state)
+    with keep_current_marker():
+        state, _ = up(probing, port=pick_port(DEFAULT_HOST, 0), timeout=timeout,
+                      progress=note)
+        try:
+            with httpx2.Client(timeout=timeout) as client:
+                for text in PROBE_PROMPTS:
+                    body = {**state.request_extra,
+                            "messages": [{"role": "user", "content": text}],
+                            "max_tokens": PROBE_TOKENS, "temperature": 0.0,
+                            "cache_prompt": False}
+                    try:
+                        resp = client.post(state.base_url + "/v1/chat/completions", json=body)
+                        t = resp.json().get("timings")
+                    except (httpx2.HTTPError, ValueError, AttributeError) as exc:
+                        raise TuningError(f"a probe request failed: {exc} "
+                                          f"(log: {state.log})") from exc
+                    if resp.status_code != 200 or not isinstance(t, dict):
+                        raise TuningError(f"a probe request got HTTP {resp.status_code} "
+                                          f"without timings (log: {state.log})")
+                    try:
+                        out.append(Observation(
+                            source="probe", n_max=n_max, draft_n=int(t.get("draft_n") or 0),
+                            accepted=int(t.get("draft_n_accepted") or 0),
+                            tokens=int(t.get("predicted_n") or 0),
+                            decode_ms=float(t.get("predicted_ms") or 0.0),
+                            at=datetime.now(UTC)))
+                    except (TypeError, ValueError) as exc:
+                        raise TuningError(f"a probe request got malformed timings: "
+                                          f"{exc}") from exc
+        finally:
+            stop(state)
     return out
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = True,
@@ -456,34 +531,48 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
     <= 0.3 (it sizes drafts itself, per request, with its ``profit`` controller) come back
     unchanged with None. ``synth_p`` (a benchmark's synthetic acceptance) replaces measured
     acceptance. Otherwise a probe runs first when one is due (:func:`probe_due`) and
-    ``allow_probe`` (``--print-cmd`` never launches: it shows what is stored). A probe that
-    fails turns drafting off for this launch, said through ``note``; it never stops one.
+    ``allow_probe`` (``--print-cmd`` never launches: it shows what is stored); a probe plan
+    the fit check refuses is not started. The choice reads the draft model's own record (for
+    ``dflash+ngram`` too: its n-gram drafts are not the draft's). A probe that fails turns
+    drafting off for this launch, said through ``note``; it never stops one.
     """
     profile = get_profile(plan.profile)
     if not profile.tuned or plan.draft is None or plan.draft_n_max is not None:
         return plan, None
     if detect_flavour(plan.binary) == "bee-old":
         return plan, None
+    off_label = ("draft model off (n-gram lookup only)" if "ngram-mod" in profile.spec_types
+                 else "drafting off")
     longest = profile.draft_n_max or 15
     costs = load_costs(plan, device_id(plan.binary), note)
     if synth_p is not None:
         choice = choose(costs, synth_p, max_n=longest)
-        choice = choice.model_copy(update={"reason": "synthetic " + choice.reason})
+        choice = choice.model_copy(update={"reason": "synthetic " + choice.reason,
+                                           "off_label": off_label})
         return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
-    observations = load_observations(plan, note)
+    draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
+    observations = load_observations(draft_only, note)
     if probe_due(observations) and allow_probe:
         k = max((k for k in costs.step_ratio if k <= longest), default=longest)
-        if note:
-            note(f"probing the draft's acceptance at length {k} (two short requests)")
+        failed = None
         try:
-            new = probe(plan, k, timeout, note)
-            record(plan, new)
-            observations = observations + new
-        except (TuningError, ServerError) as exc:
-            off = Tuning(n_max=0, costs=costs.source,
-                         reason=f"the acceptance probe failed ({exc})")
+            check_fit(draft_only.model_copy(update={"draft_n_max": k}), note=note)
+            if note:
+                note(f"probing the draft's acceptance at length {k} (two short requests)")
+            new = probe(draft_only, k, timeout, note)
+        except (TuningError, ServerError, FitError) as exc:
+            failed = f"the acceptance probe failed ({_first_line(exc)})"
+        if failed:
+            off = Tuning(n_max=0, costs=costs.source, reason=failed, off_label=off_label)
             return plan.model_copy(update={"draft_n_max": 0}), off
+        try:
+            record(draft_only, new)
+        except TuningError as exc:  # the probe's result still decides this launch
+            if note:
+                note(f"could not store the probe's result: {_first_line(exc)}")
+        observations = observations + new
     choice = choose(costs, estimate_p(observations), observations, max_n=longest)
+    choice = choice.model_copy(update={"off_label": off_label})
     if probe_due(observations) and not allow_probe:
         choice = choice.model_copy(update={
             "reason": choice.reason + "; the launch probes the draft first and may choose "
@@ -491,13 +580,24 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
 
 
-def describe_record(plan: LaunchPlan, device: str) -> dict:
-    """What ``backend status`` shows: costs (calibrated or default), observations, the choice
-    the next launch would make. Reads the home; never probes."""
-    costs = load_costs(plan, device)
-    observations = load_observations(plan)
-    p = estimate_p(observations)
-    tuning = choose(costs, p, observations)
-    return {"costs": costs.source, "observations": len(observations),
-            "acceptance_p": None if p is None else round(p, 4),
-            "next_launch": tuning.line(), "probe_due": probe_due(observations)}
+def _length_text(n_max: int | None) -> str:
+    return "no draft" if n_max == 0 else f"draft length {n_max}"
+
+
+def stale_note(serving: LaunchPlan, wanted: LaunchPlan) -> str | None:
+    """A note when the running server (``serving``) drafts another length than the stored
+    measurements now choose for ``wanted`` (an untuned plan of the same preset): the length
+    changes only at a launch, so the user is told how to get one. None when they agree."""
+    choice = stored_choice(wanted)
+    if choice is None or choice.n_max == serving.draft_n_max:
+        return None
+    return (f"the running server has {_length_text(serving.draft_n_max)}; what is measured now "
+            f"chooses {choice.line()} (`agent backend down`, then the next command relaunches "
+            "with it)")
+
+
+def stored_choice(plan: LaunchPlan) -> Tuning | None:
+    """What a launch of ``plan`` would choose from what is stored (no probe); None for
+    untuned profiles. For ``backend status`` and for noticing that a running server's length
+    is no longer the one the measurements choose."""
+    return tune(plan.model_copy(update={"draft_n_max": None}), allow_probe=False)[1]
