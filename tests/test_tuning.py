@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.measure.calibrate import Row, summarize
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.tuning import (
@@ -196,3 +197,26 @@ def test_default_costs_draft_only_when_a_draft_is_nearly_always_right(tmp_path: 
     assert choose(cpu, 0.9).n_max == 0  # the 2-core CPU's measured steps: nothing pays
     assert choose(gpu, 0.75).n_max in (2, 3)
     assert "default (uncalibrated)" in choose(gpu, 0.75).reason
+
+
+def _row(name: str, k: int, p: float | None, tok_s: float, accepted: int = 0) -> Row:
+    ms = 1000.0 / tok_s * 64
+    return Row(name=name, n_max=k, synth_p=p, tokens=64, accepted=accepted, drafted=64 * k,
+               decode_ms=ms, step_ms=ms / (64 - accepted), tok_s=tok_s)
+
+
+def test_a_calibration_that_does_not_hold_together_is_refused() -> None:
+    good = [_row("plain", 0, None, 100.0), _row("K=3", 3, 0.0, 40.0),
+            _row("K=3 p=0.75", 3, 0.75, 40.0 * 2.73 * 0.9, accepted=40),
+            _row("plain (again)", 0, None, 104.0)]
+    plain, ratios, efficiency, problems = summarize(good)
+    assert problems == [] and plain.tok_s == pytest.approx(1000 / ((10 + 1000 / 104) / 2))
+    assert ratios[3] == pytest.approx(plain.tok_s / 40.0)
+    assert 0.85 < efficiency[3] <= 1.0
+    drifted = [*good[:-1], _row("plain (again)", 0, None, 60.0)]
+    assert "first and 60.0 at the end" in summarize(drifted)[3][0]
+    cheap = [good[0], _row("K=3", 3, 0.0, 150.0), good[-1]]
+    assert "K=3 costs 0.68x a plain step" in summarize(cheap)[3][0]
+    # The busy machine's run that reviewers caught: 2.70x measured where 0.92x is possible.
+    wild = [good[0], good[1], _row("K=3 p=0.75", 3, 0.75, 270.0, accepted=40), good[-1]]
+    assert "K=3 at p=0.75 ran" in summarize(wild)[3][0]
