@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
+from tools.mcp.config import ServerConfig
+from tools.mcp.manager import ServerState
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import default_registry
 from tools.workspace import Workspace
@@ -155,3 +157,13 @@ def crash_free(proc: subprocess.CompletedProcess) -> bool:
     """One ``error:`` line and no traceback."""
     lines = proc.stderr.strip().splitlines()
     return len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def test_the_stray_line_summary_agrees_in_number():
+    """Issue 28 item 13: one stray line read "printed a line on stdout that are not MCP"."""
+    state = ServerState(ServerConfig("noisy", Path("test"), "user", command="x"))
+    state.stray, state.stray_count = ["Starting v1"], 1
+    assert state.stray_summary() == "printed a line on stdout that is not MCP ('Starting v1')"
+    state.stray, state.stray_count = ["Starting v1", "ready"], 2
+    assert state.stray_summary() == ("printed 2 lines on stdout that are not MCP "
+                                     "('Starting v1', 'ready')")

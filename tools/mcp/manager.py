@@ -152,8 +152,9 @@ class ServerState:
         if not self.stray_count:
             return None
         lines = "a line" if self.stray_count == 1 else f"{self.stray_count} lines"
+        verb = "is" if self.stray_count == 1 else "are"
         shown = ", ".join(repr(line) for line in self.stray)
-        return f"printed {lines} on stdout that are not MCP ({shown})"
+        return f"printed {lines} on stdout that {verb} not MCP ({shown})"
 
 
 class McpManager:
