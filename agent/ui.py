@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.text import Text
 
 from agent.events import Event, FinalAnswer, ModelTurn, ToolCall, ToolResult
+from tools.create import lines_label
 
 _SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
 _SHOWN[0x7F] = 0x2421
@@ -174,9 +175,9 @@ class Reporter:
                 self.console.print(Text(f"… {len(lines) - PREVIEW_LINES} more lines of diff",
                                         style="dim"))
         elif name == "create":
-            text = str(args.get("file_text", ""))
-            self.console.print(Text(f"create {args.get('path')} ({text.count(chr(10)) + 1} "
-                                    "lines)", style="cyan"))
+            # Counted like the tool's own result, so preview and result agree.
+            label = lines_label(str(args.get("file_text", "")))
+            self.console.print(Text(f"create {args.get('path')} ({label})", style="cyan"))
         else:
             self.console.print(Text(f"→ {name} {_short(args)}", style="cyan"))
 

@@ -116,7 +116,7 @@ def test_native_tool_calls_are_executed_and_answered_by_id(tmp_path: Path):
     assert (result.reason, result.text) == ("done", "created n.txt")
     sent = model.requests[1]["messages"]
     assert sent[-2]["tool_calls"][0]["id"] == "tc0"
-    assert sent[-1] == {"role": "tool", "tool_call_id": "tc0", "content": "created n.txt (1 lines)"}
+    assert sent[-1] == {"role": "tool", "tool_call_id": "tc0", "content": "created n.txt (1 line)"}
     assert model.requests[0]["tools"][0]["function"]["name"] == "view"
     assert model.requests[0]["parallel_tool_calls"] is False
 

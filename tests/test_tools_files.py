@@ -202,6 +202,15 @@ def test_create_writes_a_new_file_and_its_parent_directories(reg: Registry, ws: 
     assert (ws / "pkg" / "sub" / "mod.py").read_bytes() == b"x = 1\ny = 2\n"
 
 
+@pytest.mark.parametrize(("text", "said"), [("x\n", "1 line"), ("x", "1 line"),
+                                            ("a\nb\n", "2 lines"), ("", "0 lines")])
+def test_create_counts_lines_like_view_and_says_line_in_the_singular(reg: Registry, text: str,
+                                                                      said: str):
+    """Issue 28 item 11: "1 lines"; a trailing newline ends a line, it does not start one."""
+    assert reg.call("create", {"path": "one.txt", "file_text": text}).text == \
+        f"created one.txt ({said})"
+
+
 def test_create_gives_a_new_file_the_umask_default_mode(reg: Registry, ws: Path):
     reg.call("create", {"path": "new.txt", "file_text": "x\n"})
     umask = os.umask(0)

@@ -24,6 +24,16 @@ def test_edits_show_as_a_diff_and_commands_as_a_prompt_line():
     assert "$ pytest -q" in text
 
 
+def test_the_create_preview_counts_the_lines_the_tool_will_report():
+    """Issue 28 item 11: "create one.txt (2 lines)" for one line ending with a newline."""
+    reporter, out = _reporter()
+    for path, text in [("one.txt", "x\n"), ("two.txt", "a\nb"), ("none.txt", "")]:
+        reporter.event(ToolCall(session_id="s", step=1, call_id=path, name="create",
+                                arguments={"path": path, "file_text": text}))
+    assert out.getvalue().splitlines() == ["create one.txt (1 line)", "create two.txt (2 lines)",
+                                           "create none.txt (0 lines)"]
+
+
 def test_the_status_line_shows_prefill_reuse_speed_and_acceptance():
     reporter, out = _reporter()
     timings = Timings(prompt_n=40, cache_n=900, predicted_n=120, predicted_per_second=88.0,

@@ -9,6 +9,13 @@ from tools.edits import read_text, resolve, write_recorded
 from tools.textfile import TextFile, encode
 
 
+def lines_label(text: str) -> str:
+    """How many lines ``text`` holds as ``view`` numbers them, in words ("1 line", "2 lines"):
+    a final newline ends the last line rather than starting another."""
+    n = text.count("\n") + (bool(text) and not text.endswith("\n"))
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
 class CreateArgs(ToolArgs):
     path: str = Field(description="File to write, relative to the workspace root.")
     file_text: str = Field(description="The complete contents of the file.")
@@ -28,6 +35,6 @@ class Create(Tool):
         fmt = read_text(self.ctx, path) if path.is_file() else TextFile("", "utf-8", "\n", False)
         existed = path.is_file()
         write_recorded(self.ctx, path, encode(fmt, args.file_text))
-        lines = args.file_text.count("\n") + (not args.file_text.endswith("\n"))
         verb = "replaced" if existed else "created"
-        return Observation(text=f"{verb} {self.ctx.workspace.relative(path)} ({lines} lines)")
+        return Observation(text=f"{verb} {self.ctx.workspace.relative(path)} "
+                                f"({lines_label(args.file_text)})")
