@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -222,6 +223,23 @@ def test_up_print_cmd_shows_the_exact_command_without_starting(engine, smollm2,
     assert cmd.startswith(str(engine.binary)) and f"-m {smollm2}" in cmd
     assert "--spec-type ngram-mod" in cmd and "--sleep-idle-seconds 60" in cmd
     assert json.loads(run("backend", "status", "--json", home=home).stdout) == []
+
+
+def test_print_cmd_with_a_busy_port_says_the_launch_picks_another(agent_home: Path):
+    """Issue 28 item 8: the command showed the busy port with no word that `up` would not use
+    it."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run("backend", "up", "--preset", "gemma4-31b-dflash", "--print-cmd", "--port",
+                   str(port), home=agent_home, HF_ENDPOINT="http://127.0.0.1:9")
+    assert proc.returncode == 0, proc.stderr
+    assert f"--port {port}" in proc.stdout
+    assert f"note: port {port} is in use: `up` would pick a free port instead" in proc.stderr
+    assert "is in use" not in run("backend", "up", "--preset", "gemma4-31b-dflash",
+                                  "--print-cmd", "--port", str(port), home=agent_home,
+                                  HF_ENDPOINT="http://127.0.0.1:9").stderr
 
 
 def test_the_cli_starts_without_git_on_path(tmp_path: Path):

@@ -1,6 +1,7 @@
 """``agent backend up --print-cmd``: the exact ``llama-server`` command for a preset, without
 building an engine, downloading a model, converting a draft or probing a draft: a tuned
-profile shows the draft length that the costs and acceptance stored in the home choose.
+profile shows the draft length that the costs and acceptance stored in the home choose. A busy
+preferred port is shown as asked, with a note that the launch would take another.
 
 Files not in the cache yet appear as their source (``hf://…``) with a note; a draft in the
 format the engine does not load (old ``dflash-draft`` for upstream and BeeLlama ≥0.4, upstream
@@ -23,6 +24,7 @@ from backend.serve.launch import profile_for
 from backend.serve.preset_status import cached_file
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
+from backend.serve.server import port_is_free
 from backend.serve.tuning import tune
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"
@@ -82,6 +84,11 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
         if choice is not None:
             notes.append(f"speculation: {choice.line()}")
     argv = server_argv(plan, host, port, flavour)
+    if not port_is_free(host, port):
+        # `up` does not fail on a busy port (server.pick_port): the command shown is not the
+        # one that would run, so say where it would differ.
+        notes.append(f"port {port} is in use: `up` would pick a free port instead (or reuse "
+                     "a server already running this configuration)")
     if engine is not None and flavour == "bee-old":
         added, why = launch_flags(plan, flavour, binary_devices(engine.binary))
         at = len(argv) - len(plan.extra_flags)
