@@ -97,7 +97,7 @@ class Agent:
         self.limits, self.max_tokens = limits or Limits(), max_tokens
         self.approve, self.context = approve, context
         # Optional live display: request_started(protocol, idle_timeout), stream(text),
-        # received(tokens) and request_done() (agent.ui.Reporter).
+        # received(tokens), request_done() and told_model(text) (agent.ui.Reporter).
         self.ui = ui
         if context is not None and context.budget is not None:
             self.max_tokens = min(max_tokens, context.budget.max_output)
@@ -167,6 +167,14 @@ class Agent:
     def _add(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
         self.emit(Message(session_id=self.session_id, message=message))
+
+    def _tell(self, content: str) -> None:
+        """Send ``content`` as a user message the agent writes on its own (a format error's
+        feedback, a protocol switch) and show it: the model reads it as the user's words, so
+        the user sees it too."""
+        self._add({"role": "user", "content": content})
+        if self.ui is not None:
+            self.ui.told_model(content)
 
     def _deny_pending(self, reason: str) -> None:
         for call_id, name in list(self._pending):
@@ -298,7 +306,7 @@ class Agent:
         self.emit(ProtocolChoice(session_id=self.session_id, protocol=self.protocol,
                                  reason=reason, previous=previous, step=self.steps))
         note = switch_note(tools_with_final(self.calls.tools))
-        self._add({"role": "user", "content": before + note})
+        self._tell(before + note)
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         self._format_errors += 1
@@ -309,7 +317,7 @@ class Agent:
                          f"{self.protocol}", before=feedback + "\n\n")
             self._format_errors = 0
             return None
-        self._add({"role": "user", "content": feedback})
+        self._tell(feedback)
         if self._format_errors >= MAX_FORMAT_ERRORS:
             return f"stopped after {MAX_FORMAT_ERRORS} malformed replies: {message}", \
                 "format_errors"

@@ -254,6 +254,15 @@ class Reporter:
         if not self.json_mode:
             self.console.print(Text(message, style="dim"))
 
+    def told_model(self, text: str) -> None:
+        """A message the agent sent the model in the user's role on its own (a format error's
+        feedback, a protocol switch): its first line, and how many lines follow."""
+        if self.json_mode:
+            return  # the message event carries it
+        first, *rest = text.strip().splitlines() or [""]
+        more = f" (+{len(rest)} line{'s' if len(rest) > 1 else ''})" if rest else ""
+        self.console.print(Text(f"told the model: {first}{more}", style="yellow"))
+
     def build_progress(self, step: str, done: int | None, total: int | None) -> None:
         """Engine build progress callback (see ``backend.engine.build.Progress``)."""
         if self.json_mode:

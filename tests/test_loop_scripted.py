@@ -1,5 +1,6 @@
 """The loop's logic against a scripted OpenAI-compatible model on loopback."""
 
+import io
 import json
 import os
 import signal
@@ -8,9 +9,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from rich.console import Console
 
 from agent.client import ContextOverflow, ServerClient
 from agent.loop import Agent, Limits
+from agent.ui import Reporter
 from tests.scripted import ScriptedModel, error_reply, reply
 from tools.registry import default_registry
 from tools.workspace import Workspace
@@ -167,6 +170,29 @@ def test_finish_reason_tool_calls_without_calls_is_a_format_error(tmp_path: Path
         agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
         agent.run("go")
     assert "no call arrived" in model.requests[1]["messages"][-1]["content"]
+
+
+def test_what_the_agent_tells_the_model_on_its_own_is_shown(tmp_path: Path):
+    """Issue 28 item 12: the re-prompt after an empty tool-call turn reached the model but not
+    the terminal; so did the note of a protocol fallback."""
+    out = io.StringIO()
+    reporter = Reporter()
+    reporter.console = Console(file=out, force_terminal=False, width=200, soft_wrap=True)
+    script = [reply("", finish_reason="tool_calls"), reply("no tool call"),
+              call("final_answer", text="ok")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        (tmp_path / "ws").mkdir()
+        agent = Agent(ServerClient(model.url), default_registry(Workspace(tmp_path / "ws")),
+                      session_id="t", protocol="native", system="system prompt",
+                      emit=reporter.event, auto_switch=True, ui=reporter)
+        agent.run("go")
+    shown = [line for line in out.getvalue().splitlines() if line.startswith("told the model")]
+    told = [m["content"] for m in agent.messages if m["role"] == "user"][1:]
+    assert len(shown) == len(told) == 2
+    assert shown[0] == "told the model: Format error: finish_reason was tool_calls but no call " \
+        "arrived; call a tool with valid arguments"
+    first, *rest = told[1].splitlines()
+    assert rest and shown[1] == f"told the model: {first} (+{len(rest)} lines)"
 
 
 def test_the_same_call_three_times_stops_with_a_report(tmp_path: Path):
