@@ -181,6 +181,16 @@ def test_view_refuses_a_file_under_a_symlinked_directory_pointing_outside(
     assert "outside the workspace" in obs.text
 
 
+def test_view_of_a_folder_names_the_symlinks_leading_outside(reg: Registry, ws: Path,
+                                                            outside: Path):
+    """Issue 28 item 9: `view .` dropped a symlinked folder leading outside without a word."""
+    (ws / "sub").mkdir()
+    (ws / "sub" / "link_dir").symlink_to(outside, target_is_directory=True)
+    (ws / "a.txt").write_text("a\n")
+    assert reg.call("view", {"path": "."}).text.splitlines() == [
+        "a.txt", "sub/", "sub/link_dir/ -> outside the workspace, skipped"]
+
+
 def test_view_follows_a_symlink_that_stays_inside_the_workspace(reg: Registry, ws: Path):
     (ws / "real.txt").write_text("inside\n")
     (ws / "alias.txt").symlink_to(ws / "real.txt")

@@ -192,7 +192,30 @@ def test_grep_does_not_follow_a_symlinked_folder_out_of_the_workspace(
     write(tmp_path / "outside", {"secret.txt": "needle outside\n"})
     (ws / "link").symlink_to(tmp_path / "outside", target_is_directory=True)
     write(ws, {"inside.txt": "needle inside\n"})
-    assert reg.call("grep", {"pattern": "needle"}).text == "inside.txt:1: needle inside"
+    assert reg.call("grep", {"pattern": "needle"}).text == \
+        "inside.txt:1: needle inside\nlink/ -> outside the workspace, skipped"
+
+
+def test_search_over_a_folder_names_the_symlinks_it_skips(reg: Registry, ws: Path,
+                                                          tmp_path: Path):
+    """Issue 28 item 9: grep over '.' and glob '**/*' dropped a symlinked folder leading
+    outside without a word; one that .gitignore names stays unmentioned."""
+    write(tmp_path / "outside", {"a.py": "needle = 1\n"})
+    (ws / "link_dir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (ws / "ignored_dir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (ws / "link.py").symlink_to(tmp_path / "outside" / "a.py")
+    write(ws, {".gitignore": "ignored_dir\n", "main.py": "needle = 2\n"})
+    assert reg.call("grep", {"pattern": "needle", "path": "."}).text.splitlines() == [
+        "link.py -> outside the workspace, skipped",
+        "link_dir/ -> outside the workspace, skipped", "main.py:1: needle = 2"]
+    assert reg.call("glob", {"pattern": "**/*"}).text.splitlines() == [
+        ".gitignore", "link.py -> outside the workspace, skipped",
+        "link_dir/ -> outside the workspace, skipped", "main.py"]
+    (ws / "loop").symlink_to("loop")
+    assert "loop -> a symlink loop, skipped" in reg.call("view", {"path": "."}).text
+    # A file link the name filter leaves out is not mentioned; a folder link may hold matches.
+    assert reg.call("glob", {"pattern": "*.toml"}).text.splitlines() == [
+        "link_dir/ -> outside the workspace, skipped", "no files match"]
 
 
 def test_grep_without_a_pattern_names_the_field(reg: Registry):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pathspec
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
-from tools.ignore import walk
+from tools.ignore import outside_line, walk
 
 MAX_RESULTS = 500
 
@@ -28,12 +30,20 @@ class Glob(Tool):
             raise ToolError(f"{args.path} is not a directory")
         # Git wildmatch semantics: '**' spans folders; a pattern without '/' matches at any depth.
         spec = pathspec.GitIgnoreSpec.from_lines([args.pattern.removeprefix("./")])
-        found = []
-        for path in walk(self.ctx.workspace.root_of(start), start):
+        found: list[str] = []
+        files = 0
+
+        def skipped(link: Path) -> None:
+            # A folder link may hold matches; a file link is named only when it would match.
+            if link.is_dir() or spec.match_file(link.relative_to(start).as_posix()):
+                found.append(outside_line(link, self.ctx.workspace.relative(link)))
+
+        for path in walk(self.ctx.workspace.root_of(start), start, outside=skipped):
             if spec.match_file(path.relative_to(start).as_posix()):
-                if len(found) >= MAX_RESULTS:  # only claim a cap when a file is dropped
+                if files >= MAX_RESULTS:  # only claim a cap when a file is dropped
                     found.append(f"[stopped at {MAX_RESULTS} files; narrow the pattern]")
                     break
+                files += 1
                 found.append(self.ctx.workspace.relative(path))
-        return Observation(text="\n".join(found) or "no files match")
+        return Observation(text="\n".join(found + ([] if files else ["no files match"])))
 

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
-from tools.ignore import walk
+from tools.ignore import outside_line, walk
 from tools.textfile import decode, looks_binary
 from tools.workspace import PathRefused
 
@@ -40,8 +40,16 @@ class Grep(Tool):
         start = resolve(self.ctx, args.path, writable=False)
         if not start.exists():
             raise ToolError(f"{args.path} does not exist")
-        files = [start] if start.is_file() else walk(self.ctx.workspace.root_of(start), start)
         out: list[str] = []
+        matches = 0
+
+        def skipped(link: Path) -> None:
+            # A folder link may hold matches; a file link is named only when the glob takes it.
+            if link.is_dir() or not args.glob or link.match(args.glob):
+                out.append(outside_line(link, self.ctx.workspace.relative(link)))
+
+        files = [start] if start.is_file() else walk(self.ctx.workspace.root_of(start), start,
+                                                      outside=skipped)
         for path in files:
             if args.glob and not path.match(args.glob):
                 continue
@@ -56,12 +64,13 @@ class Grep(Tool):
             rel = self.ctx.workspace.relative(path)
             for n, line in lines:
                 if regex.search(line):
-                    if len(out) >= MAX_MATCHES:  # only claim a cap when a match is dropped
+                    if matches >= MAX_MATCHES:  # only claim a cap when a match is dropped
                         out.append(f"[stopped at {MAX_MATCHES} matches; narrow the pattern "
                                    "or the path]")
                         return Observation(text="\n".join(out))
+                    matches += 1
                     out.append(f"{rel}:{n}: {line[:300]}")
-        return Observation(text="\n".join(out) or "no matches")
+        return Observation(text="\n".join(out + ([] if matches else ["no matches"])))
 
     def _lines(self, real: Path) -> Iterator[tuple[int, str]] | None:
         """Numbered lines of a text file, decoded and split like view does (BOM, cp1252, CRLF;

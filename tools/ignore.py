@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pathspec
@@ -22,12 +22,24 @@ def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
+def outside_line(path: Path, rel: str) -> str:
+    """How a listing names the symlink ``path`` (shown as ``rel``) that leads outside the
+    workspace and was skipped, so the model knows something is there it cannot see."""
+    try:
+        path.resolve()
+    except (OSError, RuntimeError):  # a loop leads nowhere, not outside
+        return f"{rel} -> a symlink loop, skipped"
+    return f"{rel}{'/' if path.is_dir() else ''} -> outside the workspace, skipped"
+
+
 def walk(root: Path, start: Path, include_dirs: bool = False,
-         max_depth: int | None = None) -> Iterator[Path]:
+         max_depth: int | None = None,
+         outside: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Paths under ``start`` (inside ``root``) that git would not ignore, sorted per folder.
 
     ``.gitignore`` files between ``root`` and each folder apply, like git. Symlinked folders
-    are not followed, and symlinks whose target is outside ``root`` are left out.
+    are not followed, and symlinks whose target is outside ``root`` are left out; ``outside``
+    is called with each such link that is not ignored, at its place in the walk.
     ``max_depth`` counts levels below ``start`` (1 = direct children).
     """
     root, start = root.resolve(), start.resolve()
@@ -38,7 +50,7 @@ def walk(root: Path, start: Path, include_dirs: bool = False,
         spec = _spec_for(folder)
         if spec:
             specs.append((folder, spec))
-    yield from _walk(root, start, specs, include_dirs, max_depth, 1)
+    yield from _walk(root, start, specs, include_dirs, max_depth, 1, outside)
 
 
 def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
@@ -61,7 +73,8 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _walk(root: Path, folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]],
-          include_dirs: bool, max_depth: int | None, depth: int) -> Iterator[Path]:
+          include_dirs: bool, max_depth: int | None, depth: int,
+          outside: Callable[[Path], None] | None) -> Iterator[Path]:
     local = _spec_for(folder)
     if local and all(base != folder for base, _ in specs):
         specs = [*specs, (folder, local)]
@@ -73,16 +86,20 @@ def _walk(root: Path, folder: Path, specs: list[tuple[Path, pathspec.GitIgnoreSp
         if entry.name in ALWAYS_SKIPPED:
             continue
         path = Path(entry.path)
-        if entry.is_symlink() and not _inside(path, root):
-            # Neither listed nor read: its name and contents belong to another folder.
-            continue
         is_dir = entry.is_dir(follow_symlinks=False)
         if _ignored(path, is_dir, specs):
+            continue
+        if entry.is_symlink() and not _inside(path, root):
+            # Neither listed nor read: its contents belong to another folder. Only named, so
+            # that a search over a folder does not look complete when it is not.
+            if outside is not None:
+                outside(path)
             continue
         if is_dir:
             if include_dirs:
                 yield path
             if max_depth is None or depth < max_depth:
-                yield from _walk(root, path, specs, include_dirs, max_depth, depth + 1)
+                yield from _walk(root, path, specs, include_dirs, max_depth, depth + 1,
+                                 outside)
         else:
             yield path

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
-from tools.ignore import walk
+from tools.ignore import outside_line, walk
 from tools.textfile import decode, looks_binary
 
 PAGE_LINES = 400
@@ -61,9 +63,15 @@ class View(Tool):
         return Observation(text=body or "(empty file)")
 
     def _listing(self, path) -> str:
-        entries = []
-        for item in walk(self.ctx.workspace.root_of(path), path, include_dirs=True, max_depth=2):
-            rel = self.ctx.workspace.relative(item)
+        entries: list[str] = []
+        relative = self.ctx.workspace.relative
+
+        def skipped(link: Path) -> None:
+            entries.append(outside_line(link, relative(link)))
+
+        for item in walk(self.ctx.workspace.root_of(path), path, include_dirs=True, max_depth=2,
+                         outside=skipped):
+            rel = relative(item)
             entries.append(rel + ("/" if item.is_dir() else ""))
             if len(entries) >= MAX_ENTRIES:
                 entries.append(f"[listing capped at {MAX_ENTRIES} entries]")
