@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 SCHEMA_VERSION = 1
 
@@ -186,3 +186,35 @@ EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 def parse_event(line: str) -> Event:
     """Parse one JSONL line into its event class; raises ``pydantic.ValidationError``."""
     return EVENT_ADAPTER.validate_json(line)
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """What is wrong with a line that :func:`parse_event` refused, as one plain phrase.
+
+    Pydantic's own text names the union's classes, the error codes and a documentation URL,
+    over several lines: noise to someone whose session log is damaged. This says whether the
+    line is not JSON, not an event, an unknown or newer event, or which fields are wrong."""
+    errors = exc.errors(include_url=False)
+    first = errors[0] if errors else {"type": "", "loc": (), "msg": str(exc)}
+    kind, ctx = first["type"], first.get("ctx") or {}
+    if kind == "json_invalid":
+        where = str(ctx.get("error", first["msg"])).replace(" at line 1 column", " at column")
+        return f"it is not JSON ({where})"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "it is not a JSON object"
+    if kind == "union_tag_not_found":
+        return 'it has no "type" field'
+    if kind == "union_tag_invalid":
+        return (f"its type '{ctx.get('tag')}' is not an event type this version knows "
+                "(written by a newer version, or not by this product)")
+    event = first["loc"][0] if first["loc"] else "event"
+    version = [e for e in errors if e["loc"][1:] == ("v",) and e["type"] == "literal_error"]
+    if version:
+        return (f"it is a {event} event of schema version {version[0]['input']!r} and this "
+                f"version reads only {SCHEMA_VERSION} (written by a newer version)")
+    missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing"]
+    if missing:
+        names = ", ".join(f"'{m}'" for m in missing)
+        return f"the {event} event lacks the field{'s' if len(missing) > 1 else ''} {names}"
+    field = ".".join(str(part) for part in first["loc"][1:]) or "?"
+    return f"the field '{field}' of this {event} event: {first['msg']}"

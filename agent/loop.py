@@ -7,6 +7,8 @@ error or interrupt (FIELD-CASES.md class 11).
 Requests are append-only: replies are stored verbatim (a cut reply as a short marker), and a
 protocol fallback appends a note while the request keeps the shape it had (the ``tools`` field
 of a session that started ``native`` stays), so the prompt the server renders keeps its prefix.
+User and assistant turns alternate, as strict chat templates (Mistral, Gemma 2) demand: a user
+message that would follow another gets a short assistant line first (:meth:`Agent._add`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ KEEP_CUT_CHARS = 200
 """Characters of a reply cut by max_tokens kept in the history (the rest is a runaway)."""
 NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call "
         "final_answer if the task is done.]")
+BRIDGE = "[no reply: {why}]"
+"""An assistant message put between two user messages (see :meth:`Agent._add`)."""
+STOPPED_BEFORE_REPLY = {
+    "max_steps": "the task stopped at the step limit",
+    "max_time": "the task stopped at the time limit",
+    "repeated_call": "the task stopped on repeated calls",
+    "approval_needed": "the task stopped: a call needed approval",
+    "interrupted": "the user interrupted the task",
+    "format_errors": "the task stopped after malformed replies",
+}
+"""Why the last task ended on a tool result, per stop reason, for the bridge's text."""
 
 
 class ApprovalUnavailable(Exception):
@@ -113,6 +126,9 @@ class Agent:
         self._pending: list[tuple[str, str]] = []
         self._results: list[tuple[str, bool]] = []
         """Text-protocol results of the current reply: (content, protected), sent as one."""
+        self._stopped = "the task stopped before a reply"
+        """Why the last task ended, for a bridge before the next task's message (the default
+        covers a resumed history, whose filler results end it)."""
 
     @property
     def protocol(self) -> Protocol:
@@ -141,7 +157,7 @@ class Agent:
         ``first_calls`` (tool name, arguments) run right after the task message as if the model
         had made them (``agent run --skill``), so the history reads like one it wrote."""
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
-        self._add({"role": "user", "content": task})
+        self._add({"role": "user", "content": task}, why=self._stopped)
         started = time.monotonic()
         try:
             for name, arguments in first_calls or []:
@@ -164,15 +180,27 @@ class Agent:
             self._deny_pending("interrupted by the user before this call finished")
             return self._finish("", "interrupted")
 
-    def _add(self, message: dict[str, Any]) -> None:
+    def _add(self, message: dict[str, Any], why: str = "the results above came first") -> None:
+        """Append ``message`` to the history and log it.
+
+        A user message that would follow another (a task that ended on a tool result, a
+        switch note after results) gets an assistant message saying ``why`` first: chat
+        templates that insist on alternating roles (Mistral, Gemma 2) refuse two user messages
+        in a row, Mistral's also across tool results and tool-calling assistant messages. A
+        message of its own rather than a merge keeps the history append-only (the prompt
+        cache, and a resume replays the log)."""
+        if message.get("role") == "user" and _last_speaker(self.messages) == "user":
+            bridge = {"role": "assistant", "content": BRIDGE.format(why=why)}
+            self.messages.append(bridge)
+            self.emit(Message(session_id=self.session_id, message=bridge))
         self.messages.append(message)
         self.emit(Message(session_id=self.session_id, message=message))
 
-    def _tell(self, content: str) -> None:
+    def _tell(self, content: str, why: str = "the results above came first") -> None:
         """Send ``content`` as a user message the agent writes on its own (a format error's
         feedback, a protocol switch) and show it: the model reads it as the user's words, so
-        the user sees it too."""
-        self._add({"role": "user", "content": content})
+        the user sees it too. ``why`` as for :meth:`_add`."""
+        self._add({"role": "user", "content": content}, why=why)
         if self.ui is not None:
             self.ui.told_model(content)
 
@@ -183,6 +211,7 @@ class Agent:
         self._flush_results()
 
     def _finish(self, text: str, reason: str) -> LoopResult:
+        self._stopped = STOPPED_BEFORE_REPLY.get(reason, f"the task stopped ({reason})")
         self.emit(FinalAnswer(session_id=self.session_id, text=text, reason=reason,
                               steps=self.steps))
         return LoopResult(text=text, reason=reason, steps=self.steps, timings=self.timings)
@@ -306,7 +335,7 @@ class Agent:
         self.emit(ProtocolChoice(session_id=self.session_id, protocol=self.protocol,
                                  reason=reason, previous=previous, step=self.steps))
         note = switch_note(tools_with_final(self.calls.tools))
-        self._tell(before + note)
+        self._tell(before + note, why="the tool-call format changes before the next step")
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         self._format_errors += 1
@@ -362,3 +391,12 @@ class Agent:
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
                                                      arguments=c["arguments"]) for c in calls]))
 
+
+def _last_speaker(messages: list[dict[str, Any]]) -> str | None:
+    """The role of the last message that counts in a strict template's alternation check:
+    tool results and assistant messages carrying tool calls are left out (Mistral's rule)."""
+    for message in reversed(messages):
+        role = message.get("role")
+        if role != "tool" and not (role == "assistant" and message.get("tool_calls")):
+            return str(role)
+    return None

@@ -113,10 +113,16 @@ def choose_protocol(setting: str, client: ServerClient) -> tuple[str, ProtocolDe
 
 def renders_tool_role(client: ServerClient) -> bool:
     """True when the server's chat template renders a ``tool``-role message (checked with
-    ``/apply-template``); False when it drops it or the server refuses it."""
+    ``/apply-template``); False when it drops it or the server refuses it.
+
+    The probe is two ``json`` rounds, as that protocol sends them (plain assistant messages,
+    each answered by a tool message): a template that checks alternation without counting
+    tool messages (Mistral's) accepts one round and refuses the second, two assistant
+    messages in a row for it; results then go back as user messages, which alternate."""
+    call = {"role": "assistant", "content": '{"tool": "view", "arguments": {}}'}
     messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "content": '{"tool": "view", "arguments": {}}'},
-                {"role": "tool", "tool_call_id": "call_1", "content": _PROBE}]
+                call, {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+                call, {"role": "tool", "tool_call_id": "call_2", "content": _PROBE}]
     try:
         return _PROBE in client.apply_template(messages)
     except ServerUnavailable:

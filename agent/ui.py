@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from agent.events import Event, FinalAnswer, ModelTurn, ToolCall, ToolResult
+from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolResult
 from tools.create import lines_label
 
 _SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
@@ -98,7 +98,7 @@ class Reporter:
         if isinstance(event, ModelTurn):
             t = event.timings
             if t is not None:
-                self._status_line(event.step, t)
+                self._status_line(event, t)
         elif isinstance(event, ToolCall):
             self._show_call(event.name, event.arguments, event.preview)
         elif isinstance(event, ToolResult):
@@ -119,7 +119,7 @@ class Reporter:
             elif event.text:
                 self.console.print(Text.assemble(("done", "bold"), f": {event.text[:500]}"))
 
-    def _status_line(self, step: int, t) -> None:
+    def _status_line(self, event: ModelTurn, t: Timings) -> None:
         tot = self.totals
         prompt, reused, decoded = t.prompt_n or 0, t.cache_n or 0, t.predicted_n or 0
         tot["turns"] += 1
@@ -128,15 +128,18 @@ class Reporter:
         tot["decoded"] += decoded
         tot["drafted"] += t.draft_n or 0
         tot["accepted"] += t.draft_n_accepted or 0
-        missed = reply_misses(self._previous, reused)
+        missed = reply_misses(self._previous, reused, prompt)
         tot["reply_misses"] += missed
-        self._previous = (prompt + reused, decoded)
+        # A reply cut at max_tokens with no call is kept as a short stub (agent.loop._cut),
+        # not as decoded: no token of it is expected back from the cache.
+        cut = event.finish_reason == "length" and not event.tool_calls
+        self._previous = (prompt + reused, 0 if cut else decoded)
         accept = (f" · accepted {t.draft_n_accepted}/{t.draft_n} drafts"
                   if t.draft_n else "")
         if self.draft_length:
             accept += f" · {self.draft_length}"
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""
-        self.console.print(Text(f"step {step} · prefill {prompt} (reused {reused}){miss} · "
+        self.console.print(Text(f"step {event.step} · prefill {prompt} (reused {reused}){miss} · "
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
                                 f"{accept}", style="dim"))
 
@@ -377,18 +380,24 @@ TEMPLATE_SLACK = 3
 """Tokens at the seam of a reply that the chat template re-renders (end-of-turn markers)."""
 
 
-def reply_misses(previous: tuple[int, int] | None, reused: int) -> int:
+def reply_misses(previous: tuple[int, int] | None, reused: int,
+                 prefilled: int | None = None) -> int:
     """Tokens of the previous reply the next request had to prefill again: a cache miss the
     agent caused (its request did not continue the cached prompt + reply byte for byte).
 
     ``previous`` is (prompt tokens, decoded tokens) of the last request; ``reused`` is this
     request's ``cache_n``. A fully kept reply is reused with the prompt before it, so what is
     missing from prompt + reply, at most the reply itself, was thrown away (0 when unknown).
+    ``prefilled`` is this request's ``prompt_n``, when known: a shorter history (compacted)
+    reuses less without prefilling the reply again, and no more than was prefilled can have
+    been prefilled again.
     """
     if previous is None:
         return 0
     prompt, decoded = previous
     missed = min(decoded, prompt + decoded - reused)
+    if prefilled is not None:
+        missed = min(missed, prefilled)
     # The end-of-turn tokens around a reply are rendered by the template, not decoded as they
     # were: a gap of a couple of tokens is the template, not a lost reply.
     return missed if missed > TEMPLATE_SLACK else 0

@@ -39,3 +39,38 @@ def test_a_corrupt_session_line_is_reported_with_its_line_number(tmp_path: Path)
                     '"kind": "k"}\n{"type": "nope"}\n')
     with pytest.raises(ValueError, match=r"s.jsonl:2: not a valid event"):
         read_events(path)
+
+
+GOOD = '{"v": 1, "type": "error", "session_id": "s", "message": "m", "kind": "k"}'
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ('{"type": "nope", "session_id": "s"}', "its type 'nope' is not an event type"),
+    ("\xff garbage", "it is not JSON (expected value at column 1)"),
+    ("[1, 2]", "it is not a JSON object"),
+    ('{"session_id": "s"}', 'it has no "type" field'),
+    ('{"type": "tool_call", "session_id": "s", "step": "x", "call_id": "c", "name": "n", '
+     '"arguments": {}}', "the field 'step' of this tool_call event: Input should be a valid "
+     "integer"),
+    ('{"type": "tool_call", "session_id": "s", "step": 1, "call_id": "c"}',
+     "the tool_call event lacks the fields 'name', 'arguments'"),
+    ('{"v": 2, "type": "error", "session_id": "s", "message": "m", "kind": "k"}',
+     "written by a newer version"),
+], ids=["unknown-type", "not-json", "not-object", "no-type", "bad-field", "missing",
+        "newer"])
+def test_a_bad_log_line_is_described_plainly(tmp_path: Path, line: str, said: str):
+    """Issue 28 item 3: no pydantic dump (the union's class list, a documentation URL); the
+    line, what is wrong with it and what still works."""
+    path = tmp_path / "s.jsonl"
+    path.write_text(f"{GOOD}\n{line}\n{GOOD}\n")
+    with pytest.raises(ValueError) as raised:
+        read_events(path)
+    warnings: list[str] = []
+    assert len(read_events(path, lenient=True, warn=warnings.append)) == 2
+    for text in (str(raised.value), *warnings):
+        assert said in text
+        assert "s.jsonl:2:" in text and "\n" not in text
+        assert "tagged-union" not in text and "pydantic.dev" not in text
+        assert "[type=" not in text
+    assert "agent undo" in str(raised.value)  # what still works when resume cannot
+    assert "undo and diff" in warnings[0]

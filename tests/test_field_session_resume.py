@@ -19,6 +19,7 @@ from agent.ui import Reporter
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 from tests.test_cli_ux import AGENT, agent, call
+from tests.test_role_alternation import assert_alternating
 
 TWO_VIEWS = {
     "native": reply(tool_calls=[("view", {"path": "app.py"}), ("view", {"path": "b.py"})]),
@@ -75,8 +76,12 @@ def test_a_resumed_session_answers_every_call_of_the_last_reply_once(
             session.close()
     assert result.reason == "done"
     sent = model.requests[0]["messages"]
-    [last] = [i for i, m in enumerate(sent) if m["role"] == "assistant"]
-    answers = sent[last + 1:-1]
+    # The reply, its answers, then (item 4) an assistant line before the next task's message,
+    # so that no template sees two user messages in a row.
+    [last, bridge] = [i for i, m in enumerate(sent) if m["role"] == "assistant"]
+    assert bridge == len(sent) - 2 and sent[bridge]["content"].startswith("[no reply:")
+    assert_alternating(sent)
+    answers = sent[last + 1:bridge]
     if protocol == "native":
         ids = [c["id"] for c in sent[last]["tool_calls"]]
         assert [m["tool_call_id"] for m in answers if m["role"] == "tool"] == ids, answers

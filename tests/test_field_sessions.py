@@ -97,3 +97,20 @@ def test_temporary_indexes_left_by_a_killed_run_are_swept(repo: Path):
     open_repo(repo).close()
     assert not dead.exists() and not old.exists()
     assert live.exists()
+
+
+def test_a_damaged_log_line_is_said_plainly_by_resume_and_undo(repo: Path, agent_home: Path):
+    """Issue 28 item 3: which line, what is wrong with it, what still works; no pydantic dump
+    (the union's class list, error codes, a documentation URL)."""
+    log = _edited_session(repo, agent_home)
+    lines = log.read_bytes().split(b"\n")
+    lines.insert(2, b'{"type": "tool_cal", "session_id": "x"}')
+    log.write_bytes(b"\n".join(lines))
+    resume = agent("resume", "--last", home=agent_home, cwd=repo)
+    undo = agent("undo", home=agent_home, cwd=repo)
+    assert resume.returncode == 3 and undo.returncode == 0, resume.stderr + undo.stderr
+    for stderr in (resume.stderr, undo.stderr):
+        assert f"{log.name}:3:" in stderr and "its type 'tool_cal' is not an event type" in stderr
+        assert "tagged-union" not in stderr and "pydantic" not in stderr
+    assert "`agent undo` and `agent diff` skip this one and still work" in resume.stderr
+    assert "undo and diff use the rest of the log" in undo.stderr

@@ -88,3 +88,26 @@ def test_the_session_summary_gives_the_cache_share_and_the_accepted_draft_share(
     summary = out.getvalue()
     assert "1200 of 2300 prompt tokens from cache (52%)" in summary
     assert "180 of 300 decoded tokens (60%) from accepted drafts" in summary
+
+
+def test_a_reply_cut_and_kept_as_a_stub_is_not_counted_as_re_prefilled():
+    """Issue 28 item 6: a reply cut at max_tokens is kept as a short stub (agent.loop._cut),
+    so the next request prefills that stub, not the 2048 tokens decoded: the step line said
+    're-prefilled 2048 of the last reply' while 91 tokens were prefilled."""
+    reporter, out = _reporter()
+    reporter.event(ModelTurn(session_id="s", step=1, protocol="json", content="x" * 9000,
+                             finish_reason="length",
+                             timings=Timings(prompt_n=1000, cache_n=0, predicted_n=2048)))
+    reporter.event(_turn(1, 91, 1000, 30))  # the stub and the next task, on the prompt
+    assert "re-prefilled" not in out.getvalue()
+    assert reporter.totals["reply_misses"] == 0
+
+
+def test_the_re_prefill_figure_never_exceeds_what_was_prefilled():
+    """A shorter history (compacted) reuses less than the last prompt and reply: of the
+    reply's tokens, at most what this request prefilled can have been prefilled again."""
+    reporter, out = _reporter()
+    reporter.event(_turn(1, 1000, 0, 200))
+    reporter.event(_turn(2, 50, 900, 10))
+    assert "re-prefilled 50 of the last reply" in out.getvalue()
+    assert reporter.totals["reply_misses"] == 50

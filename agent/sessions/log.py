@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.events import Event, parse_event
+from pydantic import ValidationError
+
+from agent.events import Event, describe_invalid, parse_event
 from backend.home import home, private_open
 
 
@@ -88,16 +90,20 @@ def read_events(path: Path, lenient: bool = False,
             continue
         try:
             events.append(parse_event(line))
-        except ValueError as exc:
+        except ValidationError as exc:
             if n == len(lines) and torn:
                 if warn:
                     warn(f"{path}:{n}: skipped the last line, cut off mid-write (the session "
                          "stopped while writing it)")
                 continue
+            why = describe_invalid(exc)
             if not lenient:
-                raise ValueError(f"{path}:{n}: not a valid event: {exc}") from exc
+                raise ValueError(f"{path}:{n}: not a valid event: {why}. Resuming needs every "
+                                 "line of the log; `agent undo` and `agent diff` skip this one "
+                                 "and still work") from exc
             if warn:
-                warn(f"{path}:{n}: skipped a line that is not a valid event ({exc})")
+                warn(f"{path}:{n}: skipped a line that is not a valid event: {why}; undo and "
+                     "diff use the rest of the log")
     return events
 
 
