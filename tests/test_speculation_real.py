@@ -253,3 +253,28 @@ def test_an_engine_without_synthetic_acceptance_times_the_real_draft(
     assert any("timing the real draft" in n for n in notes)
     assert "(real draft timed: no synthetic acceptance in this engine)" in \
         cal_mod.table_lines(result)
+
+
+def test_a_failing_probe_leaves_drafting_off_and_is_not_paid_for_again(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A probe that fails (a draft llama-server refuses, a server that dies) must not stop the
+    launch, and the next launches must not pay for it again until a probe is due."""
+    monkeypatch.setenv(HOME_ENV, str(tmp_path / "home"))
+    calls: list[int] = []
+
+    def failing(plan: LaunchPlan, n_max: int, *args: object, **kwargs: object) -> list:
+        calls.append(n_max)
+        raise tuning.TuningError("a probe request got HTTP 500 without timings\n(log: x)")
+
+    monkeypatch.setattr(tuning, "probe", failing)
+    plan = _plan(tmp_path, engine, tiny_dflash)
+    first, choice = tuning.tune(plan)
+    assert calls == [15] and first.draft_n_max == 0
+    assert choice.line() == ("drafting off: the acceptance probe failed (a probe request got "
+                             "HTTP 500 without timings)")
+    second, again = tuning.tune(plan)
+    assert calls == [15] and second.draft_n_max == 0  # not probed again
+    assert again.reason.startswith("the acceptance probe failed (a probe request got HTTP 500")
+    assert "probed again after" in again.reason
+
+

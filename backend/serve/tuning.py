@@ -31,6 +31,7 @@ synthetic acceptance cannot give, and a cut does not remove the draft pass's cos
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -159,6 +160,9 @@ class Observation(BaseModel):
     tokens: int = Field(0, ge=0, description="Tokens decoded.")
     decode_ms: float = Field(0.0, ge=0, allow_inf_nan=False)
     at: datetime
+    failed: str | None = Field(None, description="Why a probe failed (then nothing else is "
+                               "measured): kept so that the next launches do not pay for a "
+                               "failing probe again until it is due.")
 
     @field_validator("at")
     @classmethod
@@ -413,7 +417,7 @@ def load_observations(plan: LaunchPlan,
 def record(plan: LaunchPlan, new: Iterable[Observation]) -> None:
     """Append observations of ``plan``'s draft (the newest :data:`MAX_OBSERVATIONS` kept).
     Raises :class:`TuningError` when the record cannot be written."""
-    new = [o for o in new if o.draft_n > 0 or o.tokens > 0]
+    new = [o for o in new if o.draft_n > 0 or o.tokens > 0 or o.failed]
     if not new or plan.draft is None:
         return
     path = acceptance_path(plan)
@@ -563,6 +567,10 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         except (TuningError, ServerError, FitError) as exc:
             failed = f"the acceptance probe failed ({_first_line(exc)})"
         if failed:
+            with contextlib.suppress(TuningError):
+                record(draft_only, [Observation(source="probe", n_max=k, draft_n=0,
+                                                accepted=0, at=datetime.now(UTC),
+                                                failed=failed)])
             off = Tuning(n_max=0, costs=costs.source, reason=failed, off_label=off_label)
             return plan.model_copy(update={"draft_n_max": 0}), off
         try:
@@ -571,7 +579,15 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
             if note:
                 note(f"could not store the probe's result: {_first_line(exc)}")
         observations = observations + new
-    choice = choose(costs, estimate_p(observations), observations, max_n=longest)
+    p = estimate_p(observations)
+    newest = max(observations, key=lambda o: o.at, default=None)
+    if p is None and newest is not None and newest.failed:
+        again = newest.at + REPROBE_AFTER
+        off = Tuning(n_max=0, costs=costs.source, off_label=off_label,
+                     reason=f"{newest.failed} at {newest.at:%Y-%m-%d %H:%M} UTC; probed again "
+                            f"after {again:%Y-%m-%d %H:%M} UTC")
+        return plan.model_copy(update={"draft_n_max": 0}), off
+    choice = choose(costs, p, observations, max_n=longest)
     choice = choice.model_copy(update={"off_label": off_label})
     if probe_due(observations) and not allow_probe:
         choice = choice.model_copy(update={
