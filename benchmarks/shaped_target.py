@@ -97,7 +97,9 @@ class Tensor:
 def raw_field(field: gguf.ReaderField) -> tuple[Any, gguf.GGUFValueType,
                                                 gguf.GGUFValueType | None]:
     """(value, type, array element type) of a reader field, strings as raw bytes (as
-    ``train/export.py`` copies them: a token that is not valid UTF-8 stays as it is)."""
+    ``train/export.py`` copies them: a token that is not valid UTF-8 stays as it is). Its own
+    copy: ``train`` is a leaf nothing imports (tests/test_layering.py), and this script runs
+    with numpy and gguf alone on a machine without the project's other dependencies."""
     vtype = gguf.GGUFValueType(field.types[0])
     if vtype == gguf.GGUFValueType.ARRAY:
         sub = gguf.GGUFValueType(field.types[-1])

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts, detect_flavour
 from backend.home import home
+from backend.measure.report import save_png
 from backend.models.presets import Preset
 from backend.serve.fit import check_fit
 from backend.serve.launch import plan_for
@@ -322,12 +323,7 @@ def plot_calibration(cal: Calibration, path: Path) -> Path:
     ax.set_ylabel("decode speed (x plain)")
     ax.set_title(f"{cal.preset} on {c.device}: plain {cal.plain().tok_s:.0f} tok/s", fontsize=9)
     ax.legend(fontsize=8)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise CalibrationError(f"cannot write the chart to {path}: {exc}") from exc
-    return path
+    return save_png(fig, path, CalibrationError)
 
 
 def default_result_path(cal: Calibration) -> Path:

@@ -118,9 +118,15 @@ def plot_result(result: BenchResult, path: Path) -> Path:
                  f"{result.date:%Y-%m-%d}, {result.machine.cpu_threads} CPU threads"
                  + (f", {result.machine.gpus[0]}" if result.machine.gpus else ""), fontsize=9)
     ax.legend(fontsize=8)
+    return save_png(fig, path, BenchError)
+
+
+def save_png(fig: object, path: Path, error: type[Exception]) -> Path:
+    """Write the matplotlib figure ``fig`` to ``path`` as PNG (parents created); returns
+    ``path``. Raises ``error`` saying which file could not be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, format="png")
     except OSError as exc:
-        raise BenchError(f"cannot write the chart to {path}: {exc}") from exc
+        raise error(f"cannot write the chart to {path}: {exc}") from exc
     return path
