@@ -58,6 +58,7 @@ def script(*args: str, home: Path, timeout: float = 1500) -> subprocess.Complete
 def test_at_least_three_sessions_of_eight_turns_with_every_kind_of_turn(registry):
     found = sessions(registry)
     assert len(found) >= 3
+    copy_heavy = []
     for s in found:
         kinds = [t.kind for t in s.turns]
         assert len(s.turns) >= 8, s.name
@@ -65,10 +66,12 @@ def test_at_least_three_sessions_of_eight_turns_with_every_kind_of_turn(registry
         assert kinds[-1] == "final"
         tools = [t.calls[0].tool for t in s.turns]
         assert {"view", "str_replace", "create", "bash"} <= set(tools)
-        # A whole-file create of a 150-400 line module.
+        # Sessions with a whole-file create of a 150-400 line module (an edit-heavy session
+        # creates only a short test file, so this is counted, not asked of every session).
         sizes = [len(t.calls[0].arguments["file_text"].splitlines()) for t in s.turns
                  if t.calls[0].tool == "create"]
-        assert any(150 <= n <= 400 for n in sizes), (s.name, sizes)
+        if any(150 <= n <= 400 for n in sizes):
+            copy_heavy.append(s.name)
         # A failing test run, then a fix, then a passing run: recorded with the real tools.
         tests = [i for i, t in enumerate(s.turns) if t.kind == "test"]
         failed = next(i for i in tests if s.turns[i].results[0].is_error)
@@ -80,6 +83,39 @@ def test_at_least_three_sessions_of_eight_turns_with_every_kind_of_turn(registry
         assert "[exit code 0]" in s.turns[passed].results[0].text
         # Tool results name the session's workspace, never the machine it was recorded on.
         assert all("/tmp/tmp" not in r.text for t in s.turns for r in t.results)
+    assert len(copy_heavy) >= 3, copy_heavy
+
+
+def test_an_edit_heavy_session_edits_one_300_line_module_in_separate_places(registry):
+    """Issue 23 item 4: a long session of str_replace edits across one module, so the cache
+    and speed figures are not dominated by first turns (views and whole-file creates)."""
+    found = []
+    for s in sessions(registry):
+        edits = [t for t in s.turns if t.kind == "edit" and t.calls[0].tool == "str_replace"]
+        for path in {t.calls[0].arguments["path"] for t in edits}:
+            mine = [t for t in edits if t.calls[0].arguments["path"] == path]
+            if len(s.turns) >= 12 and len(mine) >= 5:
+                found.append((s, path, mine))
+    assert found, "no session of 12+ turns with 5+ str_replace edits to one file"
+    for s, path, mine in found:
+        # The module as first read: a whole-file view of about 300 lines.
+        read = next(t.results[0].text for t in s.turns
+                    if t.calls[0].tool == "view" and t.calls[0].arguments == {"path": path})
+        assert 250 <= len(read.splitlines()) <= 400, (s.name, path)
+        # Each edit matched the file's exact text (not the tool's tolerant matching), at its
+        # own place: the snippets the tool returned start at different lines, spread over
+        # most of the module.
+        heads = [t.results[0].text.splitlines()[0] for t in mine]
+        assert heads == [f"edited {path}:"] * len(mine), heads
+        starts = [int(t.results[0].text.splitlines()[1].split()[0]) for t in mine]
+        assert len(set(starts)) == len(starts), starts
+        assert max(starts) - min(starts) >= len(read.splitlines()) // 2, starts
+        # The failing run is fixed in the same module, and the session ends on a passing run.
+        kinds = [t.kind for t in s.turns]
+        fix = s.turns[kinds.index("fix")]
+        assert fix.calls[0].arguments["path"] == path
+        last_test = [t for t in s.turns if t.kind == "test"][-1]
+        assert not last_test.results[0].is_error
 
 
 def _scripted_reply(protocol: str, turn, agent) -> dict[str, Any]:
