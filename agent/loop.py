@@ -278,14 +278,14 @@ class Agent:
         except FormatError as exc:
             self._log_turn(turn, protocol, [])
             if turn.finish_reason == "length":
-                return self._cut(turn)
+                return self._cut_or_switch(turn)
             return self._format_error(turn, str(exc))
         self._log_turn(turn, protocol, calls)
         if not calls and turn.finish_reason == "length":
-            return self._cut(turn)
+            return self._cut_or_switch(turn)
         self._add(self.calls.assistant_message(turn, calls))
         if not calls:
-            if self.fallback and protocol == "native" and not self.calls.native_calls_seen:
+            if self._never_called_natively():
                 # A model that answers in prose before ever calling a tool natively does not
                 # speak the template's tool format.
                 self._switch("the model answered in prose before any native tool call")
@@ -323,16 +323,39 @@ class Agent:
         self._add(message)
         self._execute(call)
 
+    def _never_called_natively(self) -> bool:
+        """A native session that may still fall back and has had no native call yet."""
+        return bool(self.fallback) and self.protocol == "native" \
+            and not self.calls.native_calls_seen
+
     def _cut(self, turn: Turn, where: str = "before it called a tool or finished"
              ) -> tuple[str, str]:
         """Stop on a reply cut by max_tokens: unfinished (often a runaway repetition), so
         neither an answer nor a format error to retry at the same limit. The history keeps its
         start and a marker, so a later request does not carry the runaway."""
+        n = self._keep_cut(turn)
+        return f"the model's reply was cut at the token limit ({n} characters) {where}", \
+            "length"
+
+    def _keep_cut(self, turn: Turn) -> int:
+        """Add a cut reply to the history as its start and a marker; its length."""
         n = len(turn.content)
         self._add({"role": "assistant", "content": turn.content[:KEEP_CUT_CHARS]
                    + f" [... reply cut at the token limit after {n} characters; not run]"})
-        return f"the model's reply was cut at the token limit ({n} characters) {where}", \
-            "length"
+        return n
+
+    def _cut_or_switch(self, turn: Turn) -> tuple[str, str] | None:
+        """A reply cut by max_tokens without a call: :meth:`_cut`, except in a native session
+        whose model has never made a native call. That model ran away writing code or a call
+        the template's parser did not take (SmolLM2 under a tool-declaring template, on some
+        CPUs); like one that answers in prose, it does not speak the template's tool format,
+        so the session falls back (once) instead of stopping."""
+        if not self._never_called_natively():
+            return self._cut(turn)
+        n = self._keep_cut(turn)
+        self._switch(f"the model ran to the token limit ({n} characters) before any native "
+                     "tool call")
+        return None
 
     def _out_of_time(self, turn: Turn, protocol: str) -> tuple[str, str]:
         """Stop on ``max_time`` reached inside a model step (the client closed the stream).
