@@ -165,14 +165,18 @@ def test_prose_before_any_native_call_switches_auto_to_json(tmp_path: Path):
 
 
 @pytest.mark.parametrize("runaway", [
-    "```python\n" + "print('hi')\n" * 300,
+    reply("```python\n" + "print('hi')\n" * 300, finish_reason="length"),
     # A call the template's parser could not finish: no native call, and malformed as text.
-    '<tool_call>\n{"name": "create", "arguments": {"path": "a.py", "file_text": "' + "x" * 900,
-], ids=["code-block", "open-call"])
-def test_a_runaway_before_any_native_call_switches_auto_to_json(runaway: str, tmp_path: Path):
+    reply('<tool_call>\n{"name": "create", "arguments": {"path": "a.py", "file_text": "'
+          + "x" * 900, finish_reason="length"),
+    # A native call cut short (its arguments are not JSON): not a call made either.
+    reply(tool_calls=[("create", '{"path": "a.py", "file_text": "' + "x" * 900)],
+          finish_reason="length"),
+], ids=["code-block", "open-call", "cut-native-call"])
+def test_a_runaway_before_any_native_call_switches_auto_to_json(runaway: dict, tmp_path: Path):
     # Issue 28 item 14: a model that never made a native call and runs to max_tokens does not
     # speak the template's tool format, like one that answers in prose.
-    script = [reply(runaway, finish_reason="length"), call("final_answer", text="ok")]
+    script = [runaway, call("final_answer", text="ok")]
     with ScriptedModel(script, supports_tools=True) as model:
         agent, events = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
         result = agent.run("go")
