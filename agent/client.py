@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,16 @@ class ContextOverflow(RuntimeError):
 
 class ServerUnavailable(RuntimeError):
     """The server could not be reached or answered with an error."""
+
+
+class TimeLimitReached(RuntimeError):
+    """The task's deadline passed while a reply streamed (or before its first byte): the
+    stream was closed, so the server stops decoding. ``turn`` holds what had arrived."""
+
+    def __init__(self, turn: Turn):
+        self.turn = turn
+        super().__init__(f"the time limit ran out after {len(turn.content)} characters of the "
+                         "reply")
 
 
 @dataclass
@@ -158,13 +169,19 @@ class ServerClient:
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,
                  max_tokens: int = 2048,
                  on_text: Callable[[str], None] | None = None,
-                 on_chunk: Callable[[int], None] | None = None) -> Turn:
+                 on_chunk: Callable[[int], None] | None = None,
+                 deadline: float | None = None) -> Turn:
         """Stream one completion and assemble it. ``on_text`` gets each piece of reply text;
         ``on_chunk`` is called for every chunk (any sign of life) with the number of chunks so
         far that carried reply text, reasoning or tool-call arguments (one token each, about).
 
-        Raises :class:`ContextOverflow`, :class:`ServerUnavailable`; on ``KeyboardInterrupt``
-        the stream is closed first (so the server stops decoding) and the interrupt re-raised.
+        ``deadline`` (``time.monotonic()`` seconds) is the task's time limit: a reply still
+        streaming then is stopped (:class:`TimeLimitReached`), and a server silent past it
+        (reading a long prompt) is given up as out of time rather than as dead.
+
+        Raises :class:`ContextOverflow`, :class:`ServerUnavailable`,
+        :class:`TimeLimitReached`; on ``KeyboardInterrupt`` the stream is closed first (so the
+        server stops decoding) and the interrupt re-raised.
         """
         import openai  # deferred, as in __init__ (startup time)
 
@@ -187,16 +204,30 @@ class ServerClient:
             kwargs["parallel_tool_calls"] = False
         if response_format:
             kwargs["response_format"] = response_format
+        # The idle timeout shrinks to the time left, so a server that sends nothing (a prompt
+        # still being read) cannot hold the task past its limit either: any read that times out
+        # then ends past the deadline. A reply that streams is checked chunk by chunk below.
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.01)
+        out_of_time = left is not None and left < self.idle_timeout
+        if out_of_time:
+            kwargs["timeout"] = httpx2.Timeout(connect=10.0, read=left, write=60.0, pool=10.0)
+        turn = Turn()
         try:
             stream = self.openai.chat.completions.create(**kwargs)
         except openai.BadRequestError as exc:
             raise _bad_request(exc) from exc
         except openai.APITimeoutError as exc:
+            if out_of_time:
+                raise TimeLimitReached(turn) from exc
             raise self._unavailable(self._silent()) from exc
         except openai.APIError as exc:
             raise self._unavailable(f"model request to {self.base_url} failed: {exc}") from exc
-        turn = Turn()
         calls: dict[int, dict[str, str]] = {}
+
+        def stopped() -> TimeLimitReached:
+            turn.tool_calls = [calls[i] for i in sorted(calls)]
+            return TimeLimitReached(turn)
+
         tokens = 0
         try:
             for chunk in stream:
@@ -230,11 +261,16 @@ class ServerClient:
                             slot["name"] += tc.function.name
                         if tc.function and tc.function.arguments:
                             slot["arguments"] += tc.function.arguments
+                if turn.finish_reason is None and _past(deadline):
+                    stream.close()  # the server stops decoding when the connection closes
+                    raise stopped()
         except KeyboardInterrupt:
             stream.close()
             raise
         except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
             stream.close()
+            if out_of_time:
+                raise stopped() from exc
             raise self._unavailable(self._silent()) from exc
         except (openai.APIError, httpx2.HTTPError) as exc:
             stream.close()
@@ -263,6 +299,10 @@ class ServerClient:
         """The error for a failed request, with the server's crash report when it died."""
         report = self.explain() if self.explain else None
         return ServerUnavailable(f"{message}\n{report}" if report else message)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _bad_request(exc: openai.BadRequestError) -> Exception:

@@ -1,8 +1,9 @@
 """The agent loop: one step = one model call + the tool calls it asked for.
 
-Stops on a final answer, a step or time limit, repeated identical calls, too many malformed
-replies, a reply cut by max_tokens, or Ctrl-C. Every tool call gets exactly one result, also on
-error or interrupt (FIELD-CASES.md class 11).
+Stops on a final answer, a step or time limit (also inside a model step: the stream is closed
+when the time runs out), repeated identical calls, too many malformed replies, a reply cut by
+max_tokens, or Ctrl-C. Every tool call gets exactly one result, also on error or interrupt
+(FIELD-CASES.md class 11).
 
 Requests are append-only: replies are stored verbatim (a cut reply as a short marker), and a
 protocol fallback appends a note while the request keeps the shape it had (the ``tools`` field
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.client import ContextOverflow, ServerClient, Turn
+from agent.client import ContextOverflow, ServerClient, TimeLimitReached, Turn
 from agent.context import PROTECTED, ContextKeeper
 from agent.doom import LoopDetector
 from agent.events import (
@@ -126,6 +127,8 @@ class Agent:
         self._pending: list[tuple[str, str]] = []
         self._results: list[tuple[str, bool]] = []
         """Text-protocol results of the current reply: (content, protected), sent as one."""
+        self._deadline: float | None = None
+        """``time.monotonic()`` at which the running task's ``max_time`` runs out."""
         self._stopped = "the task stopped before a reply"
         """Why the last task ended, for a bridge before the next task's message (the default
         covers a resumed history, whose filler results end it)."""
@@ -159,6 +162,7 @@ class Agent:
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
         self._add({"role": "user", "content": task}, why=self._stopped)
         started = time.monotonic()
+        self._deadline = started + self.limits.max_time
         try:
             for name, arguments in first_calls or []:
                 self._inject(name, arguments)
@@ -251,14 +255,18 @@ class Agent:
         try:
             return self.client.complete(self.messages, **self.calls.request_fields(),
                                         sampling=self.sampling, max_tokens=self.max_tokens,
-                                        on_text=on_text, on_chunk=on_chunk)
+                                        on_text=on_text, on_chunk=on_chunk,
+                                        deadline=self._deadline)
         finally:
             if self.ui is not None:
                 self.ui.request_done()
 
     def _step(self) -> tuple[str, str] | None:
         protocol = self.protocol
-        turn = self._request()
+        try:
+            turn = self._request()
+        except TimeLimitReached as exc:
+            return self._out_of_time(exc.turn, protocol)
         if turn.timings:
             self.timings.append(turn.timings)
         if protocol == "text" and turn.finish_reason == "length":
@@ -270,14 +278,14 @@ class Agent:
         except FormatError as exc:
             self._log_turn(turn, protocol, [])
             if turn.finish_reason == "length":
-                return self._cut(turn)
+                return self._cut_or_switch(turn)
             return self._format_error(turn, str(exc))
         self._log_turn(turn, protocol, calls)
         if not calls and turn.finish_reason == "length":
-            return self._cut(turn)
+            return self._cut_or_switch(turn)
         self._add(self.calls.assistant_message(turn, calls))
         if not calls:
-            if self.fallback and protocol == "native" and not self.calls.native_calls_seen:
+            if self._never_called_natively():
                 # A model that answers in prose before ever calling a tool natively does not
                 # speak the template's tool format.
                 self._switch("the model answered in prose before any native tool call")
@@ -315,16 +323,51 @@ class Agent:
         self._add(message)
         self._execute(call)
 
+    def _never_called_natively(self) -> bool:
+        """A native session that may still fall back and has had no native call yet."""
+        return bool(self.fallback) and self.protocol == "native" \
+            and not self.calls.native_calls_seen
+
     def _cut(self, turn: Turn, where: str = "before it called a tool or finished"
              ) -> tuple[str, str]:
         """Stop on a reply cut by max_tokens: unfinished (often a runaway repetition), so
         neither an answer nor a format error to retry at the same limit. The history keeps its
         start and a marker, so a later request does not carry the runaway."""
+        n = self._keep_cut(turn)
+        return f"the model's reply was cut at the token limit ({n} characters) {where}", \
+            "length"
+
+    def _keep_cut(self, turn: Turn) -> int:
+        """Add a cut reply to the history as its start and a marker; its length."""
         n = len(turn.content)
         self._add({"role": "assistant", "content": turn.content[:KEEP_CUT_CHARS]
                    + f" [... reply cut at the token limit after {n} characters; not run]"})
-        return f"the model's reply was cut at the token limit ({n} characters) {where}", \
-            "length"
+        return n
+
+    def _cut_or_switch(self, turn: Turn) -> tuple[str, str] | None:
+        """A reply cut by max_tokens without a call: :meth:`_cut`, except in a native session
+        whose model has never made a native call. That model ran away writing code or a call
+        the template's parser did not take (SmolLM2 under a tool-declaring template, on some
+        CPUs); like one that answers in prose, it does not speak the template's tool format,
+        so the session falls back (once) instead of stopping."""
+        if not self._never_called_natively():
+            return self._cut(turn)
+        n = self._keep_cut(turn)
+        self._switch(f"the model ran to the token limit ({n} characters) before any native "
+                     "tool call")
+        return None
+
+    def _out_of_time(self, turn: Turn, protocol: str) -> tuple[str, str]:
+        """Stop on ``max_time`` reached inside a model step (the client closed the stream).
+        The partial reply is logged, not kept in the history: like a reply cut by Ctrl-C, it
+        is unfinished, and the next task's message is bridged (:meth:`_add`)."""
+        turn.finish_reason = "max_time"
+        self._log_turn(turn, protocol, [])
+        n = len(turn.content)
+        got = f"after {n} characters" if n else "before its first token (the server was " \
+            "still reading the prompt)"
+        return (f"the time limit ran out during model call {self.steps}; its reply was "
+                f"stopped {got}"), "max_time"
 
     def _switch(self, reason: str, before: str = "") -> None:
         """Take the fallback protocol: one user message (``before`` + how to call tools now);

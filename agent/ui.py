@@ -366,6 +366,9 @@ STOP_LINES = {
                    "files it changed so far stay as they are",
 }
 """What to print for each :class:`agent.events.FinalAnswer` ``reason`` other than done."""
+TIME_LIMIT_IN_STEP = ("stopped: {text}; raise --max-time (seconds, or max_time in "
+                      "config.toml)")
+"""``max_time`` with the loop's report: the limit ran out inside a model step."""
 
 
 def stop_line(reason: str, text: str, steps: int) -> str:
@@ -373,6 +376,8 @@ def stop_line(reason: str, text: str, steps: int) -> str:
     own report (whitespace collapsed, cut at 300 characters), ``steps`` the model calls made."""
     detail = " ".join(text.split())[:300]
     template = STOP_LINES.get(reason, "stopped ({reason}): {text}")
+    if reason == "max_time" and detail:
+        template = TIME_LIMIT_IN_STEP
     return template.format(reason=reason, text=detail or "no details", steps=steps)
 
 

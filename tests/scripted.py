@@ -28,9 +28,21 @@ def raw_reply(*lines: str) -> dict[str, Any]:
     return {"raw": list(lines)}
 
 
+def runaway_reply(piece: str, count: int, every: float) -> dict[str, Any]:
+    """A runaway decode: ``piece`` streamed ``count`` times, ``every`` seconds apart, then a
+    ``length`` finish. A client that closes the stream before its end is counted in
+    :attr:`ScriptedModel.cut_off`."""
+    return {"runaway": (piece, count, every)}
+
+
 def error_reply(status: int, error: dict[str, Any]) -> dict[str, Any]:
     """A scripted HTTP error answer, e.g. llama-server's ``exceed_context_size_error``."""
     return {"status": status, "error": error}
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
 class ScriptedModel:
@@ -48,6 +60,8 @@ class ScriptedModel:
         self.props = {"default_generation_settings": {"n_ctx": n_ctx},
                       "chat_template_caps": {"supports_tools": supports_tools},
                       "model_path": "/scripted/model.gguf"}
+        self.cut_off = 0
+        """Streams the client closed before their end (a runaway it stopped)."""
         self.models: dict[str, Any] | None = None
         """The ``GET /v1/models`` answer when set (llama-server's has ``meta.n_params``)."""
         model = self
@@ -91,6 +105,8 @@ class ScriptedModel:
                 scripted = model.replies.pop(0)
                 if "status" in scripted:
                     self._json(scripted["status"], {"error": scripted["error"]})
+                elif "runaway" in scripted:
+                    self._runaway(*scripted["runaway"])
                 elif "raw" in scripted:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -100,6 +116,22 @@ class ScriptedModel:
                     self.wfile.flush()
                 else:
                     self._stream(scripted)
+
+            def _runaway(self, piece: str, count: int, every: float) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunks = [{"role": "assistant", "content": None}] + [{"content": piece}] * count
+                try:
+                    for delta in chunks:
+                        self.wfile.write(f"data: {json.dumps(_chunk(delta))}\n\n".encode())
+                        self.wfile.flush()
+                        time.sleep(every)
+                    self.wfile.write(f"data: {json.dumps(_chunk({}, 'length'))}\n\n"
+                                     "data: [DONE]\n\n".encode())
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    model.cut_off += 1
 
             def _stream(self, r: dict[str, Any]) -> None:
                 self.send_response(200)

@@ -131,19 +131,21 @@ def test_engine_binary_that_does_not_run(agent_home: Path, tmp_path: Path):
     assert "agent backend cache rm broken" in checks["engine"]["fix"]
 
 
-def test_unhealthy_server_is_a_failure(agent_home: Path, tmp_path: Path, smollm2: Path):
-    # A live process recorded as our server, listening nowhere: what a hung server looks like.
-    sleeper = subprocess.Popen(["sleep", "300"])
+def test_unhealthy_server_is_a_failure(agent_home: Path, smollm2: Path):
+    # A live process recorded as our server, listening nowhere: what a hung server looks like
+    # (it runs the record's binary and writes to the log beside the record, as ours do).
+    servers = agent_home / "state" / "servers"
+    servers.mkdir(parents=True)
+    with (servers / "feedfacefeedface.log").open("w") as log:
+        sleeper = subprocess.Popen(["sleep", "300"], stdout=log)
     try:
         port = pick_port("127.0.0.1", 0)
         plan = LaunchPlan(binary=Path("/bin/sleep"), model=smollm2, profile="baseline",
                           ctx_size=1024)
         state = ServerState(pid=sleeper.pid, create_time=psutil.Process(sleeper.pid).create_time(),
                             host="127.0.0.1", port=port, config_hash="feedfacefeedface",
-                            plan=plan, argv=["sleep", "300"], log=tmp_path / "s.log",
+                            plan=plan, argv=["sleep", "300"], log=servers / "feedfacefeedface.log",
                             started_at=time.time())
-        servers = agent_home / "state" / "servers"
-        servers.mkdir(parents=True)
         (servers / "feedfacefeedface.json").write_text(state.model_dump_json())
         code, checks, _ = doctor(home=agent_home)
     finally:

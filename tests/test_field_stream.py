@@ -1,16 +1,18 @@
 """Field cases 3 and 8: a stream the server breaks is the server's fault, said as such (no
 internal error, no "Format error" sent to the model), and a reply cut by max_tokens is never
-reported as done."""
+reported as done. Issue 28 item 5: ``max_time`` holds inside a model step."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from agent.client import ServerClient, TimeLimitReached
 from tests.gitrepo import committed_repo
-from tests.scripted import ScriptedModel, raw_reply, reply
+from tests.scripted import ScriptedModel, raw_reply, reply, runaway_reply
 from tests.test_cli_ux import agent
 
 CHUNK = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "scripted"}
@@ -63,3 +65,41 @@ def test_a_json_call_cut_by_max_tokens_stops_instead_of_retrying(repo: Path, age
                      home=agent_home, cwd=repo)
     assert proc.returncode == 1 and "cut at the token limit" in proc.stdout + proc.stderr
     assert len(model.requests) == 1
+
+
+def _events(home: Path) -> list[dict]:
+    [log] = [p for p in (home / "data" / "sessions").glob("*.jsonl") if p.name != "index.jsonl"]
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_max_time_stops_a_runaway_model_step_and_says_so(repo: Path, agent_home: Path):
+    # 20 s of decoding against a 1 s budget: the step must not run to its end.
+    with ScriptedModel([runaway_reply("# ", 400, 0.05)]) as model:
+        proc = agent("run", "look", "--tool-protocol", "json", "--max-time", "1",
+                     "--base-url", model.url, home=agent_home, cwd=repo)
+        # The server notices the closed stream at its next write.
+        for _ in range(100):
+            if model.cut_off:
+                break
+            time.sleep(0.05)
+        assert model.cut_off == 1, "the stream ran to its end"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "the time limit ran out during model call 1" in out, out[-800:]
+    assert "raise --max-time" in out
+    events = _events(agent_home)
+    [end] = [e for e in events if e["type"] == "final_answer"]
+    assert end["reason"] == "max_time"
+    assert "stopped" in end["text"] and "characters" in end["text"]
+    [turn] = [e for e in events if e["type"] == "model_turn"]
+    assert turn["finish_reason"] == "max_time" and turn["content"].startswith("# # ")
+    assert len(model.requests) == 1
+
+
+def test_a_silent_prefill_past_the_deadline_is_the_time_limit_not_a_dead_server():
+    with ScriptedModel([reply("late", delay=1.5)]) as model:
+        client = ServerClient(model.url, idle_timeout=60.0)
+        with pytest.raises(TimeLimitReached) as caught:
+            client.complete([{"role": "user", "content": "hi"}],
+                            deadline=time.monotonic() + 0.3)
+    assert caught.value.turn.content == ""

@@ -164,6 +164,45 @@ def test_prose_before_any_native_call_switches_auto_to_json(tmp_path: Path):
     assert note["role"] == "user" and "exactly one JSON object" in note["content"]
 
 
+@pytest.mark.parametrize("runaway", [
+    reply("```python\n" + "print('hi')\n" * 300, finish_reason="length"),
+    # A call the template's parser could not finish: no native call, and malformed as text.
+    reply('<tool_call>\n{"name": "create", "arguments": {"path": "a.py", "file_text": "'
+          + "x" * 900, finish_reason="length"),
+    # A native call cut short (its arguments are not JSON): not a call made either.
+    reply(tool_calls=[("create", '{"path": "a.py", "file_text": "' + "x" * 900)],
+          finish_reason="length"),
+], ids=["code-block", "open-call", "cut-native-call"])
+def test_a_runaway_before_any_native_call_switches_auto_to_json(runaway: dict, tmp_path: Path):
+    # Issue 28 item 14: a model that never made a native call and runs to max_tokens does not
+    # speak the template's tool format, like one that answers in prose.
+    script = [runaway, call("final_answer", text="ok")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, events = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
+        result = agent.run("go")
+    assert (result.reason, result.text) == ("done", "ok")
+    first, second = model.requests
+    assert second["response_format"]["type"] == "json_schema"
+    assert second["tools"] == first["tools"]  # the rendered prompt keeps its prefix
+    cut, note = second["messages"][-2:]
+    # The runaway is not carried into later requests: its start and a marker.
+    assert cut["role"] == "assistant" and "cut at the token limit" in cut["content"]
+    assert len(cut["content"]) < 400
+    assert note["role"] == "user" and "exactly one JSON object" in note["content"]
+    switch = [e for e in events if e.type == "protocol" and e.previous]
+    assert [(e.previous, e.protocol, e.step) for e in switch] == [("native", "json", 1)]
+    assert "token limit" in switch[0].reason
+
+
+def test_a_runaway_after_a_native_call_still_stops_at_the_token_limit(tmp_path: Path):
+    script = [reply(tool_calls=[("view", {"path": "."})]),
+              reply("# " * 500, finish_reason="length")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
+        result = agent.run("go")
+    assert result.reason == "length" and agent.protocol == "native"
+
+
 def test_finish_reason_tool_calls_without_calls_is_a_format_error(tmp_path: Path):
     script = [reply("", finish_reason="tool_calls"), reply("done")]
     with ScriptedModel(script, supports_tools=True) as model:

@@ -86,14 +86,22 @@ def test_native_protocol_with_a_tool_declaring_template(real_server, engine: Eng
                {"role": "tool", "tool_call_id": "c1", "content": "created a.txt"}]
     turn = client.complete(history, tools=tools, sampling=GREEDY, max_tokens=32)
     assert turn.timings is not None and turn.finish_reason in {"stop", "length", "tool_calls"}
-    # Whatever SmolLM2 answers ends as a parsed call, a repaired text call or the json switch.
+    # SmolLM2's greedy reply differs between CPUs (SIMD kernels, rounding): a native call,
+    # prose, a call written as text, malformed calls or a code block run to max_tokens. Any of
+    # them ends in a native call or the json switch within two steps; never in a stop under
+    # native before either. Three steps leave at least one after the switch.
+    agent.limits = Limits(max_steps=3, max_time=300)
     try:
-        agent.run("Create a file named hello.txt containing the word hello.")
+        result = agent.run("Create a file named hello.txt containing the word hello.")
     finally:
         agent.registry.close()
-    first = [e for e in events if e.type == "model_turn"][0]
-    assert first.protocol == "native"
-    assert first.tool_calls or agent.protocol == "json"
-    if agent.protocol == "json":
-        later = [e for e in events if e.type == "model_turn"][1:]
-        assert later and all(t.protocol == "json" for t in later)
+    turns = [e for e in events if e.type == "model_turn"]
+    assert turns[0].protocol == "native"
+    assert agent.calls.native_calls_seen or agent.protocol == "json", result
+    switches = [e for e in events if e.type == "protocol" and e.previous]
+    assert [(e.previous, e.protocol) for e in switches] == \
+        ([] if agent.protocol == "native" else [("native", "json")])
+    for switch in switches:
+        assert all(t.protocol == ("json" if t.step > switch.step else "native") for t in turns)
+    if not agent.calls.native_calls_seen:
+        assert switches and switches[0].step <= 2 and turns[-1].protocol == "json"

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -269,6 +270,41 @@ def test_the_spill_file_of_a_huge_output_is_viewable_with_the_view_tool(reg: Reg
     assert page.text == ("499999\t499999\n500000\t500000\n500001\t500001")
     tail = reg.call("view", {"path": spill.group(1), "view_range": [1000000, -1]})
     assert tail.text == "1000000\t1000000"
+
+
+def test_a_flood_of_output_is_capped_on_disk_and_never_held_whole_in_memory(
+        reg: Registry, ws: Path, monkeypatch: pytest.MonkeyPatch):
+    # Issue 28 item 10, scaled down: a 256 KiB head and tail instead of the real caps, and
+    # 15 MB of output instead of a chatty command running to its timeout.
+    from tools import spill
+
+    monkeypatch.setattr(spill, "SPILL_HEAD", 256 * 1024, raising=False)
+    monkeypatch.setattr(spill, "SPILL_TAIL", 256 * 1024, raising=False)
+    tracemalloc.start()
+    try:
+        obs = reg.call("bash", {"command": "seq 1 2000000"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not obs.is_error
+    total = sum(len(f"{n}\n") for n in range(1, 2000001))
+    # Streamed: never the whole output (nor its text) in memory at once.
+    assert peak < total // 4, peak
+    assert obs.text.startswith("1\n2\n3\n") and obs.text.endswith("\n2000000\n\n[exit code 0]")
+    found = re.search(r"view_range on (\.dflash-agent/(\S+\.txt))", obs.text)
+    assert found and f"the output was {total} bytes" in obs.text, obs.text[7990:8400]
+    kept = ws / ".dflash-agent" / found.group(2)
+    # On disk: its head and tail with a marker between, not all of it.
+    assert kept.stat().st_size < 2 * 256 * 1024 + 400
+    data = kept.read_text()
+    assert data.startswith("1\n2\n3\n") and data.endswith("\n1999999\n2000000\n")
+    marker = re.search(r"^\[\.\.\. (\d+) bytes dropped here.*$", data, re.MULTILINE)
+    assert marker, data[250_000:270_000]
+    # head + "\n" + marker + "\n" + tail: what was dropped and what was kept add up.
+    assert int(marker.group(1)) + len(data) - len(marker.group(0)) - 2 == total
+    lines = data.count("\n")
+    last = reg.call("view", {"path": found.group(1), "view_range": [lines, -1]})
+    assert last.text.endswith("\t2000000")
 
 
 def test_output_within_the_cap_is_returned_whole_and_not_spilled(reg: Registry, ws: Path):

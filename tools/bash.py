@@ -5,7 +5,8 @@ Every command runs in a new process group with stdin closed and a non-interactiv
 credentials; the agent's own environment holds none either, see :mod:`backend.secret_store`);
 when a command ends or times out its whole group is killed, and so is every process carrying
 its marker (:mod:`tools.reaper`: ``setsid`` children too); output is capped to head + tail with
-the full text saved in the workspace's scratch directory (class 8). ``background: true`` starts
+the full text saved in the workspace's scratch directory (class 8), itself capped on disk and
+streamed, never held whole in memory (:mod:`tools.spill`). ``background: true`` starts
 a long-running process (a dev server) that ``bash_jobs`` lists and ``bash_kill`` stops; all are
 stopped when the session ends, and the watchdog kills them if the agent dies.
 """
@@ -18,7 +19,6 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pydantic import Field
 
@@ -26,9 +26,8 @@ from backend.secret_store import SECRET_NAME, strip_url_credentials
 from tools import reaper
 from tools.base import Observation, Tool, ToolArgs, ToolContext, ToolError
 from tools.edits import resolve
+from tools.spill import Spill
 
-OUTPUT_CAP = 16_000
-"""Characters of output returned to the model (head and tail halves)."""
 MAX_TIMEOUT = 1800
 
 NON_INTERACTIVE = {
@@ -75,18 +74,6 @@ def _kill_group(pid: int) -> None:
             time.sleep(0.2)
 
 
-def cap_output(text: str, spill: Path) -> str:
-    """``text`` if short, else head + tail with the full text written to ``spill``."""
-    if len(text) <= OUTPUT_CAP:
-        return text
-    spill.write_text(text, "utf-8")
-    half = OUTPUT_CAP // 2
-    omitted = len(text) - 2 * half
-    return (f"{text[:half]}\n[... {omitted} characters omitted; the full output is in "
-            f"{spill.name} under .dflash-agent/ — use the view tool with view_range on "
-            f".dflash-agent/{spill.name} ...]\n{text[-half:]}")
-
-
 @dataclass
 class Job:
     """A background process started by the model."""
@@ -94,17 +81,20 @@ class Job:
     id: int
     command: str
     proc: subprocess.Popen
-    log: Path
+    output: Spill
+    """Its output, streamed into its log file (capped like a command's)."""
     marker: str = ""
     """Its :data:`tools.reaper.OWNER_ENV` value."""
 
     def stop(self) -> None:
-        """Kill its process group and whatever else carries its marker; reap it."""
+        """Kill its process group and whatever else carries its marker; reap it; finish its
+        log."""
         if self.proc.poll() is None:
             _kill_group(self.proc.pid)
             self.proc.wait()
         if self.marker:
             reaper.kill_tagged(self.marker)
+        self.output.close()
 
 
 @dataclass
@@ -148,12 +138,17 @@ class Bash(Tool):
         env = with_overrides(tool_env(kind="job" if args.background else "bash"),
                              self.ctx.env)
         marker = env[reaper.OWNER_ENV]
-        with out_path.open("wb") as out:
+        output = Spill(out_path)
+        try:
             proc = subprocess.Popen(["bash", "-c", args.command], cwd=cwd, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=out,
+                                    stdin=subprocess.DEVNULL, stdout=output.fd,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+        except BaseException:
+            output.close()
+            raise
+        output.detach()
         if args.background:
-            job = Job(self.jobs.next_id, args.command, proc, out_path, marker)
+            job = Job(self.jobs.next_id, args.command, proc, output, marker)
             self.jobs.jobs[job.id] = job
             self.jobs.next_id += 1
             return Observation(text=f"started background job {job.id} (pid {proc.pid}); "
@@ -167,6 +162,7 @@ class Bash(Tool):
             _kill_group(proc.pid)
             proc.wait()
             reaper.kill_tagged(marker)
+            output.close()
             raise
         # Kill stragglers too (e.g. `cmd &` without background=true, or `setsid cmd &`, which
         # left the group but carries the marker): no orphans survive.
@@ -174,9 +170,8 @@ class Bash(Tool):
         if timed_out:
             code = proc.wait()
         reaper.kill_tagged(marker)
-        text = out_path.read_bytes().decode("utf-8", errors="replace")
-        out_path.unlink(missing_ok=True)
-        shown = cap_output(text, out_path.with_suffix(".full.txt"))
+        output.close()
+        shown = output.shown(out_path.stem + (".capped.txt" if output.dropped else ".full.txt"))
         if timed_out:
             return Observation(is_error=True, text=f"{shown}\n[killed after {args.timeout} s "
                                "timeout; use background=true for long-running processes]")
@@ -204,7 +199,7 @@ class BashJobs(Tool):
         for job in self.jobs.jobs.values():
             code = job.proc.poll()
             state = "running" if code is None else f"exited ({code})"
-            tail = job.log.read_bytes()[-400:].decode("utf-8", errors="replace").strip()
+            tail = job.output.recent(400).strip()
             lines.append(f"job {job.id} pid {job.proc.pid} {state}: {job.command}\n"
                          f"  last output: {tail[-300:] or '(none)'}")
         return Observation(text="\n".join(lines))

@@ -9,6 +9,10 @@ upstream git tag, or BeeLlama.cpp cloned (gitpython) at a release tag. Installed
 configure flags (which include the CPU features the build uses: :mod:`backend.engine.cpu`), so a
 second build with the same inputs is a no-op and a build for another CPU gets its own key. An engine
 whose CPU features this machine lacks is never picked (it would die with SIGILL).
+
+The manifest names a built binary relative to the engine's folder, so a copied or moved home
+runs its own binary, not the one of the home it came from (issue 28 item 7); a manifest written
+before, with the absolute path, is read as relative to its folder too (:func:`read_engine`).
 """
 
 from __future__ import annotations
@@ -224,12 +228,34 @@ def archive_version(archive: Path) -> str | None:
     return None
 
 
+def read_engine(manifest: Path) -> Engine:
+    """The engine an ``engine.json`` records, its binary as a path on this machine: a relative
+    path is taken from the manifest's folder. Raises ``OSError`` and ``ValueError``."""
+    engine = Engine.model_validate_json(manifest.read_text("utf-8"))
+    return engine.model_copy(update={"binary": _binary_in(engine, manifest.parent)})
+
+
+def _binary_in(engine: Engine, folder: Path) -> Path:
+    """Where the binary of ``engine``, recorded in ``folder``'s manifest, is."""
+    binary = engine.binary
+    if not binary.is_absolute():
+        return folder / binary
+    if engine.engine != "system" and engine.key in binary.parts:
+        # A manifest written before paths were relative: the absolute path in the home it was
+        # built in, which a copied or moved home still names. The part below the engine's
+        # folder is where it is in this one.
+        parts = binary.parts
+        below = parts[len(parts) - parts[::-1].index(engine.key):]
+        return folder.joinpath(*below)
+    return binary
+
+
 def list_engines() -> list[Engine]:
     """Installed engines, newest first."""
     found = []
     for manifest in home().engines.glob("*/engine.json"):
         try:
-            found.append(Engine.model_validate_json(manifest.read_text("utf-8")))
+            found.append(read_engine(manifest))
         except ValueError:
             continue
     return sorted(found, key=lambda e: e.installed_at, reverse=True)
@@ -267,6 +293,9 @@ def default_engine(features: frozenset[str] | None = None) -> Engine | None:
 def _write_manifest(engine: Engine) -> None:
     target = home().engines / engine.key / "engine.json"
     target.parent.mkdir(parents=True, exist_ok=True)
+    if engine.binary.is_relative_to(target.parent):
+        # Relative to the engine's folder: the home can be copied or moved as it is.
+        engine = engine.model_copy(update={"binary": engine.binary.relative_to(target.parent)})
     tmp = target.with_suffix(".tmp")
     tmp.write_text(engine.model_dump_json(indent=2), "utf-8")
     os.replace(tmp, target)
@@ -626,7 +655,7 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
     with FileLock(str(root / f"{key}.lock")):
         manifest = target / "engine.json"
         if manifest.is_file():
-            engine = Engine.model_validate_json(manifest.read_text("utf-8"))
+            engine = read_engine(manifest)
             if engine.binary.is_file() and cpu_mismatch(engine) is None:
                 return engine
         check_build_tools()

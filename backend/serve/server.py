@@ -1,8 +1,12 @@
 """The managed ``llama-server``: launch, wait for health, reuse, stop, diagnose.
 
 One server per launch plan (binary, model, profile, context…). Its state file
-``<state>/servers/<config-hash>.json`` records pid, process start time, port and the plan; a
-server is reused only when that pid is alive with the same start time and ``/props.model_path``
+``<state>/servers/<config-hash>.json`` records pid, process start time, port and the plan; its
+output goes to ``<config-hash>.log`` beside it (the record names it relative to its folder). A
+record counts only while its process is provably this home's server (:func:`is_ours`: same pid
+and start time, running the plan's binary, writing to the log beside the record), so a copied
+home (a backup restored, a container image) neither adopts, lists nor stops the servers of the
+home it came from (issue 28 item 7). A server is reused only when, besides, ``/props.model_path``
 names the same model. Concurrent ``up`` calls for one plan are serialised by a file lock. A
 process we did not start is never signalled.
 """
@@ -90,28 +94,56 @@ def _state_path(digest: str) -> Path:
 
 
 def _read_state(path: Path) -> ServerState | None:
+    """The record at ``path``; its log is the one beside it, whatever path it names (a record
+    written before logs were relative names the absolute path in the home it was written in,
+    which a copy of that home still names)."""
     try:
-        return ServerState.model_validate_json(path.read_text("utf-8"))
+        state = ServerState.model_validate_json(path.read_text("utf-8"))
     except (OSError, ValueError):
         return None
+    return state.model_copy(update={"log": path.with_suffix(".log")})
 
 
 def _write_state(state: ServerState) -> None:
     path = _state_path(state.config_hash)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(state.model_dump_json(indent=2), "utf-8")
+    # The log relative to the record's folder: a copied home reads its own log there.
+    record = state.model_copy(update={"log": Path(state.log.name)})
+    tmp.write_text(record.model_dump_json(indent=2), "utf-8")
     os.replace(tmp, path)
     (home().servers / "current").write_text(state.config_hash, "utf-8")
 
 
 def is_ours(state: ServerState) -> bool:
-    """True when the recorded pid is alive and is the very process we started."""
+    """True when the recorded pid is alive and provably the server this record describes: the
+    same start time, running the plan's binary and writing to the record's log. The pid and
+    start time alone are not enough: a copy of a home holds the original's records, whose
+    processes are alive, but their output goes to the original's logs, not to the copy's."""
     try:
         proc = psutil.Process(state.pid)
-        return (abs(proc.create_time() - state.create_time) < 1.0
-                and proc.status() != psutil.STATUS_ZOMBIE)
+        if abs(proc.create_time() - state.create_time) >= 1.0 \
+                or proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return proc.exe() == os.path.realpath(state.plan.binary) and _writes_to(proc, state.log)
     except psutil.Error:
         return False
+
+
+def _writes_to(proc: psutil.Process, log: Path) -> bool:
+    """True when ``proc`` has ``log`` open (the same file, whatever the path says: a home
+    reached through a symbolic link, or moved)."""
+    try:
+        ours = log.stat()
+    except OSError:
+        return False
+    for opened in proc.open_files():
+        try:
+            found = os.stat(opened.path)
+        except OSError:
+            continue
+        if (found.st_dev, found.st_ino) == (ours.st_dev, ours.st_ino):
+            return True
+    return False
 
 
 def get_json(base_url: str, path: str, timeout: float = 5.0) -> dict:
