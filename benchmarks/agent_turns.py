@@ -107,6 +107,14 @@ from backend.serve.server import (  # noqa: E402
     stop,
 )
 from backend.serve.tuning import tune  # noqa: E402
+from benchmarks.forced import (  # noqa: E402
+    ForcedClient,
+    ForcingCost,
+    Unforceable,
+    measure_cost,
+    native_reply,
+    reply_text,
+)
 from tools.registry import Registry, default_registry  # noqa: E402
 from tools.workspace import Workspace  # noqa: E402
 
@@ -428,10 +436,11 @@ class TurnSample(BaseModel):
     drafts: int | None = Field(description="Drafts made (verification steps, from /metrics); "
                                "None when the server does not say.")
     finish_reason: str | None
-    outcome: Literal["ok", "format_error", "no_call", "cut", "plain"] = Field(
+    outcome: Literal["ok", "format_error", "no_call", "cut", "plain", "unforced"] = Field(
         description="ok: calls the agent can run (or, native, a prose final answer); "
         "format_error: the agent's parser refused the reply; no_call: a native reply "
-        "without a call where the session makes one; cut: stopped by max_tokens.")
+        "without a call where the session makes one; cut: stopped by max_tokens; "
+        "unforced: --forced could not force this turn (``error`` says why), nothing sent.")
     error: str | None = None
     calls: list[str] = Field(default_factory=list, description="Tools the model called.")
     args_valid: bool | None = Field(None, description="Every call passes its tool's argument "
@@ -454,6 +463,10 @@ class TurnSample(BaseModel):
                                   "reply cut at max_tokens only the previous prompt (the "
                                   "agent keeps a short stub of a runaway reply, by design); "
                                   "None for the first.")
+    forced_tokens: int | None = Field(None, description="--forced: the forced reply's own "
+                                      "tokenisation (its token count); None unforced.")
+    forced_exact: bool | None = Field(None, description="--forced: the decoded text was the "
+                                      "forced reply byte for byte.")
     after_cut: bool = Field(False, description="The previous reply of this conversation was "
                             "cut at max_tokens (the agent keeps only its start, and would "
                             "have stopped the task there; the plain chain keeps it the same "
@@ -476,6 +489,17 @@ class Group(BaseModel):
     drafts: int | None
     acceptance: float | None
     accepted_per_draft: float | None
+    tokens_per_step: float | None = Field(None, description="Tokens decoded per target step: "
+                                          "completion tokens over (completion tokens - "
+                                          "accepted draft tokens); 1.0 without speculation.")
+    forced_turns: int = Field(0, description="--forced: turns decoded under forcing.")
+    forced_inexact: int = Field(0, description="--forced: of those, turns whose decoded "
+                                "text was not the forced reply.")
+    forced_tokens: int = Field(0, description="--forced: the forced replies' own token "
+                               "count (completion_tokens also counts each end-of-turn token "
+                               "and any character re-tokenised).")
+    unforced: int = Field(0, description="--forced: turns that could not be forced (not "
+                          "sent, not in any figure).")
     speedup: float | None = Field(description="decode_tok_s over the reference profile's, "
                                   "same protocol and scope.")
     plain_speedup: float | None = Field(description="The plain chain's speedup, same profile "
@@ -488,6 +512,10 @@ class Group(BaseModel):
     paired_plain: float | None = Field(None, description="The plain chain's paired speedup, "
                                        "same profile and scope.")
     paired_of_plain: float | None = Field(None, description="paired_speedup / paired_plain.")
+    paired_net: float | None = Field(None, description="--forced: paired_speedup with the "
+                                     "measured forcing cost taken off every decoded token "
+                                     "of both profiles (an estimate of the unforced "
+                                     "speedup; the forced figure is a lower bound).")
     reused: int = Field(description="cache_n over requests 2..N of each conversation.")
     prefilled: int = Field(description="prompt_n over requests 2..N of each conversation.")
     reuse: float | None = Field(description="reused / (reused + prefilled): new tool "
@@ -567,6 +595,11 @@ class ReplayResult(BaseModel):
     resumed: int = Field(0, description="Runs before this one whose complete conversations "
                          "this result carries on (--resume).")
     plain: bool = Field(True, description="The plain-text reference chain was part of the run.")
+    forced: bool = Field(False, description="--forced: every reply was the fixture's own, "
+                         "decoded under a grammar (benchmarks/forced.py).")
+    forcing: ForcingCost | None = Field(None, description="--forced: what forcing adds to a "
+                                        "decoded token on the reference server, measured "
+                                        "before the replay.")
 
     def planned(self) -> int:
         """Requests a complete run of this configuration sends."""
@@ -677,19 +710,50 @@ def link_replies(samples: list[TurnSample]) -> list[TurnSample]:
     return out
 
 
+def unforced_sample(index: int, session: FixtureSession, number: int, protocol: str,
+                    profile: str, reason: str) -> TurnSample:
+    """The sample of a turn --forced could not force (nothing was sent)."""
+    return TurnSample(
+        index=index, session=session.name, turn=number, kind=session.turns[number].kind,
+        protocol=protocol, profile=profile, prompt_n=0, cache_n=0, prompt_ms=0.0,
+        predicted_n=0, predicted_ms=0.0, draft_n=0, draft_accepted=0, drafts=None,
+        finish_reason=None, outcome="unforced", error=reason, reply_chars=0,
+        reply_sha1=hashlib.sha1(b"").hexdigest(), reply_head="")
+
+
+def force_turn(client: ForcedClient, protocol: str, turn: FixtureTurn,
+               schemas: Mapping[str, Mapping[str, Any]], tools: list[dict[str, Any]]) -> None:
+    """Make ``client``'s next request decode ``turn``'s call as ``protocol`` writes it (one
+    call per fixture turn). Raises :class:`benchmarks.forced.Unforceable`."""
+    call = turn.calls[0]
+    if protocol == "native":
+        text = native_reply(client, tools, call.tool, call.arguments)
+        client.force(text, None if call.tool == FINAL_ANSWER else
+                     (call.tool, call.arguments))
+    else:
+        client.force(reply_text(protocol, call.tool, call.arguments, schemas))
+
+
 def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSession],
            protocols: Sequence[str], registry: Registry, *, sampling: dict[str, Any],
            max_tokens: int, tool_role: bool, plain: bool = True,
            note: Callable[[str], None] | None = None,
            into: list[TurnSample] | None = None,
-           skip: Collection[tuple[str, str]] = ()) -> list[TurnSample]:
+           skip: Collection[tuple[str, str]] = (), forced: bool = False) -> list[TurnSample]:
     """Replay every session under every protocol (then the plain chain) on every server of
     ``clients`` (profile → client), profiles interleaved per turn; returns the samples in
     request order (:func:`link_replies` applied). Each sample is also appended to ``into``
     as it is measured, so an interrupted run keeps what it measured; conversations
-    (session, protocol) in ``skip`` are left out (measured by an earlier run). Raises
-    :class:`BenchError` when a server fails."""
+    (session, protocol) in ``skip`` are left out (measured by an earlier run).
+
+    ``forced`` (clients are :class:`benchmarks.forced.ForcedClient`): every reply is the
+    fixture's own (:func:`force_turn`); a turn that cannot be forced is recorded as
+    ``unforced`` with the reason, and so is the rest of its conversation (its history would
+    not be the agent's). Raises :class:`BenchError` when a server fails."""
     say = note or (lambda _msg: None)
+    offered = registry.openai_tools()
+    schemas = {t["function"]["name"]: t["function"]["parameters"]
+               for t in tools_with_final(offered)}
     profiles = list(clients)
     chains = [*protocols, PLAIN] if plain else list(protocols)
     samples: list[TurnSample] = [] if into is None else into
@@ -708,11 +772,29 @@ def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSessio
                     if protocol == PLAIN else \
                     ReplayAgent(client, registry, session, protocol, sampling=sampling,
                                 max_tokens=max_tokens, tool_role=tool_role, context=keeper)
+            stuck: dict[str, str] = {}
             for number, turn in enumerate(session.turns):
                 shift = rotation % len(profiles)
                 rotation += 1
                 for profile in profiles[shift:] + profiles[:shift]:
                     client = clients[profile]
+                    if forced:
+                        try:
+                            if profile in stuck:
+                                raise Unforceable(stuck[profile])
+                            force_turn(client, protocol, turn, schemas,  # type: ignore[arg-type]
+                                       offered)
+                        except Unforceable as exc:
+                            if profile not in stuck:
+                                say(f"{session.name} {number + 1} {protocol} {profile}: "
+                                    f"cannot be forced: {exc}")
+                            stuck.setdefault(profile, f"turn {number + 1}: {exc}")
+                            samples.append(unforced_sample(len(samples), session, number,
+                                                           protocol, profile, stuck[profile]))
+                            continue
+                        except ServerUnavailable as exc:
+                            raise BenchError(f"{session.name} turn {number + 1} ({protocol}) "
+                                             f"on the {profile} server: {exc}") from exc
                     before = _metrics(client.base_url)
                     try:
                         played = talks[profile].play(turn)
@@ -724,6 +806,13 @@ def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSessio
                         .predicted_n or 0)
                     sample = make_sample(len(samples), session, number, protocol, profile,
                                          played, registry, drafts)
+                    check = client.last if isinstance(client, ForcedClient) else None
+                    if forced and check is not None:
+                        sample = sample.model_copy(update={"forced_tokens": check.canonical,
+                                                           "forced_exact": check.exact})
+                        if not check.exact:
+                            say(f"{session.name} {number + 1} {protocol} {profile}: the "
+                                f"forced reply was not decoded as given ({check.note})")
                     samples.append(sample)
                     rate = sample.predicted_n / (sample.predicted_ms / 1000) \
                         if sample.predicted_ms else 0.0
@@ -740,6 +829,9 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) -> Group:
+    unforced = sum(s.outcome == "unforced" for s in picked)
+    picked = [s for s in picked if s.outcome != "unforced"]
+    forced = [s for s in picked if s.forced_tokens is not None]
     tokens = sum(s.predicted_n for s in picked)
     ms = sum(s.predicted_ms for s in picked)
     drafted = sum(s.draft_n for s in picked)
@@ -765,6 +857,9 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
         draft_accepted=accepted, drafts=drafts if drafted else None,
         acceptance=_ratio(accepted, drafted),
         accepted_per_draft=_ratio(accepted, drafts) if drafts else None,
+        tokens_per_step=_ratio(tokens, tokens - accepted) if tokens > accepted else None,
+        forced_turns=len(forced), forced_inexact=sum(not s.forced_exact for s in forced),
+        forced_tokens=sum(s.forced_tokens or 0 for s in forced), unforced=unforced,
         speedup=None, plain_speedup=None, of_plain=None, reused=reused, prefilled=prefilled,
         reuse=_ratio(reused, reused + prefilled),
         reuse_ceiling=_ratio(sum(min(max(s.reachable or 0, s.cache_n), s.cache_n + s.prompt_n)
@@ -786,9 +881,11 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
 
 
 def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
-              protocols: Sequence[str], reference: str = REFERENCE_PROFILE) -> list[Group]:
+              protocols: Sequence[str], reference: str = REFERENCE_PROFILE,
+              cost_ms: float | None = None) -> list[Group]:
     """Groups per protocol (then ``plain``), profile and scope (``all``, ``edit-turns``, each
-    kind present), with speedups over ``reference`` and the fraction of the plain speedup."""
+    kind present), with speedups over ``reference`` and the fraction of the plain speedup;
+    ``cost_ms`` (--forced: forcing's cost per decoded token) adds ``paired_net``."""
     chains = [*protocols, PLAIN] if any(s.protocol == PLAIN for s in samples) \
         else list(protocols)
     kinds = [k for k in KINDS if any(s.kind == k for s in samples)]
@@ -805,7 +902,9 @@ def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
             base = next((g.decode_tok_s for g in row if g.profile == reference), None)
             groups += [g.model_copy(update={
                 "speedup": _ratio(g.decode_tok_s, base) if g.decode_tok_s and base else None,
-                "paired_speedup": paired_speedup(picked[g.profile], picked.get(reference, []))})
+                "paired_speedup": paired_speedup(picked[g.profile], picked.get(reference, [])),
+                "paired_net": paired_speedup(picked[g.profile], picked.get(reference, []),
+                                             cost_ms) if cost_ms is not None else None})
                 for g in row if g.turns]
     plain_of = {(g.profile, g.scope): g for g in groups if g.protocol == PLAIN}
     out = []
@@ -822,12 +921,14 @@ def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
     return out
 
 
-def paired_speedup(samples: Sequence[TurnSample],
-                   reference: Sequence[TurnSample]) -> float | None:
+def paired_speedup(samples: Sequence[TurnSample], reference: Sequence[TurnSample],
+                   cost_ms: float = 0.0) -> float | None:
     """Geometric mean, over the turns both measured, of the decode rate in ``samples`` over
-    the rate of the same turn (session, turn) in ``reference``; None when no turn pairs."""
+    the rate of the same turn (session, turn) in ``reference``; None when no turn pairs.
+    ``cost_ms`` is taken off every decoded token first (--forced: forcing's own cost)."""
     def rate(s: TurnSample) -> float | None:
-        return s.predicted_n / s.predicted_ms if s.predicted_n and s.predicted_ms > 0 else None
+        ms = s.predicted_ms - cost_ms * s.predicted_n
+        return s.predicted_n / ms if s.predicted_n and ms > 0 else None
 
     base = {(s.session, s.turn): rate(s) for s in reference}
     logs = []
@@ -957,7 +1058,25 @@ def result_tables(result: ReplayResult) -> list[Table]:
                           _rate(g.decode_tok_s), _pct(g.acceptance), _num(g.speedup),
                           _num(g.paired_speedup), _num(g.paired_plain),
                           _num(g.paired_of_plain))
-    return [all_turns, edits]
+    if not result.forced:
+        return [all_turns, edits]
+    cost = result.forcing
+    forced = table(
+        "forced replies: every turn, then the edit turns",
+        "exact: turns decoded byte for byte / forced; tok: decoded (end-of-turn tokens "
+        "included) / the replies' own; t/step: tokens per target step; net: ×pair with "
+        + (f"forcing's measured {cost.cost_ms:.2f} ms a token ({cost.share:.0%} of a step) "
+           "taken off (an estimate; ×pair is a lower bound)" if cost else
+           "forcing's cost taken off (not measured)") + "; unf: turns not forced",
+        ["proto", "profile", "scope", "exact", "tok", "t/step", "×pair", "net", "unf"])
+    for g in result.groups:
+        if g.scope in ("all", EDIT_TURNS):
+            forced.add_row(g.protocol, g.profile, "edits" if g.scope == EDIT_TURNS else "all",
+                           f"{g.forced_turns - g.forced_inexact}/{g.forced_turns}",
+                           f"{g.completion_tokens}/{g.forced_tokens}",
+                           _num(g.tokens_per_step), _num(g.paired_speedup),
+                           _num(g.paired_net), str(g.unforced))
+    return [all_turns, edits, forced]
 
 
 def target_lines(result: ReplayResult) -> list[str]:
@@ -1050,13 +1169,13 @@ def parse_protocols(spec: str) -> list[str]:
 
 def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
               profiles: Sequence[str], protocols: Sequence[str], plain: bool, preset: str,
-              max_tokens: int, sampling: dict[str, Any]
+              max_tokens: int, sampling: dict[str, Any], forced: bool = False
               ) -> tuple[list[TurnSample], set[tuple[str, str]]]:
     """The samples of ``previous``'s complete conversations (session, protocol measured on
     every profile for every turn), renumbered, and those conversations. Raises
     :class:`BenchError` when ``previous`` measured another configuration."""
     wanted = {"preset": preset, "profiles": list(profiles), "protocols": list(protocols),
-              "max_tokens": max_tokens, "sampling": sampling,
+              "max_tokens": max_tokens, "sampling": sampling, "forced": forced,
               "sessions": {s.name: len(s.turns) for s in sessions}}
     for key, value in wanted.items():
         if getattr(previous, key) != value:
@@ -1070,11 +1189,13 @@ def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
     return [x.model_copy(update={"index": i}) for i, x in enumerate(kept)], done
 
 
-def _client(state: ServerState) -> ServerClient:
+def _client(state: ServerState, forced: bool = False) -> ServerClient:
     """The agent's client for a server the run started (with the fields a known bug of its
-    build needs on every request, where the backend records them)."""
+    build needs on every request, where the backend records them); a
+    :class:`benchmarks.forced.ForcedClient` for --forced."""
     extra = getattr(state, "request_extra", None)
-    client = ServerClient(state.base_url, 3600.0, explain=lambda: crash_report(state))
+    kind = ForcedClient if forced else ServerClient
+    client = kind(state.base_url, idle_timeout=3600.0, explain=lambda: crash_report(state))
     if extra:
         client.request_extra = dict(extra)
     return client
@@ -1099,8 +1220,11 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
         sampling: dict[str, Any], ctx_size: int | None = None, plain: bool = True,
         force: bool = False, start_timeout: float = 600.0, command: str = "",
         note: Callable[[str], None] | None = None,
-        previous: ReplayResult | None = None) -> ReplayResult:
+        previous: ReplayResult | None = None, forced: bool = False) -> ReplayResult:
     """Start one server per profile side by side, replay, stop them; the measured result.
+
+    ``forced``: every reply is the fixture's own (benchmarks/forced.py), and what forcing
+    costs a decoded token is measured on the reference server first.
 
     ``previous``: an earlier, incomplete run of the same configuration; its complete
     conversations are kept and not measured again (:func:`resumable`). A server that fails
@@ -1115,7 +1239,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
     plans = {p: plan for p, (plan, _) in tuned.items()}
     states: dict[str, ServerState] = {}
     measured, done = resumable(previous, sessions, profiles, protocols, plain, preset.name,
-                               max_tokens, sampling) if previous else ([], set())
+                               max_tokens, sampling, forced) if previous else ([], set())
+    forcing = previous.forcing if previous else None
     complete, stopped = True, None
     with interrupt_on_termination(), keep_current_marker(), \
             httpx2.Client(timeout=httpx2.Timeout(60.0)) as http:
@@ -1124,12 +1249,14 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
                 states[profile] = _start(profile, plan, preset, http, force, start_timeout,
                                          note)
             servers = [_server_info(p, s, tuned[p][1]) for p, s in states.items()]
-            clients = {p: _client(s) for p, s in states.items()}
+            clients = {p: _client(s, forced) for p, s in states.items()}
             tool_role = renders_tool_role(clients[reference])
             try:
+                if forced and forcing is None:
+                    forcing = _forcing_cost(clients[reference], note)
                 replay(clients, sessions, protocols, registry, sampling=sampling,
                        max_tokens=max_tokens, tool_role=tool_role, plain=plain, note=note,
-                       into=measured, skip=done)
+                       into=measured, skip=done, forced=forced)
             except (KeyboardInterrupt, BenchError) as exc:
                 # Keep what was measured: a long run on a loaded machine is worth its part.
                 complete = False
@@ -1138,7 +1265,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             for state in states.values():
                 stop(state)
     samples = link_replies(measured)
-    groups = summarize(samples, profiles, protocols, reference)
+    groups = summarize(samples, profiles, protocols, reference,
+                       forcing.cost_ms if forcing else None)
     fast = next((p for p in profiles if p != reference), reference)
     first = next(iter(plans.values()))
     draft = next((p.draft for p in plans.values() if p.draft is not None), None)
@@ -1157,7 +1285,21 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
         samples=samples, groups=groups, targets=check_targets(groups, reference, fast),
         wall_s=round(time.monotonic() - clock + (previous.wall_s if previous else 0.0), 1),
         complete=complete, stopped=stopped,
-        resumed=previous.resumed + 1 if previous else 0, plain=plain)
+        resumed=previous.resumed + 1 if previous else 0, plain=plain, forced=forced,
+        forcing=forcing)
+
+
+def _forcing_cost(client: ServerClient, note: Callable[[str], None] | None) -> ForcingCost:
+    """:func:`benchmarks.forced.measure_cost` on ``client``, said; raises
+    :class:`BenchError` when the server fails."""
+    try:
+        cost = measure_cost(client)
+    except ServerUnavailable as exc:
+        raise BenchError(f"measuring what forcing costs: {exc}") from exc
+    if note is not None:
+        note(f"forcing costs {cost.cost_ms:.2f} ms a decoded token here ({cost.share:.0%} of "
+             f"a decode step at {cost.own_ms:.2f} ms): forced speedups are lower bounds")
+    return cost
 
 
 def load_result(path: Path) -> ReplayResult:
@@ -1166,8 +1308,10 @@ def load_result(path: Path) -> ReplayResult:
     try:
         data = json.loads(path.read_text("utf-8"))
         samples = link_replies([TurnSample.model_validate(s) for s in data["samples"]])
+        forcing = data.get("forcing")
         groups = summarize(samples, data["profiles"], data["protocols"],
-                           data["reference_profile"])
+                           data["reference_profile"],
+                           ForcingCost.model_validate(forcing).cost_ms if forcing else None)
         fast = next((p for p in data["profiles"] if p != data["reference_profile"]),
                     data["reference_profile"])
         data.update(samples=samples, groups=groups,
@@ -1213,6 +1357,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="override the agent's tool_temperature")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the plain-text reference chain")
+    parser.add_argument("--forced", action="store_true",
+                        help="decode the fixture's own replies (a grammar per reply) instead "
+                        "of the model's: speculation measured on the replies a capable model "
+                        "writes")
     parser.add_argument("--json", type=Path, help="result file (default: "
                         "<state>/bench/agent-turns-<date>.json)")
     parser.add_argument("--plot", type=Path, help="write a PNG chart (needs matplotlib)")
@@ -1273,7 +1421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run(preset, engine, profiles, protocols, sessions, registry,
                          max_tokens=args.max_tokens, sampling=sampling,
                          ctx_size=args.ctx_size, plain=not args.no_plain, force=args.force,
-                         command=command, note=note, previous=previous)
+                         command=command, note=note, previous=previous, forced=args.forced)
             out = args.json or home().state / "bench" / \
                 f"agent-turns-{result.date:%Y%m%d-%H%M%S}.json"
             write_result(result, out)
