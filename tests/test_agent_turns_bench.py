@@ -451,6 +451,33 @@ def test_a_short_replay_through_real_llama_servers(engine: Engine, smollm2: Path
     assert "2 turns of 1 session(s)" in table and "edit turns" in table and "of plain" in table
 
 
+def test_a_forced_replay_decodes_the_fixture_replies_and_reports_native_it_cannot_force(
+        engine: Engine, smollm2: Path, tmp_path: Path):
+    home = make_home(tmp_path, engine, f'[tiny]\nmodel = "{smollm2}"\nprofile = "ngram"\n'
+                     "ctx_size = 4096\n")
+    out = tmp_path / "forced.json"
+    proc = script("--preset", "tiny", "--profiles", "baseline,ngram", "--protocols",
+                  "text,native", "--sessions", "inventory-report", "--turns", "1", "--forced",
+                  "--json", str(out), home=home)
+    assert proc.returncode == 0, proc.stderr
+    result = at.ReplayResult.model_validate_json(out.read_text("utf-8"))
+    assert result.forced and result.forcing is not None and result.forcing.own_ms > 0
+    assert "forcing costs" in proc.stderr
+    sent = [s for s in result.samples if s.protocol in ("text", "plain")]
+    assert len(sent) == 4 and all(s.forced_exact and s.forced_tokens for s in sent)
+    assert all(s.outcome in ("ok", "plain") and s.same_tool is not False for s in sent)
+    # SmolLM2's template has no tool-call format: native is reported, not sent, not counted.
+    native = [s for s in result.samples if s.protocol == "native"]
+    assert len(native) == 2 and all(s.outcome == "unforced" for s in native)
+    assert all("no tool-call format" in (s.error or "") for s in native)
+    assert not any(g.protocol == "native" for g in result.groups)
+    assert "cannot be forced" in proc.stderr
+    row = group(result, "text", "ngram", "all")
+    assert row.forced_turns == 1 and row.forced_inexact == 0 and row.tokens_per_step >= 1.0
+    table = proc.stdout.split("results:")[0]
+    assert "forced replies" in table and all(len(line) <= 80 for line in table.splitlines())
+
+
 def test_the_dflash_path_reports_drafts_per_verification(engine: Engine, tiny_dflash: dict,
                                                          tmp_path: Path):
     home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
