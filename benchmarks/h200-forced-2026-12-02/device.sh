@@ -289,7 +289,7 @@ case $stage in
     [[ -f $T/sdist/$KIT_SDIST && -f $VOCAB ]] || { say "call 1's files are missing"; finish 11; }
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "$KIT"/whl/*.whl || { say "wheel install failed"; finish 11; }
-    "$PY" -c "import backend.measure.bench, backend.serve.launch, agent.cli.main, gguf, benchmarks.agent_turns" \
+    "$PY" -c "import backend.measure.bench, backend.serve.launch, agent.cli.main, gguf, benchmarks.agent_turns, openai" \
       || { say "the backend does not import with $SITE"; finish 11; }
     # The build runs from a copy of the tree, so later calls' copies of it cannot disturb it.
     rm -rf "$T/repo" && mkdir -p "$T/repo"
