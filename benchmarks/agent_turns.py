@@ -108,6 +108,7 @@ from backend.serve.server import (  # noqa: E402
 )
 from backend.serve.tuning import tune  # noqa: E402
 from benchmarks.forced import (  # noqa: E402
+    HEADROOM,
     ForcedClient,
     ForcingCost,
     Unforceable,
@@ -494,7 +495,8 @@ class Group(BaseModel):
                                           "accepted draft tokens); 1.0 without speculation.")
     forced_turns: int = Field(0, description="--forced: turns decoded under forcing.")
     forced_inexact: int = Field(0, description="--forced: of those, turns whose decoded "
-                                "text was not the forced reply.")
+                                "text was not the forced reply (left out of every other "
+                                "figure).")
     forced_tokens: int = Field(0, description="--forced: the forced replies' own token "
                                "count (completion_tokens also counts each end-of-turn token "
                                "and any character re-tokenised).")
@@ -512,10 +514,6 @@ class Group(BaseModel):
     paired_plain: float | None = Field(None, description="The plain chain's paired speedup, "
                                        "same profile and scope.")
     paired_of_plain: float | None = Field(None, description="paired_speedup / paired_plain.")
-    paired_net: float | None = Field(None, description="--forced: paired_speedup with the "
-                                     "measured forcing cost taken off every decoded token "
-                                     "of both profiles (an estimate of the unforced "
-                                     "speedup; the forced figure is a lower bound).")
     reused: int = Field(description="cache_n over requests 2..N of each conversation.")
     prefilled: int = Field(description="prompt_n over requests 2..N of each conversation.")
     reuse: float | None = Field(description="reused / (reused + prefilled): new tool "
@@ -828,10 +826,16 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+def measured(sample: TurnSample) -> bool:
+    """Whether ``sample`` enters the figures: not a turn --forced could not force, nor a forced
+    turn that was not decoded as given (it measured other text; both are counted apart)."""
+    return sample.outcome != "unforced" and sample.forced_exact is not False
+
+
 def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) -> Group:
     unforced = sum(s.outcome == "unforced" for s in picked)
-    picked = [s for s in picked if s.outcome != "unforced"]
     forced = [s for s in picked if s.forced_tokens is not None]
+    picked = [s for s in picked if measured(s)]
     tokens = sum(s.predicted_n for s in picked)
     ms = sum(s.predicted_ms for s in picked)
     drafted = sum(s.draft_n for s in picked)
@@ -881,11 +885,9 @@ def _group(protocol: str, profile: str, scope: str, picked: list[TurnSample]) ->
 
 
 def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
-              protocols: Sequence[str], reference: str = REFERENCE_PROFILE,
-              cost_ms: float | None = None) -> list[Group]:
+              protocols: Sequence[str], reference: str = REFERENCE_PROFILE) -> list[Group]:
     """Groups per protocol (then ``plain``), profile and scope (``all``, ``edit-turns``, each
-    kind present), with speedups over ``reference`` and the fraction of the plain speedup;
-    ``cost_ms`` (--forced: forcing's cost per decoded token) adds ``paired_net``."""
+    kind present), with speedups over ``reference`` and the fraction of the plain speedup."""
     chains = [*protocols, PLAIN] if any(s.protocol == PLAIN for s in samples) \
         else list(protocols)
     kinds = [k for k in KINDS if any(s.kind == k for s in samples)]
@@ -900,11 +902,10 @@ def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
                           and test(s)] for p in profiles}
             row = [_group(protocol, p, scope, picked[p]) for p in profiles]
             base = next((g.decode_tok_s for g in row if g.profile == reference), None)
+            timed = {p: [s for s in picked[p] if measured(s)] for p in profiles}
             groups += [g.model_copy(update={
                 "speedup": _ratio(g.decode_tok_s, base) if g.decode_tok_s and base else None,
-                "paired_speedup": paired_speedup(picked[g.profile], picked.get(reference, [])),
-                "paired_net": paired_speedup(picked[g.profile], picked.get(reference, []),
-                                             cost_ms) if cost_ms is not None else None})
+                "paired_speedup": paired_speedup(timed[g.profile], timed.get(reference, []))})
                 for g in row if g.turns]
     plain_of = {(g.profile, g.scope): g for g in groups if g.protocol == PLAIN}
     out = []
@@ -921,14 +922,12 @@ def summarize(samples: Sequence[TurnSample], profiles: Sequence[str],
     return out
 
 
-def paired_speedup(samples: Sequence[TurnSample], reference: Sequence[TurnSample],
-                   cost_ms: float = 0.0) -> float | None:
+def paired_speedup(samples: Sequence[TurnSample],
+                   reference: Sequence[TurnSample]) -> float | None:
     """Geometric mean, over the turns both measured, of the decode rate in ``samples`` over
-    the rate of the same turn (session, turn) in ``reference``; None when no turn pairs.
-    ``cost_ms`` is taken off every decoded token first (--forced: forcing's own cost)."""
+    the rate of the same turn (session, turn) in ``reference``; None when no turn pairs."""
     def rate(s: TurnSample) -> float | None:
-        ms = s.predicted_ms - cost_ms * s.predicted_n
-        return s.predicted_n / ms if s.predicted_n and ms > 0 else None
+        return s.predicted_n / s.predicted_ms if s.predicted_n and s.predicted_ms > 0 else None
 
     base = {(s.session, s.turn): rate(s) for s in reference}
     logs = []
@@ -1063,19 +1062,21 @@ def result_tables(result: ReplayResult) -> list[Table]:
     cost = result.forcing
     forced = table(
         "forced replies: every turn, then the edit turns",
-        "exact: turns decoded byte for byte / forced; tok: decoded (end-of-turn tokens "
-        "included) / the replies' own; t/step: tokens per target step; net: ×pair with "
-        + (f"forcing's measured {cost.cost_ms:.2f} ms a token ({cost.share:.0%} of a step) "
-           "taken off (an estimate; ×pair is a lower bound)" if cost else
-           "forcing's cost taken off (not measured)") + "; unf: turns not forced",
-        ["proto", "profile", "scope", "exact", "tok", "t/step", "×pair", "net", "unf"])
+        "exact: turns decoded byte for byte / forced (the others are left out of every "
+        "figure); tok: decoded (end-of-turn tokens included, exact turns) / the replies' "
+        "own; t/step: tokens per target step; acc%: drafts accepted; ×pair: a lower bound, "
+        "forcing adds "
+        + (f"up to {cost.cost_ms:.2f} ms a token ({cost.share:.0%} of a step) here, in "
+           "every profile alike" if cost else "a cost per token (not measured)")
+        + "; unf: turns not forced",
+        ["proto", "profile", "scope", "exact", "tok", "t/step", "acc%", "×pair", "unf"])
     for g in result.groups:
         if g.scope in ("all", EDIT_TURNS):
             forced.add_row(g.protocol, g.profile, "edits" if g.scope == EDIT_TURNS else "all",
                            f"{g.forced_turns - g.forced_inexact}/{g.forced_turns}",
                            f"{g.completion_tokens}/{g.forced_tokens}",
-                           _num(g.tokens_per_step), _num(g.paired_speedup),
-                           _num(g.paired_net), str(g.unforced))
+                           _num(g.tokens_per_step), _pct(g.acceptance),
+                           _num(g.paired_speedup), str(g.unforced))
     return [all_turns, edits, forced]
 
 
@@ -1265,8 +1266,7 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             for state in states.values():
                 stop(state)
     samples = link_replies(measured)
-    groups = summarize(samples, profiles, protocols, reference,
-                       forcing.cost_ms if forcing else None)
+    groups = summarize(samples, profiles, protocols, reference)
     fast = next((p for p in profiles if p != reference), reference)
     first = next(iter(plans.values()))
     draft = next((p.draft for p in plans.values() if p.draft is not None), None)
@@ -1302,16 +1302,25 @@ def _forcing_cost(client: ServerClient, note: Callable[[str], None] | None) -> F
     return cost
 
 
+def recheck_forced(sample: TurnSample) -> TurnSample:
+    """``sample`` with ``forced_exact`` False when its numbers show it was not the forced reply
+    (cut, or more tokens than the reply allows): results saved before the forced client left
+    a compaction's summary request unforced said True for the turn that followed it."""
+    if sample.forced_exact and (sample.finish_reason != "stop" or sample.forced_tokens is None
+                                or sample.predicted_n > sample.forced_tokens + HEADROOM):
+        return sample.model_copy(update={"forced_exact": False})
+    return sample
+
+
 def load_result(path: Path) -> ReplayResult:
     """A saved result with its groups and targets computed again from its samples (so an
     older file is reported with today's arithmetic). Raises :class:`BenchError`."""
     try:
         data = json.loads(path.read_text("utf-8"))
-        samples = link_replies([TurnSample.model_validate(s) for s in data["samples"]])
-        forcing = data.get("forcing")
+        samples = link_replies([recheck_forced(TurnSample.model_validate(s))
+                                for s in data["samples"]])
         groups = summarize(samples, data["profiles"], data["protocols"],
-                           data["reference_profile"],
-                           ForcingCost.model_validate(forcing).cost_ms if forcing else None)
+                           data["reference_profile"])
         fast = next((p for p in data["profiles"] if p != data["reference_profile"]),
                     data["reference_profile"])
         data.update(samples=samples, groups=groups,

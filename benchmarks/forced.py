@@ -20,8 +20,10 @@ string literal instead (its tokenisation may then differ; :class:`Check` counts 
 What forcing costs (measured, ``benchmarks/RESULTS.md``): when the model's own choice is not the
 forced token, llama.cpp re-samples with the grammar applied to the whole vocabulary, a fixed
 cost per decoded token in every profile alike. It does not change which drafts are accepted but
-it is not sped up by them, so forced speedups are lower bounds of the unforced ones; the run
-reports the cost beside them.
+it is not sped up by them, so forced speedups are lower bounds of the unforced ones (how much
+lower depends on how many tokens are re-sampled, which the server does not report); the run
+reports the cost beside them, and tokens per step and acceptance, which forcing does not
+change.
 
 Per protocol the reply is what the agent would have received (one call per fixture turn):
 ``text`` the call in the text protocol's tags (:func:`agent.protocols.text.render_call`);
@@ -41,6 +43,7 @@ import httpx2
 from pydantic import BaseModel
 
 from agent.client import ServerClient, ServerUnavailable, Turn
+from agent.context import SUMMARY_SYSTEM
 from agent.protocols.base import FINAL_ANSWER
 from agent.protocols.text import render_call
 
@@ -182,7 +185,9 @@ class ForcedClient(ServerClient):
     stay in the request, so the template renders them as before, with ``tool_choice: none``
     (llama-server refuses a grammar beside active tools); the decoded rendering is handed back
     as the tool call the server's parser would have made of it, so the history the agent keeps
-    is the same. ``max_tokens`` becomes the reply's length plus :data:`HEADROOM`."""
+    is the same. ``max_tokens`` becomes the reply's length plus :data:`HEADROOM`. A compaction's
+    summary request (:data:`agent.context.SUMMARY_SYSTEM`) that comes first is sent as it is:
+    the forcing waits for the turn's own request."""
 
     def __init__(self, base_url: str, **kwargs: Any):
         super().__init__(base_url, **kwargs)
@@ -194,6 +199,7 @@ class ForcedClient(ServerClient):
         """Make the next :meth:`complete` decode ``text``; ``call`` (name, arguments) when
         ``text`` is a native tool call's rendering. Raises :class:`Unforceable` when the text
         cannot be written as a grammar, :class:`ServerUnavailable` when ``/tokenize`` fails."""
+        self.last = None
         pieces = tokenize_pieces(self, text)
         try:
             token_grammar(pieces)
@@ -207,7 +213,8 @@ class ForcedClient(ServerClient):
                  deadline: float | None = None) -> Turn:
         """As :meth:`ServerClient.complete`, forced when :meth:`force` was called since the
         last request (then :attr:`last` says how the forcing went)."""
-        if self._forced is None:
+        summary = bool(messages) and messages[0].get("content") == SUMMARY_SYSTEM
+        if self._forced is None or summary:
             return super().complete(messages, tools=tools, response_format=response_format,
                                     sampling=sampling, max_tokens=max_tokens, on_text=on_text,
                                     on_chunk=on_chunk, deadline=deadline)
@@ -224,7 +231,8 @@ class ForcedClient(ServerClient):
         finally:
             self.request_extra = saved
         decoded = (turn.timings.predicted_n or 0) if turn.timings else 0
-        exact = turn.content == text and turn.finish_reason == "stop"
+        exact = turn.content == text and turn.finish_reason == "stop" and \
+            decoded <= len(pieces) + HEADROOM
         note = "" if exact else (f"decoded {len(turn.content)} characters, finish "
                                  f"{turn.finish_reason}, not the {len(text)}-character reply")
         self.last = Check(exact=exact, canonical=len(pieces), decoded=decoded, note=note)
