@@ -1306,7 +1306,9 @@ def recheck_forced(sample: TurnSample) -> TurnSample:
     """``sample`` with ``forced_exact`` False when its numbers show it was not the forced reply
     (cut, or more tokens than the reply allows): results saved before the forced client left
     a compaction's summary request unforced said True for the turn that followed it."""
-    if sample.forced_exact and (sample.finish_reason != "stop" or sample.forced_tokens is None
+    # A forced native call ends "tool_calls": the client hands it back as the server's parse.
+    if sample.forced_exact and (sample.finish_reason not in ("stop", "tool_calls")
+                                or sample.forced_tokens is None
                                 or sample.predicted_n > sample.forced_tokens + HEADROOM):
         return sample.model_copy(update={"forced_exact": False})
     return sample
