@@ -29,13 +29,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 from pathlib import Path
 
 import httpx2
 
-from backend.measure.bench import machine_info, sample_from_response
+from backend.measure.bench import Sample, machine_info, sample_from_response
 from backend.measure.prompts import load_prompts
+from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
 from backend.serve.server import ServerState, interrupt_on_termination, pick_port, stop, up
 from backend.serve.tuning import synth_rates
@@ -53,22 +55,80 @@ def _rate(tokens: int, ms: float) -> float | None:
     return tokens / ms * 1000 if ms > 0 else None
 
 
+def summarize(samples: dict[str, list], names: list[str]) -> list[dict]:
+    """Per variant: totals over the run (ratio of sums against ``baseline``) and the ratios of
+    the variant's decode rate to ``baseline``'s within each group (one prompt in one round,
+    requests sent back to back), whose median is what to read when the machine is shared:
+    a stall of other jobs hits one group, and the median leaves it out."""
+    def rate(group: list) -> float | None:
+        return _rate(sum(s.completion_tokens for s in group), sum(s.decode_ms for s in group))
+
+    def pick(name: str, key: tuple | None = None) -> list:
+        return [s for s in samples[name] if key is None or (s.repeat, s.prompt) == key]
+
+    groups = sorted({(s.repeat, s.prompt) for s in samples["baseline"]})
+    rows = []
+    for name in names:
+        group = pick(name)
+        ratios = [rate(pick(name, k)) / rate(pick("baseline", k)) for k in groups]
+        prefill = _rate(sum(s.prompt_tokens for s in group), sum(s.prompt_ms for s in group))
+        base_prefill = _rate(sum(s.prompt_tokens for s in pick("baseline")),
+                             sum(s.prompt_ms for s in pick("baseline")))
+        rows.append({"variant": name, "requests": len(group),
+                     "completion_tokens": sum(s.completion_tokens for s in group),
+                     "decode_tok_s": rate(group), "prefill_tok_s": prefill,
+                     "draft_n": sum(s.draft_n for s in group),
+                     "draft_accepted": sum(s.draft_accepted for s in group),
+                     "decode_ratio_of_sums": rate(group) / rate(pick("baseline")),
+                     "prefill_ratio_of_sums": prefill / base_prefill,
+                     "group_ratios": ratios, "group_ratio_median": statistics.median(ratios),
+                     "group_ratio_quartiles": statistics.quantiles(ratios, n=4)
+                     if len(ratios) > 1 else ratios * 3})
+    return rows
+
+
+def report(result: dict) -> None:
+    """The table of a result (JSON as :func:`main` writes it)."""
+    print(f"{'variant':<9} {'tokens':>6} {'dec tok/s':>9} {'drafts':>7} {'acc':>5} "
+          f"{'sum x':>6} {'median x':>8} {'quartiles':>11} {'pre x':>6}")
+    for r in result["variants"]:
+        q = r["group_ratio_quartiles"]
+        print(f"{r['variant']:<9} {r['completion_tokens']:>6} {r['decode_tok_s']:>9.1f} "
+              f"{r['draft_n']:>7} {r['draft_accepted']:>5} {r['decode_ratio_of_sums']:>6.2f} "
+              f"{r['group_ratio_median']:>8.2f} {q[0]:>5.2f}-{q[2]:<5.2f} "
+              f"{r['prefill_ratio_of_sums']:>6.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--binary", type=Path, required=True)
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--draft", type=Path, required=True)
+    parser.add_argument("--binary", type=Path)
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--draft", type=Path)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--launch-k", type=int, default=15)
     parser.add_argument("--prompts", default="edit")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--synth-accept", type=float, default=None)
+    parser.add_argument("--gpu", action="store_true", help="both models on the GPU, flash "
+                        "attention on (the H200 presets' server options)")
     parser.add_argument("--json", type=Path, default=Path("draft-cap.json"))
+    parser.add_argument("--report", type=Path, help="print the table of a saved result "
+                        "again (its samples summarized anew) and exit")
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads(args.report.read_text("utf-8"))
+        samples = {n: [Sample.model_validate(s) for s in v] for n, v in saved["samples"].items()}
+        saved["variants"] = summarize(samples, list(samples))
+        report(saved)
+        return
+    if not (args.binary and args.model and args.draft):
+        raise SystemExit("give --binary, --model and --draft (or --report JSON)")
     if not 1 <= args.k <= args.launch_k <= 15:
         raise SystemExit("need 1 <= --k <= --launch-k <= 15")
     _, prompts = load_prompts(args.prompts)
+    options = ServerOptions(gpu_layers="all", draft_gpu_layers="all", flash_attn="on") \
+        if args.gpu else ServerOptions()
 
     def plan(name: str, profile: str, n_max: int | None) -> LaunchPlan:
         flags: tuple[str, ...] = ("--alias", f"draft-cap-{name}")
@@ -76,7 +136,7 @@ def main() -> None:
             flags += ("--spec-synth-rates", synth_rates(args.synth_accept, n_max))
         return LaunchPlan(binary=args.binary, model=args.model, profile=profile,
                           ctx_size=4096, draft=args.draft if n_max else None,
-                          draft_n_max=n_max, extra_flags=flags)
+                          draft_n_max=n_max, extra_flags=flags, options=options)
 
     plans = {"baseline": plan("baseline", "baseline", None),
              "capped": plan("capped", "dflash-fixed", args.launch_k),
@@ -92,6 +152,22 @@ def main() -> None:
             states[name], _ = up(p, port=pick_port("127.0.0.1", 0), timeout=300)
             _post(client, states[name], {"messages": [{"role": "user", "content": "Hi"}],
                                          "max_tokens": 4, "temperature": 0.0})
+        argvs = {name: states[name].argv for name in plans}
+
+        def save(rounds: int) -> dict:
+            """The result so far (every finished round), written at once: a run on a shared
+            machine may have to be stopped, and its finished rounds still count."""
+            result = {"machine": machine_info().model_dump(), "binary": str(args.binary),
+                      "model": str(args.model), "draft": str(args.draft), "k": args.k,
+                      "launch_k": args.launch_k, "synth_accept": args.synth_accept,
+                      "prompts": [p.name for p in prompts], "max_tokens": args.max_tokens,
+                      "repeats": args.repeats, "rounds_done": rounds, "argv": argvs,
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                      "variants": summarize(samples, [v for v, _, _ in variants]),
+                      "samples": {n: [s.model_dump() for s in v] for n, v in samples.items()}}
+            args.json.write_text(json.dumps(result, indent=2, default=str), "utf-8")
+            return result
+
         turn = 0
         for repeat in range(args.repeats):
             for prompt in prompts:
@@ -108,45 +184,8 @@ def main() -> None:
                     print(f"r{repeat} {prompt.name:<14} {name:<8} {sample.completion_tokens:>4} "
                           f"tok {_rate(sample.completion_tokens, sample.decode_ms) or 0:6.1f} "
                           f"tok/s draft {sample.draft_accepted}/{sample.draft_n}", flush=True)
-        argvs = {name: states[name].argv for name in plans}
-
-    def total(name: str, rnd: int | None = None) -> dict:
-        group = [s for s in samples[name] if rnd is None or s.repeat == rnd]
-        tokens = sum(s.completion_tokens for s in group)
-        ms = sum(s.decode_ms for s in group)
-        return {"requests": len(group), "completion_tokens": tokens, "decode_ms": ms,
-                "decode_tok_s": _rate(tokens, ms),
-                "prefill_tok_s": _rate(sum(s.prompt_tokens for s in group),
-                                       sum(s.prompt_ms for s in group)),
-                "draft_n": sum(s.draft_n for s in group),
-                "draft_accepted": sum(s.draft_accepted for s in group)}
-
-    rows = []
-    base = total("baseline")
-    for name, server, extra in variants:
-        row = {"variant": name, "server": server, "request_fields": extra, **total(name)}
-        row["decode_ratio"] = row["decode_tok_s"] / base["decode_tok_s"]
-        row["prefill_ratio"] = row["prefill_tok_s"] / base["prefill_tok_s"]
-        per_round = [total(name, r)["decode_tok_s"] / total("baseline", r)["decode_tok_s"]
-                     for r in range(args.repeats)]
-        row["round_ratios"] = per_round
-        row["round_ratio_median"] = statistics.median(per_round)
-        rows.append(row)
-    result = {"machine": machine_info().model_dump(), "binary": str(args.binary),
-              "model": str(args.model), "draft": str(args.draft), "k": args.k,
-              "launch_k": args.launch_k, "synth_accept": args.synth_accept,
-              "prompts": [p.name for p in prompts], "max_tokens": args.max_tokens,
-              "repeats": args.repeats, "argv": argvs, "variants": rows,
-              "samples": {n: [s.model_dump() for s in v] for n, v in samples.items()}}
-    args.json.write_text(json.dumps(result, indent=2, default=str), "utf-8")
-    print(f"{'variant':<9} {'tokens':>6} {'dec tok/s':>9} {'pre tok/s':>9} {'drafts':>7} "
-          f"{'acc':>5} {'x base':>6} {'rounds min/med/max':>19} {'pre x':>6}")
-    for r in rows:
-        rr = r["round_ratios"]
-        print(f"{r['variant']:<9} {r['completion_tokens']:>6} {r['decode_tok_s']:>9.1f} "
-              f"{r['prefill_tok_s']:>9.1f} {r['draft_n']:>7} {r['draft_accepted']:>5} "
-              f"{r['decode_ratio']:>6.2f} {min(rr):>6.2f}/{r['round_ratio_median']:.2f}/"
-              f"{max(rr):.2f} {r['prefill_ratio']:>6.2f}")
+            result = save(repeat + 1)
+    report(result)
     print(f"wrote {args.json}")
 
 
