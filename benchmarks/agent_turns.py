@@ -106,7 +106,7 @@ from backend.serve.server import (  # noqa: E402
     keep_current_marker,
     stop,
 )
-from backend.serve.tuning import tune  # noqa: E402
+from backend.serve.tuning import DraftCap, per_request_cap, tune  # noqa: E402
 from tools.registry import Registry, default_registry  # noqa: E402
 from tools.workspace import Workspace  # noqa: E402
 
@@ -1072,9 +1072,12 @@ def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
 
 def _client(state: ServerState) -> ServerClient:
     """The agent's client for a server the run started (with the fields a known bug of its
-    build needs on every request, where the backend records them)."""
+    build needs on every request, where the backend records them, and, on a server that
+    takes its draft length per request, the agent's choice of it for every turn)."""
     extra = getattr(state, "request_extra", None)
-    client = ServerClient(state.base_url, 3600.0, explain=lambda: crash_report(state))
+    cap = DraftCap(state.plan) if per_request_cap(state.plan) else None
+    client = ServerClient(state.base_url, 3600.0, explain=lambda: crash_report(state),
+                          draft_cap=cap)
     if extra:
         client.request_extra = dict(extra)
     return client
