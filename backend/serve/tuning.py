@@ -53,13 +53,12 @@ off) from the stored observations and the session's own, re-choosing after every
 while off, a request drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due, and its
 acceptance decides again. Elsewhere (an engine without the patch: a user's own build, one
 built before the patch; ``dflash+ngram``, whose n-gram drafts a per-request cap would cut too)
-the length is per server: a re-choice takes effect at
-the next launch, between tasks, never mid-turn, and off is a launch without the draft.
-BeeLlama <= 0.3 sizes drafts itself per request (its ``profit`` controller) and is left to it.
-The choice is by kind of turn nowhere: what kind a turn is shows only in what it decodes, after
-the length was sent. ``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's confidence
-on real text, which synthetic acceptance cannot give, and a cut does not remove the draft
-pass's cost.
+the length is per server: a re-choice takes effect at the next launch, between tasks, never
+mid-turn, and off is a launch without the draft. BeeLlama <= 0.3 sizes drafts itself per
+request (its ``profit`` controller) and is left to it. Nothing is chosen per kind of turn: a
+turn's kind shows only in what it decodes, after its length was sent, so observations carry
+none. ``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's confidence on real text,
+which synthetic acceptance cannot give, and a cut does not remove the draft pass's cost.
 """
 
 from __future__ import annotations
