@@ -22,6 +22,8 @@ from agent.events import Timings
 if TYPE_CHECKING:
     import openai
 
+    from backend.serve.tuning import DraftCap
+
 
 class ContextOverflow(RuntimeError):
     """The request does not fit the server's context (``exceed_context_size_error``)."""
@@ -57,6 +59,9 @@ class Turn:
     finish_reason: str | None = None
     timings: Timings | None = None
     usage: dict[str, Any] | None = None
+    draft_n_max: int | None = None
+    """The draft length the request carried (``speculative.n_max``, 0 = no draft), or None
+    when it carried none (the server's own length)."""
 
 
 _HTTP: httpx2.Client | None = None
@@ -81,13 +86,17 @@ class ServerClient:
 
     def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0,
                  explain: Callable[[], str | None] | None = None,
-                 request_extra: dict[str, Any] | None = None):
+                 request_extra: dict[str, Any] | None = None,
+                 draft_cap: DraftCap | None = None):
         """``explain``: called when a request fails; returns why the server is gone (the
         managed server's crash report: signal, fix, log lines) or None. ``request_extra``:
         fields every completion carries (the managed server's workaround for a known bug of
-        its build, :mod:`backend.serve.quirks`)."""
+        its build, :mod:`backend.serve.quirks`). ``draft_cap``: for a server that takes its
+        draft length per request, what chooses each completion's length (sent as
+        ``speculative.n_max``) and learns from its timings."""
         self.explain = explain
         self.request_extra = dict(request_extra or {})
+        self.draft_cap = draft_cap
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.id_slot = id_slot
         self.idle_timeout = idle_timeout
@@ -189,6 +198,9 @@ class ServerClient:
         extra: dict[str, Any] = {**self.request_extra, "cache_prompt": True}
         if self.id_slot is not None:
             extra["id_slot"] = self.id_slot
+        n_max = self.draft_cap.next_n_max() if self.draft_cap is not None else None
+        if n_max is not None:
+            extra["speculative.n_max"] = n_max
         for key in ("top_k", "min_p"):
             if sampling.get(key) is not None:
                 extra[key] = sampling[key]
@@ -287,6 +299,9 @@ class ServerClient:
                                     "reason (the server stopped mid-reply); check the "
                                     "server's log")
         turn.tool_calls = [calls[i] for i in sorted(calls)]
+        turn.draft_n_max = n_max
+        if self.draft_cap is not None and n_max is not None and turn.timings is not None:
+            self.draft_cap.observe(n_max, turn.timings.model_dump())
         return turn
 
     def _silent(self) -> str:

@@ -77,6 +77,9 @@ class ModelTurn(_Event):
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     timings: Timings | None = None
+    draft_n_max: int | None = Field(None, description="The draft length the request carried "
+                                    "(speculative.n_max, 0 = no draft); None when it carried "
+                                    "none (the server's own length).")
 
 
 class ToolCall(_Event):

@@ -431,6 +431,7 @@ class Agent:
         self.emit(ModelTurn(session_id=self.session_id, step=self.steps, protocol=protocol,
                             content=turn.content, finish_reason=turn.finish_reason,
                             usage=turn.usage, timings=turn.timings,
+                            draft_n_max=turn.draft_n_max,
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
                                                      arguments=c["arguments"]) for c in calls]))
 

@@ -16,7 +16,13 @@ from backend.engine.flavour import detect_flavour
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_server
 from backend.serve.server import ServerState, crash_report
-from backend.serve.tuning import TuningError, effective_n_max, record_turns
+from backend.serve.tuning import (
+    DraftCap,
+    TuningError,
+    effective_n_max,
+    per_request_cap,
+    record_turns,
+)
 
 _PROBE = "dflash-agent-tool-role-probe"
 
@@ -30,6 +36,8 @@ class Backend:
     profile: str | None
     sampling: dict[str, Any]
     state: ServerState | None = None
+    draft_cap: DraftCap | None = None
+    """Chooses each request's draft length on a server that takes it per request."""
 
     @property
     def speculation(self) -> str | None:
@@ -39,10 +47,12 @@ class Backend:
     def draft_length(self) -> str | None:
         """What a step line shows of the draft model: ``draft length K``, ``drafting off`` or
         ``draft model off`` (a tuned profile that turned it off; n-gram lookup may still
-        draft), or None when the server has no draft model or sizes drafts itself
-        (BeeLlama <= 0.3)."""
+        draft), or None when the server has no draft model, sizes drafts itself
+        (BeeLlama <= 0.3) or takes the length per request (each step line then says its
+        request's own)."""
         plan = self.state.plan if self.state is not None else None
-        if plan is None or plan.draft is None or detect_flavour(plan.binary) == "bee-old":
+        if plan is None or plan.draft is None or detect_flavour(plan.binary) == "bee-old" \
+                or self.draft_cap is not None:
             return None
         k = effective_n_max(plan)
         if k:
@@ -77,10 +87,11 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                   f"(profile {state.plan.profile})")
     if state.speculation:
         reporter.note(f"speculation: {state.speculation}")
+    draft_cap = DraftCap(state.plan, reporter.note) if per_request_cap(state.plan) else None
     client = ServerClient(state.base_url, settings.request_timeout,
                           explain=lambda: crash_report(state),
-                          request_extra=state.request_extra)
-    backend = Backend(client, preset.name, state.plan.profile, sampling, state)
+                          request_extra=state.request_extra, draft_cap=draft_cap)
+    backend = Backend(client, preset.name, state.plan.profile, sampling, state, draft_cap)
     reporter.draft_length = backend.draft_length()
     return backend
 
@@ -89,11 +100,16 @@ def record_speculation(backend: Backend, timings: list[Any],
                        warn: Any = None) -> None:
     """Record a task's ``timings`` (drafted and accepted tokens per model call) for the tuned
     launch (:func:`backend.serve.tuning.record_turns`): the next launch chooses its draft length
-    from them. A record that cannot be written is said through ``warn``, never raised."""
-    if backend.state is None or not timings:
+    from them. On a server that takes the length per request, the draft cap's own
+    observations are stored instead (each at the length its request carried). A record that
+    cannot be written is said through ``warn``, never raised."""
+    if backend.state is None:
         return
     try:
-        record_turns(backend.state.plan, [t.model_dump() for t in timings])
+        if backend.draft_cap is not None:
+            backend.draft_cap.save()
+        elif timings:
+            record_turns(backend.state.plan, [t.model_dump() for t in timings])
     except TuningError as exc:
         if warn is not None:
             warn(f"could not record the draft's acceptance: {exc}")

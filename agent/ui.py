@@ -136,7 +136,9 @@ class Reporter:
         self._previous = (prompt + reused, 0 if cut else decoded)
         accept = (f" · accepted {t.draft_n_accepted}/{t.draft_n} drafts"
                   if t.draft_n else "")
-        if self.draft_length:
+        if event.draft_n_max is not None:  # this request's own length (a per-request server)
+            accept += f" · {draft_length_text(event.draft_n_max)}"
+        elif self.draft_length:
             accept += f" · {self.draft_length}"
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""
         self.console.print(Text(f"step {event.step} · prefill {prompt} (reused {reused}){miss} · "
@@ -369,6 +371,12 @@ STOP_LINES = {
 TIME_LIMIT_IN_STEP = ("stopped: {text}; raise --max-time (seconds, or max_time in "
                       "config.toml)")
 """``max_time`` with the loop's report: the limit ran out inside a model step."""
+
+
+def draft_length_text(n_max: int) -> str:
+    """What a step line says of a request's draft length: ``draft length K`` or, for 0,
+    ``drafting off``."""
+    return f"draft length {n_max}" if n_max else "drafting off"
 
 
 def stop_line(reason: str, text: str, steps: int) -> str:

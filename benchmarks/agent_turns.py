@@ -106,7 +106,7 @@ from backend.serve.server import (  # noqa: E402
     keep_current_marker,
     stop,
 )
-from backend.serve.tuning import tune  # noqa: E402
+from backend.serve.tuning import DraftCap, per_request_cap, tune  # noqa: E402
 from benchmarks.forced import (  # noqa: E402
     HEADROOM,
     ForcedClient,
@@ -1192,11 +1192,14 @@ def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
 
 def _client(state: ServerState, forced: bool = False) -> ServerClient:
     """The agent's client for a server the run started (with the fields a known bug of its
-    build needs on every request, where the backend records them); a
+    build needs on every request, where the backend records them, and, on a server that
+    takes its draft length per request, the agent's choice of it for every turn); a
     :class:`benchmarks.forced.ForcedClient` for --forced."""
     extra = getattr(state, "request_extra", None)
+    cap = DraftCap(state.plan) if per_request_cap(state.plan) else None
     kind = ForcedClient if forced else ServerClient
-    client = kind(state.base_url, idle_timeout=3600.0, explain=lambda: crash_report(state))
+    client = kind(state.base_url, idle_timeout=3600.0, explain=lambda: crash_report(state),
+                  draft_cap=cap)
     if extra:
         client.request_extra = dict(extra)
     return client

