@@ -18,7 +18,9 @@ from backend.home import HOME_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_SCRIPT = Path(sys.executable).with_name("agent")
-BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
+BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py")
+                    if 'if __name__ == "__main__":' in p.read_text("utf-8"))
+"""The benchmark command lines (benchmarks/forced.py is a module agent_turns.py imports)."""
 UNREACHABLE = "http://127.0.0.1:9"
 
 
