@@ -160,19 +160,27 @@ class ServerClient:
 
         Raises :class:`ServerUnavailable` when the server cannot be reached or refuses.
         """
+        return [int(t) for t in self._tokens({"content": text}, 30.0)]
+
+    def tokenize_pieces(self, text: str) -> list[dict[str, Any]]:
+        """``/tokenize`` with pieces: ``[{"id": int, "piece": str | list[int]}]`` (a byte list
+        where the piece is not valid UTF-8), no special tokens added and none parsed (a text
+        holding ``<|im_end|>`` stays text). Raises :class:`ServerUnavailable`."""
+        return list(self._tokens({"content": text, "with_pieces": True, "add_special": False,
+                                  "parse_special": False}, 60.0))
+
+    def _tokens(self, body: dict[str, Any], timeout: float) -> list[Any]:
         try:
-            resp = self.http.post(self.base_url + "/tokenize", json={"content": text},
-                                  timeout=30.0)
+            resp = self.http.post(self.base_url + "/tokenize", json=body, timeout=timeout)
         except httpx2.HTTPError as exc:
             raise ServerUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
         if resp.status_code != 200:
             raise ServerUnavailable(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
         try:
-            tokens = resp.json()["tokens"]
+            return list(resp.json()["tokens"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ServerUnavailable(f"/tokenize answered without tokens: {resp.text[:300]}") \
                 from exc
-        return [int(t) for t in tokens]
 
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,

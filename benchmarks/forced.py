@@ -147,24 +147,6 @@ def token_grammar(pieces: Sequence[Mapping[str, Any]]) -> str:
     return "root ::= " + " ".join(items)
 
 
-def tokenize_pieces(client: ServerClient, text: str) -> list[dict[str, Any]]:
-    """``/tokenize`` with pieces (no special tokens added, none parsed: a reply that contains
-    ``<|im_end|>`` as text stays text). Raises :class:`ServerUnavailable`."""
-    try:
-        resp = client.http.post(client.base_url + "/tokenize",
-                                json={"content": text, "with_pieces": True,
-                                      "add_special": False, "parse_special": False},
-                                timeout=60.0)
-    except httpx2.HTTPError as exc:
-        raise ServerUnavailable(f"cannot reach {client.base_url}: {exc}") from exc
-    if resp.status_code != 200:
-        raise ServerUnavailable(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
-    try:
-        return list(resp.json()["tokens"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ServerUnavailable(f"/tokenize answered without tokens: {resp.text[:300]}") from exc
-
-
 @dataclass
 class Check:
     """How one forced request went: ``exact`` when the decoded text is the reply byte for
@@ -200,7 +182,7 @@ class ForcedClient(ServerClient):
         ``text`` is a native tool call's rendering. Raises :class:`Unforceable` when the text
         cannot be written as a grammar, :class:`ServerUnavailable` when ``/tokenize`` fails."""
         self.last = None
-        pieces = tokenize_pieces(self, text)
+        pieces = self.tokenize_pieces(text)
         try:
             token_grammar(pieces)
         except ValueError as exc:
@@ -285,11 +267,11 @@ def _timed(client: ServerClient, prompt: str, body: dict[str, Any]) -> dict[str,
 def measure_cost(client: ServerClient, repeats: int = 3) -> ForcingCost:
     """Measure :class:`ForcingCost` on ``client``'s server (its slot's cache is replaced:
     call it before a conversation, not during one). Raises :class:`ServerUnavailable`."""
-    other = tokenize_pieces(client, COST_TEXT)
+    other = client.tokenize_pieces(COST_TEXT)
     n = len(other)
     prompt = "Here is a small Python helper:\n\n"
     own_text = _timed(client, prompt, {"n_predict": n, "ignore_eos": True})["content"]
-    own = tokenize_pieces(client, own_text)
+    own = client.tokenize_pieces(own_text)
     pairs = []
     for _ in range(repeats):
         rates = []

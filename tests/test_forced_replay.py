@@ -20,7 +20,6 @@ from benchmarks.forced import (
     native_reply,
     reply_text,
     token_grammar,
-    tokenize_pieces,
 )
 from tools.registry import default_registry
 from tools.workspace import Workspace
@@ -82,7 +81,7 @@ def test_a_real_server_decodes_the_forced_reply_byte_for_byte(real_server, proto
     assert turn.content == text and turn.finish_reason == "stop"
     check = client.last
     assert check is not None and check.exact and check.note == ""
-    assert check.canonical == len(tokenize_pieces(client, text))
+    assert check.canonical == len(client.tokenize_pieces(text))
     assert check.decoded >= check.canonical  # plus the end-of-turn token
     # Only the next request is forced.
     free = client.complete([{"role": "user", "content": "Say hi."}], max_tokens=4)
