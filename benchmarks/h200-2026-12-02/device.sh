@@ -247,6 +247,9 @@ measure_big() {
     --max-tokens 256 --json "$OUT/bench-big74-useless.json"
 }
 # <<< LEAD: END OF MEASUREMENT COMMANDS
+# Another run's measurement sets (e.g. benchmarks/h200-forced-2026-12-02/measure.sh) replace
+# these when DEVICE_MEASURE names them; stages, kit and build stay this script's.
+if [[ -n ${DEVICE_MEASURE:-} ]]; then . "$ROOT/$DEVICE_MEASURE"; fi
 # ---------------------------------------------------------------------------------------------
 
 measure() {
@@ -268,7 +271,7 @@ case $stage in
     [[ -f $T/sdist/$KIT_SDIST && -f $VOCAB ]] || { say "call 1's files are missing"; finish 11; }
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "$KIT"/whl/*.whl || { say "wheel install failed"; finish 11; }
-    "$PY" -c "import backend.measure.bench, backend.serve.launch, agent.cli.main, gguf" \
+    "$PY" -c "import backend.measure.bench, backend.serve.launch, agent.cli.main, gguf${EXTRA_IMPORTS:-}" \
       || { say "the backend does not import with $SITE"; finish 11; }
     # The build runs from a copy of the tree, so later calls' copies of it cannot disturb it.
     rm -rf "$T/repo" && mkdir -p "$T/repo"
