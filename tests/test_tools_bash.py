@@ -464,3 +464,18 @@ def test_the_scratch_dir_in_a_plain_folder_creates_no_git_dir(reg: Registry, ws:
     reg.call("bash", {"command": "true"})
     assert (ws / ".dflash-agent").is_dir()
     assert not (ws / ".git").exists()
+
+
+def test_a_symlink_planted_at_the_next_output_file_is_not_written_through(
+        reg: Registry, ws: Path, tmp_path: Path):
+    # Output file names are predictable; a link left there by an earlier command must not make
+    # the agent write a command's output into a file outside the workspace.
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    scratch = reg.tools["bash"].ctx.workspace.scratch
+    scratch.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 4):
+        (scratch / f"bash-{os.getpid()}-{n}.out").symlink_to(outside)
+    obs = reg.call("bash", {"command": "echo written"})
+    assert "written" in obs.text
+    assert outside.read_text() == "keep me\n"

@@ -49,7 +49,11 @@ class Spill:
         """Bytes the command wrote."""
         self.chars = 0
         """Characters they decode to (UTF-8; each invalid byte counts as one replacement)."""
-        self._file = path.open("wb")
+        # The name is predictable: whatever an earlier command left there (a symlink out of
+        # the workspace) is removed, and the file created afresh, never followed.
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self._file = os.fdopen(fd, "wb")
         self._head_left = SPILL_HEAD
         self._tail = bytearray()
         self._first = bytearray()
