@@ -4,6 +4,9 @@ build, the real SmolLM2 model and one real llama-server per (model, profile)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,22 +98,65 @@ def bee_home(shared_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return shared_home.with_name(shared_home.name + "-beellama")
 
 
+def _bee_built() -> bool:
+    """Whether BeeLlama v0.3.1 is built in the home ``DFLASH_AGENT_HOME`` points at."""
+    return any(e.engine == "beellama" and e.version == "v0.3.1" and e.binary.is_file()
+               for e in list_engines())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bee_prebuild(bee_home: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[subprocess.Popen | None]:
+    """BeeLlama's build (~19 minutes on 2 cores), started in the background at the session's
+    first test, at the lowest CPU priority, so it uses the CPU the tests leave idle; its tests
+    run last (:func:`pytest_collection_modifyitems`) and :func:`bee_old` waits for it. Only
+    when the session will build it anyway (CI, or ``DFLASH_AGENT_BEELLAMA=1``)."""
+    with home_env(bee_home):
+        wanted = BEELLAMA_ARCHIVE.is_file() and not _bee_built() and (
+            CI or os.environ.get(BEELLAMA_ENV) == "1")
+    if not wanted:
+        yield None
+        return
+    log = tmp_path_factory.mktemp("bee-prebuild") / "build.out"
+    env = {**os.environ, HOME_ENV: str(bee_home)}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", "backend", "build", "--engine", "beellama",
+             "--source", str(BEELLAMA_ARCHIVE), "--cpu"],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True, preexec_fn=lambda: os.nice(19))
+    yield proc
+    if proc.poll() is None:  # the session ended first (-k, -x): stop the whole build, as
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C would (its work folder is removed)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 @pytest.fixture(scope="session")
-def bee_old(bee_home: Path) -> Engine:
+def bee_old(bee_home: Path, bee_prebuild: subprocess.Popen | None) -> Engine:
     """BeeLlama v0.3.1 (bee-old) built through the product from the real source archive, CPU.
 
-    About 19 minutes cold on 2 cores (a few with ccache): CI always builds it; a local run
-    builds it only when ``DFLASH_AGENT_BEELLAMA=1`` or once it is in the persistent test home,
-    and otherwise skips the ``beellama`` tests, saying how to run them."""
+    About 19 minutes cold on 2 cores (a few with ccache): CI always builds it (in the
+    background from the session's start: :func:`bee_prebuild`); a local run builds it only when
+    ``DFLASH_AGENT_BEELLAMA=1`` or once it is in the persistent test home, and otherwise skips
+    the ``beellama`` tests, saying how to run them."""
     if not BEELLAMA_ARCHIVE.is_file():
         pytest.skip(f"the BeeLlama source archive {BEELLAMA_ARCHIVE} is not here")
+    if bee_prebuild is not None:
+        bee_prebuild.wait()  # a failed build is built again below, and fails with its reason
     with home_env(bee_home):
-        built = any(e.engine == "beellama" and e.version == "v0.3.1" and e.binary.is_file()
-                    for e in list_engines())
-        if not (CI or built or os.environ.get(BEELLAMA_ENV) == "1"):
+        if not (CI or _bee_built() or os.environ.get(BEELLAMA_ENV) == "1"):
             pytest.skip(f"BeeLlama v0.3.1 is not built in {bee_home}; run with "
                         f"{BEELLAMA_ENV}=1 to build it (about 19 min cold on 2 cores)")
         return build_beellama(source=BEELLAMA_ARCHIVE, cuda=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """BeeLlama's tests last (a stable sort): its build then has the whole run to finish."""
+    items.sort(key=lambda item: item.get_closest_marker("beellama") is not None)
 
 
 @pytest.fixture(scope="session")
