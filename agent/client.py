@@ -22,6 +22,7 @@ from agent.events import Timings
 if TYPE_CHECKING:
     import openai
 
+    from backend.serve.ngram_guard import NgramGuard
     from backend.serve.tuning import DraftCap
 
 
@@ -87,7 +88,7 @@ class ServerClient:
     def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0,
                  explain: Callable[[], str | None] | None = None,
                  request_extra: dict[str, Any] | None = None,
-                 draft_cap: DraftCap | None = None):
+                 draft_cap: DraftCap | NgramGuard | None = None):
         """``explain``: called when a request fails; returns why the server is gone (the
         managed server's crash report: signal, fix, log lines) or None. ``request_extra``:
         fields every completion carries (the managed server's workaround for a known bug of

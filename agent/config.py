@@ -35,7 +35,8 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     preset: str = Field(description="Model preset to serve (see `agent backend status`).")
-    profile: Literal["baseline", "ngram", "dflash", "dflash-fixed", "dflash+ngram"] | None = Field(
+    profile: Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
+                      "dflash+ngram"] | None = Field(
         None, description="Speculation profile; None uses the preset's.")
     tool_protocol: Literal["auto", "text", "json", "native"] = Field(
         description="How tool calls are requested from the model (auto: see "

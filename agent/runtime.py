@@ -15,13 +15,14 @@ from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_server
+from backend.serve.ngram_guard import NgramGuard
 from backend.serve.server import ServerState, crash_report
 from backend.serve.tuning import (
     DraftCap,
     TuningError,
     effective_n_max,
-    per_request_cap,
     record_turns,
+    request_control,
 )
 
 _PROBE = "dflash-agent-tool-role-probe"
@@ -36,7 +37,7 @@ class Backend:
     profile: str | None
     sampling: dict[str, Any]
     state: ServerState | None = None
-    draft_cap: DraftCap | None = None
+    draft_cap: DraftCap | NgramGuard | None = None
     """Chooses each request's draft length on a server that takes it per request."""
 
     @property
@@ -87,7 +88,7 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                   f"(profile {state.plan.profile})")
     if state.speculation:
         reporter.note(f"speculation: {state.speculation}")
-    draft_cap = DraftCap(state.plan, reporter.note) if per_request_cap(state.plan) else None
+    draft_cap = request_control(state.plan, reporter.note)
     client = ServerClient(state.base_url, settings.request_timeout,
                           explain=lambda: crash_report(state),
                           request_extra=state.request_extra, draft_cap=draft_cap)

@@ -106,7 +106,7 @@ from backend.serve.server import (  # noqa: E402
     keep_current_marker,
     stop,
 )
-from backend.serve.tuning import DraftCap, per_request_cap, tune  # noqa: E402
+from backend.serve.tuning import request_control, tune  # noqa: E402
 from benchmarks.forced import (  # noqa: E402
     HEADROOM,
     ForcedClient,
@@ -1196,7 +1196,7 @@ def _client(state: ServerState, forced: bool = False) -> ServerClient:
     takes its draft length per request, the agent's choice of it for every turn); a
     :class:`benchmarks.forced.ForcedClient` for --forced."""
     extra = getattr(state, "request_extra", None)
-    cap = DraftCap(state.plan) if per_request_cap(state.plan) else None
+    cap = request_control(state.plan)
     kind = ForcedClient if forced else ServerClient
     client = kind(state.base_url, idle_timeout=3600.0, explain=lambda: crash_report(state),
                   draft_cap=cap)

@@ -12,7 +12,7 @@ import pytest
 from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts, flavour_from_help
 from backend.engine.helpfacts import HelpFacts, check_argv, parse_help, stored_facts
-from backend.models.presets import ServerOptions, get_preset
+from backend.models.presets import NgramLengths, ServerOptions, get_preset
 from backend.serve.profiles import LaunchPlan, server_argv
 
 M, D = Path("/models/gemma-4-31B-it-Q4_K_S.gguf"), Path("/models/draft.gguf")
@@ -42,7 +42,7 @@ def plan(profile: str, parallel: int = 1) -> LaunchPlan:
 
 
 @pytest.mark.parametrize("flavour", ["bee-old", "bee-new", "upstream"])
-@pytest.mark.parametrize("profile", ["baseline", "ngram", "dflash"])
+@pytest.mark.parametrize("profile", ["baseline", "ngram", "ngram-fixed", "dflash"])
 def test_the_gemma_preset_translates_to_flags_each_flavour_accepts(
         facts: dict[str, HelpFacts], flavour: str, profile: str):
     argv = server_argv(plan(profile), "127.0.0.1", 8910, flavour)  # type: ignore[arg-type]
@@ -67,6 +67,32 @@ def test_where_the_flavours_differ(facts: dict[str, HelpFacts]):
     assert any("--spec-dflash-cross-ctx" in p for p in check_argv(old, facts["bee-new"]))
     assert any("--spec-type dflash" in p for p in check_argv(old, facts["upstream"]))
     assert any("--load-mode" in p for p in check_argv(new, facts["bee-old"]))
+
+
+def _lengths(argv: list[str]) -> tuple[int, ...] | None:
+    flags = ("--spec-ngram-mod-n-match", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max")
+    if not any(f in argv for f in flags):
+        return None
+    return tuple(int(argv[argv.index(f) + 1]) for f in flags)
+
+
+def test_ngram_lengths_are_the_plans_own_and_never_the_references():
+    # What a plan carries (a preset's own, or the GPU's: tuning.with_ngram_lengths) reaches
+    # ngram and dflash+ngram on every flavour; ngram-fixed stays llama.cpp's.
+    own = ServerOptions(ngram=NgramLengths(n_match=9, n_min=3, n_max=40))
+    for profile in ("ngram", "dflash+ngram"):
+        assert _lengths(server_argv(plan(profile), "h", 1, "upstream")) is None
+        mine = plan(profile).model_copy(update={"options": own})
+        assert _lengths(server_argv(mine, "h", 1, "upstream")) == (9, 3, 40)
+    off = plan("dflash+ngram").model_copy(update={"draft_n_max": 0, "options": own})
+    argv = server_argv(off, "h", 1, "upstream")  # the draft model off: n-gram lookup stays
+    assert argv[argv.index("--spec-type") + 1] == "ngram-mod" and _lengths(argv) == (9, 3, 40)
+    for profile in ("ngram-fixed", "baseline", "dflash"):
+        mine = plan(profile).model_copy(update={"options": own})
+        assert _lengths(server_argv(mine, "h", 1, "upstream")) is None
+    mine = plan("ngram").model_copy(update={"options": own})
+    for flavour in ("bee-old", "bee-new"):  # the same flags on every flavour
+        assert _lengths(server_argv(mine, "h", 1, flavour)) == (9, 3, 40)  # type: ignore[arg-type]
 
 
 def test_dflash_refuses_more_than_one_slot():

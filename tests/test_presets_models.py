@@ -34,6 +34,22 @@ def test_broken_presets_file_gives_the_file_preset_and_field(agent_home: Path):
         load_presets()
 
 
+def test_a_presets_ngram_lengths_are_read_and_broken_ones_refused(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    path = agent_home / "config" / "presets.toml"
+    path.write_text('[mine]\nmodel = "/m.gguf"\nprofile = "ngram"\n[mine.server]\n'
+                    "ngram = { n_match = 8, n_min = 4, n_max = 32 }\n")
+    lengths = load_presets()["mine"].server.ngram
+    assert lengths is not None and (lengths.n_match, lengths.n_min, lengths.n_max) == (8, 4, 32)
+    for broken, said in (("{ n_match = 8, n_min = 40, n_max = 32 }", "n_min \\(40\\) is above"),
+                         ("{ n_match = 0, n_min = 4, n_max = 32 }", "n_match"),
+                         ("{ n_match = 8, n_min = 4, n_max = 32, n_maximum = 9 }", "n_maximum"),
+                         ("[8, 4, 32]", "server.ngram"), ('"8,4,32"', "server.ngram")):
+        path.write_text(f'[bad]\nmodel = "/m.gguf"\n[bad.server]\nngram = {broken}\n')
+        with pytest.raises(PresetError, match=f"preset 'bad': server.ngram.*{said}|{said}"):
+            load_presets()
+
+
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(PresetError, match="known: .*smollm2-135m"):
         get_preset("nope")

@@ -11,11 +11,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from backend.home import home
 
-ProfileName = Literal["baseline", "ngram", "dflash", "dflash-fixed", "dflash+ngram"]
+ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
+                      "dflash+ngram"]
 DEFAULT_PRESET = "smollm2-135m"
 
 
@@ -35,6 +36,32 @@ class Sampling(BaseModel):
     top_k: int | None = Field(None, ge=0, description="Top-k cutoff; None keeps the server's.")
     top_p: float | None = Field(None, ge=0.0, le=1.0, description="Nucleus cutoff.")
     min_p: float | None = Field(None, ge=0.0, le=1.0, description="Min-p cutoff.")
+
+
+class NgramLengths(BaseModel):
+    """ngram-mod's lengths, in tokens (``--spec-ngram-mod-n-match``, ``-n-min``, ``-n-max``).
+
+    ngram-mod (common/speculative.cpp, llama.cpp PR #19164) hashes every ``n_match`` tokens of
+    the context to the token that followed them; a draft chains lookups from the last
+    ``n_match`` tokens, up to ``n_max`` tokens, and is dropped when the chain is shorter than
+    ``n_min``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    n_match: int = Field(ge=1, le=1024, description="Tokens a lookup key holds.")
+    n_min: int = Field(ge=0, le=1024, description="Shortest draft sent for verification.")
+    n_max: int = Field(ge=1, le=1024, description="Longest draft.")
+
+    @model_validator(mode="after")
+    def _order(self) -> NgramLengths:
+        if self.n_min > self.n_max:
+            raise ValueError(f"n_min ({self.n_min}) is above n_max ({self.n_max}): nothing "
+                             "would ever be drafted")
+        return self
+
+    def argv(self) -> list[str]:
+        """The server flags."""
+        return ["--spec-ngram-mod-n-match", str(self.n_match), "--spec-ngram-mod-n-min",
+                str(self.n_min), "--spec-ngram-mod-n-max", str(self.n_max)]
 
 
 class ServerOptions(BaseModel):
@@ -67,6 +94,9 @@ class ServerOptions(BaseModel):
     reasoning: Literal["on", "off", "auto"] | None = Field(None, description="--reasoning.")
     dflash_cross_ctx: int | None = Field(None, ge=1, description="DFlash cross-attention window, "
                                          "tokens (--spec-dflash-cross-ctx; bee-old only).")
+    ngram: NgramLengths | None = Field(None, description="ngram-mod's lengths for the ngram "
+                                       "and dflash+ngram profiles (ngram-fixed keeps "
+                                       "llama.cpp's); None: the profile's measured ones.")
     fit: bool | None = Field(None, description="llama-server's --fit (b11434: on by default, "
                              "shrinks unset options to fit device memory). None: the product's "
                              "policy (see backend.serve.profiles).")

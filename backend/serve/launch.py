@@ -21,7 +21,7 @@ from backend.serve.server import (
     running,
     up,
 )
-from backend.serve.tuning import stale_note, tune
+from backend.serve.tuning import stale_note, tune, with_ngram_lengths
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
@@ -54,18 +54,19 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     """Resolve the preset's models (fetching them) into a launch plan.
 
     An old-format DFlash draft is converted for builds that need the upstream format
-    (:func:`backend.models.drafts.draft_for`). Raises ``PresetError``, ``ModelError`` or
-    ``DraftError``.
+    (:func:`backend.models.drafts.draft_for`); n-gram lookup gets the lengths for the device
+    (:func:`backend.serve.tuning.with_ngram_lengths`). Raises ``PresetError``, ``ModelError``
+    or ``DraftError``.
     """
     chosen = profile_for(preset, profile)
     model = resolve_model(preset.model, note)
     draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
     if draft is not None:
         draft = draft_for(draft, detect_flavour(engine.binary), note)
-    return LaunchPlan(binary=engine.binary, model=model, profile=chosen.name,
-                      ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
-                      idle_timeout=idle_timeout, options=preset.server,
-                      extra_flags=tuple(preset.extra_flags))
+    return with_ngram_lengths(LaunchPlan(
+        binary=engine.binary, model=model, profile=chosen.name,
+        ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
+        idle_timeout=idle_timeout, options=preset.server, extra_flags=tuple(preset.extra_flags)))
 
 
 def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int | None = None,

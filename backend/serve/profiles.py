@@ -26,12 +26,19 @@ class Profile(BaseModel):
     tuned: bool = Field(False, description="True when the launch chooses the draft length "
                         "(0 = off) from measured costs and acceptance (backend.serve.tuning); "
                         "draft_n_max is then the longest it may choose.")
+    ngram_lengths: bool = Field(False, description="True when the launch may set ngram-mod's "
+                                "lengths (a preset's own, or the product's for a GPU: "
+                                "backend.serve.tuning.with_ngram_lengths); False keeps "
+                                "llama.cpp's.")
 
 
 PROFILES: dict[str, Profile] = {
     "baseline": Profile(name="baseline"),
     # Prompt-lookup speculation: no draft model; strong when output repeats the context.
-    "ngram": Profile(name="ngram", spec_types=("ngram-mod",)),
+    # Its lengths are chosen per device at the launch (tuning.with_ngram_lengths).
+    "ngram": Profile(name="ngram", spec_types=("ngram-mod",), ngram_lengths=True),
+    # llama.cpp's own lengths, always: the reference the chosen ones are measured against.
+    "ngram-fixed": Profile(name="ngram-fixed", spec_types=("ngram-mod",)),
     # b11434 defaults --spec-draft-n-max to 3; DFlash drafts 16-token blocks (block - 1 = 15).
     # The length is tuned per launch: 15 only pays for a very good draft on a large target
     # (SPECULATION-COSTS.md), and a draft that does not pay is not run at all.
@@ -44,7 +51,7 @@ PROFILES: dict[str, Profile] = {
     # match (common/speculative.cpp, common_speculative_init's order of preference), so text
     # copied from the context costs no draft pass.
     "dflash+ngram": Profile(name="dflash+ngram", spec_types=("draft-dflash", "ngram-mod"),
-                            draft_n_max=15, needs_draft=True, tuned=True),
+                            draft_n_max=15, needs_draft=True, tuned=True, ngram_lengths=True),
 }
 
 
@@ -109,11 +116,13 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
                          "use the dflash profile there")
     n_max = plan.draft_n_max if plan.draft_n_max is not None else profile.draft_n_max
     types = profile.spec_types
+    lengths = plan.options.ngram if profile.ngram_lengths else None
+    ngram = lengths.argv() if lengths and "ngram-mod" in types else []
     if profile.needs_draft and n_max == 0:
         # Drafting off: no draft model, so no draft pass (a confidence cut would still run it
         # every step); what the profile speculates without a draft stays.
         types = tuple(t for t in types if t != "draft-dflash")
-        return ["--spec-type", ",".join(types)] if types else []
+        return ["--spec-type", ",".join(types), *ngram] if types else []
     if profile.needs_draft:
         if plan.draft is None:
             raise ValueError(f"profile '{profile.name}' needs a draft model; the preset has none")
@@ -131,7 +140,7 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
             argv += ["--spec-dflash-cross-ctx", str(plan.options.dflash_cross_ctx)]
     elif n_max is not None:
         argv += ["--spec-draft-n-max", str(n_max)]
-    return argv
+    return argv + ngram
 
 
 def server_argv(plan: LaunchPlan, host: str, port: int,

@@ -83,7 +83,9 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from backend.engine.build import PER_REQUEST_DRAFT_CAP
 from backend.engine.flavour import detect_flavour
 from backend.home import home
+from backend.models.presets import NgramLengths
 from backend.serve.fit import FitError, check_fit
+from backend.serve.ngram_guard import NgramGuard
 from backend.serve.profiles import LaunchPlan, get_profile
 from backend.serve.server import (
     DEFAULT_HOST,
@@ -396,6 +398,39 @@ def _offloads(plan: LaunchPlan) -> bool:
                                                 plan.options.draft_gpu_layers))
 
 
+NGRAM_GPU = NgramLengths(n_match=6, n_min=2, n_max=64)
+"""ngram-mod's lengths where the target decodes on a GPU (llama.cpp's are 24 / 48 / 64).
+
+Measured on the agent's own turns (forced replay, benchmarks/RESULTS.md "n-gram lookup's
+lengths"): lookups that start after 6 matching tokens and draft from 2 found 1.54 tokens a
+target step on the edit turns against 1.10 at llama.cpp's lengths (a grid of eight; the agent
+copies 40-110-token snippets whose lines the view tool's line numbers break up, so a 24-token
+key rarely matches); on one H200 the 7.4 B shape ran those turns at 1.04x baseline against
+0.86x (forced, a lower bound). n_max stays 64: a GPU verifies a long draft for little, and whole
+files repeated keep their gain (the bench's edit set 1.85x against 1.91x). On the 2-core CPU
+every drafted token costs (a step with 1.4 drafted tokens cost two plain ones there): the same
+lengths ran those turns at 0.74x against 0.90x and the edit set at 1.50x against 1.79x, so a CPU
+keeps llama.cpp's."""
+
+
+def decodes_on_gpu(plan: LaunchPlan) -> bool:
+    """True when a server of ``plan`` decodes on a GPU: a CUDA build (or a binary the product
+    did not build, on a machine with a GPU) whose preset does not keep the target or draft
+    on the CPU."""
+    return device_id(plan.binary) != "cpu" and _offloads(plan)
+
+
+def with_ngram_lengths(plan: LaunchPlan) -> LaunchPlan:
+    """``plan`` with ngram-mod's lengths chosen for its device (:data:`NGRAM_GPU` on a GPU,
+    llama.cpp's on a CPU), for the profiles that run n-gram lookup with chosen lengths; a
+    preset's own ``server.ngram`` is kept as given."""
+    if not get_profile(plan.profile).ngram_lengths or plan.options.ngram is not None \
+            or not decodes_on_gpu(plan):
+        return plan
+    return plan.model_copy(update={"options": plan.options.model_copy(
+        update={"ngram": NGRAM_GPU})})
+
+
 def default_costs(plan: LaunchPlan, device: str) -> CostModel:
     """The stated default cost model (the most expensive rows measured, see above): the CPU's
     unless the plan decodes on a GPU with both models offloaded."""
@@ -527,12 +562,32 @@ def per_request_cap(plan: LaunchPlan) -> bool:
     itself: :func:`tune`)."""
     if plan.profile != "dflash" or plan.draft is None or plan.draft_n_max == 0:
         return False
+    return takes_length_per_request(plan.binary)
+
+
+def takes_length_per_request(binary: Path) -> bool:
+    """True when ``binary`` was built by the product with the per-request draft cap patch:
+    the ``engine.json`` beside its ``bin/`` lists
+    :data:`~backend.engine.build.PER_REQUEST_DRAFT_CAP`."""
     try:
-        manifest = json.loads((plan.binary.parent.parent / "engine.json").read_text("utf-8"))
+        manifest = json.loads((binary.parent.parent / "engine.json").read_text("utf-8"))
     except (OSError, ValueError):
         return False
     patches = manifest.get("patches") if isinstance(manifest, dict) else None
     return isinstance(patches, list) and PER_REQUEST_DRAFT_CAP in patches
+
+
+def request_control(plan: LaunchPlan, note: Callable[[str], None] | None = None
+                    ) -> DraftCap | NgramGuard | None:
+    """What chooses each request's draft length on a server of ``plan``: a :class:`DraftCap`
+    for the tuned ``dflash`` profile (:func:`per_request_cap`), an
+    :class:`~backend.serve.ngram_guard.NgramGuard` for ``ngram`` on an engine with the patch
+    (``ngram-fixed`` is the untouched reference), None elsewhere (the launch's length)."""
+    if per_request_cap(plan):
+        return DraftCap(plan, note)
+    if plan.profile == "ngram" and takes_length_per_request(plan.binary):
+        return NgramGuard(plan, note)
+    return None
 
 
 # --- the probe --------------------------------------------------------------------------------
