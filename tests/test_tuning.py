@@ -259,6 +259,24 @@ def test_a_per_request_launch_keeps_the_draft_at_its_longest_and_sends_the_choic
     assert plan.draft_n_max == 3 and not sent.per_request
 
 
+def test_drafting_off_on_a_gpu_launches_without_the_draft(
+        agent_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A loaded draft costs a GPU even when no request drafts (0.90x decode, 0.62x prefill for
+    # SmolLM2 on an H200): off there is a server without it; on a CPU it stays loaded (0.97-1.01x).
+    off = choose(_costs({3: 2.0, 15: 8.0}), 0.0)
+    on = choose(_costs({3: 2.0, 15: 8.0}), 0.9)
+    assert off.n_max == 0 and on.n_max == 3
+    monkeypatch.setattr(tuning, "device_id", lambda binary: "NVIDIA H200, 143771 MiB")
+    plan, sent = tuning._launch(_capped(tmp_path), off, 15)
+    assert plan.draft_n_max == 0 and not sent.per_request
+    assert "--spec-draft-model" not in server_argv(plan, "h", 1)
+    plan, sent = tuning._launch(_capped(tmp_path), on, 15)
+    assert plan.draft_n_max == 15 and sent.per_request
+    monkeypatch.setattr(tuning, "device_id", lambda binary: "cpu")
+    plan, sent = tuning._launch(_capped(tmp_path), off, 15)
+    assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 0
+
+
 def test_the_draft_cap_turns_drafting_off_and_on_between_requests(
         agent_home: Path, tmp_path: Path) -> None:
     plan = _capped(tmp_path, draft_n_max=15)

@@ -725,8 +725,12 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
 def _launch(plan: LaunchPlan, choice: Tuning, longest: int) -> tuple[LaunchPlan, Tuning]:
     """The plan to launch for ``choice``: the chosen length, or, on a server that takes the
     length per request (:func:`per_request_cap`), the draft loaded at ``longest`` with the
-    choice carried by each request."""
-    if per_request_cap(plan):
+    choice carried by each request — except drafting off on a GPU, which launches without
+    the draft: there a loaded draft costs even when no request drafts (its feature injection
+    runs after every target batch: requests at ``speculative.n_max`` 0 decoded at 0.90x of a
+    server without the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x
+    for the 7.4 B shape; 0.97-1.01x on the 2-core CPU; benchmarks/RESULTS.md)."""
+    if per_request_cap(plan) and (choice.n_max > 0 or not decodes_on_gpu(plan)):
         return (plan.model_copy(update={"draft_n_max": longest}),
                 choice.model_copy(update={"per_request": True}))
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
