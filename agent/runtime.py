@@ -94,6 +94,7 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                           request_extra=state.request_extra, draft_cap=draft_cap)
     backend = Backend(client, preset.name, state.plan.profile, sampling, state, draft_cap)
     reporter.draft_length = backend.draft_length()
+    reporter.request_label = draft_cap.label if isinstance(draft_cap, NgramGuard) else None
     return backend
 
 

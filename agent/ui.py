@@ -6,6 +6,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -83,6 +84,9 @@ class Reporter:
         self._protocol = "json"
         self._started = 0.0
         self.draft_length: str | None = None
+        # What a step line says of a request's own length where that is not a draft model's
+        # (n-gram lookup's guard: "n-gram lookup off"); None: draft_length_text.
+        self.request_label: Callable[[int], str] | None = None
         """The server's drafting, shown on every step line (``draft length 3``, ``drafting
         off``); None when it has no draft model."""
         self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
@@ -137,7 +141,7 @@ class Reporter:
         accept = (f" · accepted {t.draft_n_accepted}/{t.draft_n} drafts"
                   if t.draft_n else "")
         if event.draft_n_max is not None:  # this request's own length (a per-request server)
-            accept += f" · {draft_length_text(event.draft_n_max)}"
+            accept += f" · {(self.request_label or draft_length_text)(event.draft_n_max)}"
         elif self.draft_length:
             accept += f" · {self.draft_length}"
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""

@@ -106,8 +106,9 @@ CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailab
 Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
                                            "`preset` in config.toml).")]
 Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram "
-                                             "(n-gram lookup at lengths measured on agent "
-                                             "turns), ngram-fixed (llama.cpp's lengths), "
+                                             "(n-gram lookup: shorter lengths on a GPU; each "
+                                             "request drafts only while that measures faster), "
+                                             "ngram-fixed (llama.cpp's lengths, always on), "
                                              "dflash (draft length tuned per launch, off when "
                                              "it would not pay), dflash-fixed (always 15), "
                                              "dflash+ngram.")]

@@ -96,7 +96,8 @@ class ServerOptions(BaseModel):
                                          "tokens (--spec-dflash-cross-ctx; bee-old only).")
     ngram: NgramLengths | None = Field(None, description="ngram-mod's lengths for the ngram "
                                        "and dflash+ngram profiles (ngram-fixed keeps "
-                                       "llama.cpp's); None: the profile's measured ones.")
+                                       "llama.cpp's); None: chosen per device (6/2/64 for "
+                                       "ngram on a GPU, llama.cpp's 24/48/64 elsewhere).")
     fit: bool | None = Field(None, description="llama-server's --fit (b11434: on by default, "
                              "shrinks unset options to fit device memory). None: the product's "
                              "policy (see backend.serve.profiles).")

@@ -25,7 +25,7 @@ from backend.serve.preset_status import cached_file
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
 from backend.serve.server import port_is_free
-from backend.serve.tuning import tune
+from backend.serve.tuning import tune, with_ngram_lengths
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"
 
@@ -80,6 +80,7 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
                       parallel=parallel, idle_timeout=idle_timeout, options=preset.server,
                       extra_flags=tuple(preset.extra_flags))
     if engine is not None:
+        plan = with_ngram_lengths(plan)
         plan, choice = tune(plan, allow_probe=False, note=notes.append)
         if choice is not None:
             notes.append(f"speculation: {choice.line()}")

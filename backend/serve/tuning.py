@@ -404,13 +404,13 @@ NGRAM_GPU = NgramLengths(n_match=6, n_min=2, n_max=64)
 Measured on the agent's own turns (forced replay, benchmarks/RESULTS.md "n-gram lookup's
 lengths"): lookups that start after 6 matching tokens and draft from 2 found 1.54 tokens a
 target step on the edit turns against 1.10 at llama.cpp's lengths (a grid of eight; the agent
-copies 40-110-token snippets whose lines the view tool's line numbers break up, so a 24-token
-key rarely matches); on one H200 the 7.4 B shape ran those turns at 1.04x baseline against
-0.86x (forced, a lower bound). n_max stays 64: a GPU verifies a long draft for little, and whole
-files repeated keep their gain (the bench's edit set 1.85x against 1.91x). On the 2-core CPU
-every drafted token costs (a step with 1.4 drafted tokens cost two plain ones there): the same
-lengths ran those turns at 0.74x against 0.90x and the edit set at 1.50x against 1.79x, so a CPU
-keeps llama.cpp's."""
+copies 40-110-token snippets, and a 24-token key waits for a quarter of one before it drafts;
+the view tool's line numbers made no difference: 1.52 and 1.10 without them); on one H200 the
+7.4 B shape ran those turns at 1.04x baseline against 0.86x (forced, a lower bound). n_max
+stays 64: a GPU verifies a long draft for little, and whole files repeated keep their gain (the
+bench's edit set 1.85x against 1.91x). On the 2-core CPU every drafted token costs (a step with
+1.4 drafted tokens cost two plain ones there): the same lengths ran those turns at 0.74x
+against 0.90x and the edit set at 1.50x against 1.79x, so a CPU keeps llama.cpp's."""
 
 
 def decodes_on_gpu(plan: LaunchPlan) -> bool:
@@ -421,11 +421,13 @@ def decodes_on_gpu(plan: LaunchPlan) -> bool:
 
 
 def with_ngram_lengths(plan: LaunchPlan) -> LaunchPlan:
-    """``plan`` with ngram-mod's lengths chosen for its device (:data:`NGRAM_GPU` on a GPU,
-    llama.cpp's on a CPU), for the profiles that run n-gram lookup with chosen lengths; a
-    preset's own ``server.ngram`` is kept as given."""
-    if not get_profile(plan.profile).ngram_lengths or plan.options.ngram is not None \
-            or not decodes_on_gpu(plan):
+    """``plan`` with ngram-mod's lengths chosen for its device: :data:`NGRAM_GPU` for the
+    ``ngram`` profile where the target decodes on a GPU (a CUDA build, its layers not kept on
+    the CPU), llama.cpp's elsewhere. A preset's own ``server.ngram`` is kept as given;
+    ``dflash+ngram`` keeps llama.cpp's lengths unless the preset sets them (its n-gram side
+    was not measured at other lengths, and its acceptance record does not tell them apart)."""
+    if plan.profile != "ngram" or plan.options.ngram is not None \
+            or plan.options.gpu_layers == "0" or device_id(plan.binary) == "cpu":
         return plan
     return plan.model_copy(update={"options": plan.options.model_copy(
         update={"ngram": NGRAM_GPU})})
