@@ -97,6 +97,7 @@ from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
 from backend.models.sources import ModelError  # noqa: E402
 from backend.serve.fit import FitError  # noqa: E402
 from backend.serve.launch import ensure_engine, plan_for  # noqa: E402
+from backend.serve.ngram_guard import NgramGuard  # noqa: E402
 from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.server import (  # noqa: E402
     ServerError,
@@ -764,6 +765,8 @@ def replay(clients: Mapping[str, ServerClient], sessions: Sequence[FixtureSessio
                 continue
             talks: dict[str, ReplayAgent | PlainChain] = {}
             for profile, client in clients.items():
+                if isinstance(client.draft_cap, NgramGuard):
+                    client.draft_cap.restart()  # each conversation is a session of its own
                 keeper = ContextKeeper(client, client.n_ctx(), max_output=max_tokens)
                 talks[profile] = PlainChain(client, session, sampling=sampling,
                                             max_tokens=max_tokens, context=keeper) \

@@ -66,6 +66,10 @@ def test_drafting_turns_off_when_it_measures_slower_and_back_on_when_probes_pay(
     for _ in range(2 * ngram_guard.REFERENCE_EVERY):
         request(300)  # on: one request in REFERENCE_EVERY decodes plain
     assert sent[before:].count(0) == 2 and guard.on
+    guard.on = False
+    guard.restart()  # a new session (the replay benchmark's next conversation)
+    assert guard.on and guard.speedup() is None
+    assert [guard.next_n_max(), guard.next_n_max()] == [64, 0]
 
 
 def test_a_scheduled_plain_request_too_short_to_measure_is_sent_again(tmp_path: Path):

@@ -92,6 +92,11 @@ class NgramGuard:
     def __init__(self, plan: LaunchPlan, note: Callable[[str], None] | None = None):
         self.longest = _longest(plan)
         self.note = note
+        self.restart()
+
+    def restart(self) -> None:
+        """Start as a new session does: drafting on, no evidence (a benchmark replaying
+        several sessions on one client calls it between them)."""
         self.on = True
         self._sent = 0
         self._since = 0  # requests since the last reference (on) or probe (off)
