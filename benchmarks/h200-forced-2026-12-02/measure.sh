@@ -20,10 +20,10 @@ qwen_template() {  # the Qwen2.5-7B template shipped with the engine (it has a t
     | head -1
 }
 
-measure_big() {
+big74q_preset() {  # the 7.4 B shape with Qwen2.5-7B's template, once per home; 1 when none
   local tmpl
   tmpl=$(qwen_template)
-  [[ -n $tmpl ]] || { say "no Qwen2.5 template in the engine"; return 0; }
+  [[ -n $tmpl ]] || { say "no Qwen2.5 template in the engine"; return 1; }
   grep -q '^\[big74q\]' "$DFLASH_AGENT_HOME/config/presets.toml" || \
     cat >> "$DFLASH_AGENT_HOME/config/presets.toml" <<EOF
 
@@ -43,6 +43,10 @@ gpu_layers = "all"
 draft_gpu_layers = "all"
 flash_attn = "on"
 EOF
+}
+
+measure_big() {
+  big74q_preset || return 0
   turns forced-big74 big74q 540 --profiles baseline,ngram --protocols text,json,native \
     --sessions vercheck-prereleases inventory-report
 }

@@ -6,23 +6,11 @@
 
 GRID=${GRID:-"24,48,64 12,8,32 12,8,64 8,4,16 8,4,32 8,4,64 6,2,64 16,8,64 12,4,64"}
 
-turns() {  # turns NAME PRESET LIMIT ARGS...: one forced replay, resumed when a copy is kept
-  local name=$1 preset=$2 limit=$3; shift 3
-  mkdir -p "$T/keep"
-  local resume=()
-  [[ -f $T/keep/$name.json ]] && resume=(--resume "$T/keep/$name.json")
-  step "$name" "$limit" "$PY" benchmarks/agent_turns.py --preset "$preset" --forced -q \
-    --json "$T/keep/$name.json" "${resume[@]}" "$@"
-  [[ -f $T/keep/$name.json ]] && cp "$T/keep/$name.json" "$OUT/$name.json"
-}
+# turns, qwen_template, big74q_preset: the forced run's, shared
+. "$ROOT/benchmarks/h200-forced-2026-12-02/measure.sh"
 
 engine_bin() {  # the CUDA llama-server the build installed
   ls "$DFLASH_AGENT_HOME"/cache/engines/*cuda*/bin/llama-server 2>/dev/null | head -1
-}
-
-qwen_template() {  # the Qwen2.5-7B template shipped with the engine (it has a tool-call format)
-  ls "$DFLASH_AGENT_HOME"/cache/engines/*/templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>/dev/null \
-    | head -1
 }
 
 grid_preset() {  # grid_preset M,MIN,MAX: a SmolLM2 preset whose ngram profile has these lengths
@@ -78,34 +66,13 @@ measure_smol() {
 }
 
 measure_big() {
-  local tmpl
-  tmpl=$(qwen_template)
-  [[ -n $tmpl ]] || { say "no Qwen2.5 template in the engine"; return 0; }
-  grep -q '^\[big74q\]' "$DFLASH_AGENT_HOME/config/presets.toml" || \
-    cat >> "$DFLASH_AGENT_HOME/config/presets.toml" <<EOT
-
-[big74q]
-description = "the 7.4 B llama shape with Qwen2.5-7B's chat template (a tool-call format)"
-model = "$BIG/target.gguf"
-draft = "$BIG/draft.gguf"
-profile = "dflash"
-ctx_size = 16384
-extra_flags = ["--chat-template-file", "$tmpl"]
-
-[big74q.sampling]
-temperature = 0.0
-
-[big74q.server]
-gpu_layers = "all"
-draft_gpu_layers = "all"
-flash_attn = "on"
-EOT
+  big74q_preset || return 0
   step draft-cap-smol 110 env PYTHONPATH="$ROOT:$PYTHONPATH" "$PY" benchmarks/draft_cap.py \
     --binary "$(engine_bin)" --gpu --model "$SMOL" --draft "$V1" --k 3 --prompts edit \
     --repeats 3 --max-tokens 256 --json "$OUT/draft-cap-smol.json"
-  step draft-cap-big 130 env PYTHONPATH="$ROOT:$PYTHONPATH" "$PY" benchmarks/draft_cap.py --binary "$(engine_bin)" --gpu \
-    --model "$BIG/target.gguf" --draft "$BIG/draft.gguf" --k 3 --prompts edit --repeats 3 \
-    --max-tokens 128 --json "$OUT/draft-cap-big.json"
+  step draft-cap-big 130 env PYTHONPATH="$ROOT:$PYTHONPATH" "$PY" benchmarks/draft_cap.py \
+    --binary "$(engine_bin)" --gpu --model "$BIG/target.gguf" --draft "$BIG/draft.gguf" --k 3 \
+    --prompts edit --repeats 3 --max-tokens 128 --json "$OUT/draft-cap-big.json"
   turns forced-big-ngram big74q 360 --profiles baseline,ngram-fixed,ngram --protocols text \
     --no-plain --sessions vercheck-prereleases
 }
