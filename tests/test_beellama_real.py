@@ -26,6 +26,7 @@ from backend.serve.launch import plan_for
 from backend.serve.profiles import PROFILES, LaunchPlan, server_argv
 from backend.serve.quirks import NEUTRAL_LOGIT_BIAS
 from backend.serve.server import ServerError, ServerState, launch_argv, pick_port, stop, up
+from backend.serve.tuning import PROBE_PROMPTS, load_observations, tune
 from tests.conftest import BEELLAMA_ARCHIVE, home_env
 
 pytestmark = [pytest.mark.beellama, pytest.mark.server]
@@ -120,7 +121,8 @@ def test_the_real_help_is_bee_old_and_has_every_flag_the_product_passes(bee_old:
         text = binary_help(bee_old.binary)
     assert "--spec-dflash-cross-ctx" in facts.flags and "turbo4" in facts.cache_types
     assert "dflash" in facts.spec_types
-    # Adaptive draft-max is on by default; the product never passes the switch that stops it.
+    # Adaptive draft-max is on by default; the product turns it off only with a length it
+    # chose (tests/test_flavours.py), never for a plan without one.
     assert re.search(r"enable adaptive draft-max controller \(default: true\)", text)
     presets = load_presets()
     option_sets = [p.server for p in presets.values()] + [
@@ -283,6 +285,26 @@ def test_the_converted_trained_draft_accepts_on_bee_old(dflash_run):
     assert body["timings"].get("draft_n_accepted", 0) > 0, body["timings"]
 
 
+
+def test_the_tuned_profile_probes_the_draft_on_bee_old_and_launches_without_it(
+        bee_old: Engine, bee_home: Path, smollm2: Path, old_draft: Path):
+    # Tuned like upstream (backend.serve.tuning): a probe at the longest calibrated length
+    # with v0.3.1's adaptive controller off, then the choice. The trained draft accepts 0-2 of
+    # ~400 tokens here (CPU_ACCEPTANCE) and a CPU step costs ~2.3 plain ones even at length 1,
+    # so drafting cannot pay: the launch is a server without the draft.
+    plan = _plan(bee_old, smollm2, draft=old_draft)
+    notes: list[str] = []
+    with home_env(bee_home):
+        tuned, choice = tune(plan, note=notes.append)
+        seen = load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
+        argv = server_argv(tuned, "127.0.0.1", 8080, "bee-old")
+    assert any("probing the draft's acceptance at length 15" in n for n in notes), notes
+    assert len(seen) == len(PROBE_PROMPTS) and {o.n_max for o in seen} == {15}
+    assert all(o.source == "probe" and o.draft_n > 0 for o in seen), seen
+    assert choice is not None and choice.n_max == 0 and tuned.draft_n_max == 0, choice
+    assert "under the 1.05x it must beat plain decoding by" in choice.reason
+    assert not any(a.startswith("--spec") for a in argv), argv
+
 def test_an_unconverted_b11434_draft_does_not_load_on_bee_old(bee_old: Engine, smollm2: Path,
                                                               launch):
     with pytest.raises(ServerError) as info:
@@ -364,12 +386,23 @@ def test_print_cmd_shows_the_bee_old_command_with_the_converted_draft(bee_old: E
     (config / "presets.toml").write_text(
         f'[smol-dflash]\nmodel = "{smollm2}"\ndraft = "{TRAINED}"\nprofile = "dflash"\n'
         'ctx_size = 2048\n[smol-dflash.server]\ndflash_cross_ctx = 512\n', "utf-8")
-    proc = _agent("backend", "up", "--preset", "smol-dflash", "--print-cmd", home=bee_home)
+    # dflash-fixed: the engine's own draft length and adaptive controller (the reference).
+    proc = _agent("backend", "up", "--preset", "smol-dflash", "--profile", "dflash-fixed",
+                  "--print-cmd", home=bee_home)
     assert proc.returncode == 0, proc.stderr
     argv = shlex.split(proc.stdout.strip())
     assert argv[0] == str(bee_old.binary)
     assert argv[argv.index("--spec-type") + 1] == "dflash"
     assert argv[argv.index("--spec-dflash-cross-ctx") + 1] == "512"
     assert "--spec-draft-n-max" not in argv and "--fit" not in argv
+    assert "--no-spec-dm-adaptive" not in argv
     assert argv[argv.index("--spec-draft-model") + 1].endswith("-dflash-draft.gguf")
     assert "converts it once to 'dflash-draft'" in proc.stderr
+    # The tuned profile is tuned on bee-old too: nothing is known about this draft yet, so the
+    # command shown drafts nothing and says the launch probes it first.
+    proc = _agent("backend", "up", "--preset", "smol-dflash", "--print-cmd", home=bee_home)
+    assert proc.returncode == 0, proc.stderr
+    argv = shlex.split(proc.stdout.strip())
+    assert "--spec-draft-model" not in argv and "--spec-type" not in argv
+    assert "nothing measured about this draft yet" in proc.stderr
+    assert "probes the draft first" in proc.stderr

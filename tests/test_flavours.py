@@ -69,6 +69,24 @@ def test_where_the_flavours_differ(facts: dict[str, HelpFacts]):
     assert any("--load-mode" in p for p in check_argv(new, facts["bee-old"]))
 
 
+
+@pytest.mark.parametrize("profile", ["dflash", "dflash-fixed"])
+def test_a_length_the_product_chose_is_drafted_as_chosen_on_bee_old(
+        facts: dict[str, HelpFacts], profile: str):
+    # Untuned (no length in the plan): v0.3.1's own 16 under its adaptive controller, the
+    # reference. Chosen by tuning or calibration: that length, the controller off (it ran at
+    # 0.41-0.45x of plain with the v1 draft on an H200 without turning drafting off).
+    untuned = server_argv(plan(profile), "h", 1, "bee-old")
+    assert "--spec-draft-n-max" not in untuned and "--no-spec-dm-adaptive" not in untuned
+    chosen = server_argv(plan(profile).model_copy(update={"draft_n_max": 5}), "h", 1, "bee-old")
+    assert "--spec-type dflash --spec-dflash-cross-ctx 1024 --spec-draft-n-max 5 " \
+        "--no-spec-dm-adaptive" in " ".join(chosen)
+    assert check_argv(chosen, facts["bee-old"]) == []
+    # Off: no draft model, no DFlash flags at all (a plain server).
+    off = server_argv(plan(profile).model_copy(update={"draft_n_max": 0}), "h", 1, "bee-old")
+    assert not any(a.startswith("--spec") for a in off)
+    assert check_argv(off, facts["bee-old"]) == []
+
 def _lengths(argv: list[str]) -> tuple[int, ...] | None:
     flags = ("--spec-ngram-mod-n-match", "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max")
     if not any(f in argv for f in flags):

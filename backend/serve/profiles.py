@@ -44,7 +44,8 @@ PROFILES: dict[str, Profile] = {
     # (SPECULATION-COSTS.md), and a draft that does not pay is not run at all.
     "dflash": Profile(name="dflash", spec_types=("draft-dflash",), draft_n_max=15,
                       needs_draft=True, tuned=True),
-    # The untuned launch (always 15 drafted tokens): the reference the tuning is measured by.
+    # The untuned launch (always 15 drafted tokens; on BeeLlama <= 0.3 the engine's own 16
+    # under its adaptive controller): the reference the tuning is measured by.
     "dflash-fixed": Profile(name="dflash-fixed", spec_types=("draft-dflash",), draft_n_max=15,
                             needs_draft=True),
     # Both: upstream tries its n-gram drafters first and the draft model when they find no
@@ -138,6 +139,12 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
     if _is_dflash(profile) and flavour == "bee-old":
         if plan.options.dflash_cross_ctx is not None:
             argv += ["--spec-dflash-cross-ctx", str(plan.options.dflash_cross_ctx)]
+        if plan.draft_n_max is not None:
+            # A length the product chose (tuning, calibration) is drafted as chosen: v0.3.1's
+            # adaptive draft-max controller would resize it (it ran at 0.41-0.45x of plain
+            # decoding with the v1 draft on an H200). Without a chosen length the engine's
+            # own defaults stay: 16 tokens under that controller (dflash-fixed's reference).
+            argv += ["--spec-draft-n-max", str(plan.draft_n_max), "--no-spec-dm-adaptive"]
     elif n_max is not None:
         argv += ["--spec-draft-n-max", str(n_max)]
     return argv + ngram
@@ -148,8 +155,10 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
     """The full argv (binary first) for ``plan`` on a ``flavour`` build at ``host:port``.
 
     One translation covers the three flavours; where they differ (BACKEND-FACTS.md "Flags"):
-    DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``) on bee-old and
-    ``draft-dflash`` with ``--spec-draft-n-max`` (the plan's tuned length, else 15) elsewhere,
+    DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``; a length the product
+    chose as ``--spec-draft-n-max`` with ``--no-spec-dm-adaptive``, else v0.3.1's own 16 under
+    its adaptive controller) on bee-old and ``draft-dflash`` with ``--spec-draft-n-max`` (the
+    plan's tuned length, else 15) elsewhere,
     and no draft at all when the plan's length is 0; locked weights are
     ``--no-mmap --mlock`` on bee-old and ``--load-mode mlock`` elsewhere; ``--fit`` is set
     explicitly on upstream. Check the result with :func:`backend.engine.helpfacts.check_argv`.

@@ -54,11 +54,14 @@ while off, a request drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due
 acceptance decides again. Elsewhere (an engine without the patch: a user's own build, one
 built before the patch; ``dflash+ngram``, whose n-gram drafts a per-request cap would cut too)
 the length is per server: a re-choice takes effect at the next launch, between tasks, never
-mid-turn, and off is a launch without the draft. BeeLlama <= 0.3 sizes drafts itself per
-request (its ``profit`` controller) and is left to it. Nothing is chosen per kind of turn: a
-turn's kind shows only in what it decodes, after its length was sent, so observations carry
-none. ``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's confidence on real text,
-which synthetic acceptance cannot give, and a cut does not remove the draft pass's cost.
+mid-turn, and off is a launch without the draft. BeeLlama <= 0.3 is tuned the same way, per launch:
+its own ``profit`` controller (on by default) ran at 0.41-0.45x of plain decoding with the v1 draft
+on an H200 without ever turning drafting off, so a length the product chose is launched with that
+controller off (:func:`backend.serve.profiles.server_argv`), and ``dflash-fixed`` keeps the engine's
+defaults as the reference. Nothing is chosen per kind of turn: a turn's kind shows only in what it
+decodes, after its length was sent, so observations carry none. ``--spec-draft-p-min`` stays 0:
+choosing a cut needs the draft's confidence on real text, which synthetic acceptance cannot give,
+and a cut does not remove the draft pass's cost.
 """
 
 from __future__ import annotations
@@ -81,7 +84,6 @@ from filelock import FileLock
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from backend.engine.build import PER_REQUEST_DRAFT_CAP
-from backend.engine.flavour import detect_flavour
 from backend.home import home
 from backend.models.presets import NgramLengths
 from backend.serve.fit import FitError, check_fit
@@ -659,19 +661,16 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
          note: Callable[[str], None] | None = None) -> tuple[LaunchPlan, Tuning | None]:
     """``plan`` with the draft length of a tuned profile chosen (0 = off), and the choice.
 
-    Untuned profiles, plans without a draft, plans whose length is already set and BeeLlama
-    <= 0.3 (it sizes drafts itself, per request, with its ``profit`` controller) come back
-    unchanged with None. ``synth_p`` (a benchmark's synthetic acceptance) replaces measured
-    acceptance. Otherwise a probe runs first when one is due (:func:`probe_due`) and
-    ``allow_probe`` (``--print-cmd`` never launches: it shows what is stored); a probe plan
-    the fit check refuses is not started. The choice reads the draft model's own record (for
-    ``dflash+ngram`` too: its n-gram drafts are not the draft's). A probe that fails turns
-    drafting off for this launch, said through ``note``; it never stops one.
+    Untuned profiles, plans without a draft and plans whose length is already set come back
+    unchanged with None (BeeLlama <= 0.3 is tuned too: module docstring). ``synth_p`` (a benchmark's
+    synthetic acceptance) replaces measured acceptance. Otherwise a probe runs first when one is due
+    (:func:`probe_due`) and ``allow_probe`` (``--print-cmd`` never launches: it shows what is
+    stored); a probe plan the fit check refuses is not started. The choice reads the draft model's
+    own record (for ``dflash+ngram`` too: its n-gram drafts are not the draft's). A probe that fails
+    turns drafting off for this launch, said through ``note``; it never stops one.
     """
     profile = get_profile(plan.profile)
     if not profile.tuned or plan.draft is None or plan.draft_n_max is not None:
-        return plan, None
-    if detect_flavour(plan.binary) == "bee-old":
         return plan, None
     off_label = ("draft model off (n-gram lookup only)" if "ngram-mod" in profile.spec_types
                  else "drafting off")
