@@ -9,6 +9,7 @@ from pathlib import Path
 from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
 from backend.engine.flavour import detect_flavour
 from backend.models.drafts import draft_for
+from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
@@ -50,17 +51,23 @@ def profile_for(preset: Preset, profile: str | None = None) -> Profile:
 
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              ctx_size: int | None = None, note: Callable[[str], None] | None = None,
-             parallel: int = 1, idle_timeout: int | None = None) -> LaunchPlan:
+             parallel: int = 1, idle_timeout: int | None = None,
+             sdist: Path | None = None) -> LaunchPlan:
     """Resolve the preset's models (fetching them) into a launch plan.
 
     An old-format DFlash draft is converted for builds that need the upstream format
-    (:func:`backend.models.drafts.draft_for`); n-gram lookup gets the lengths for the device
+    (:func:`backend.models.drafts.draft_for`), a safetensors drafter converted first
+    (:func:`backend.models.hfdraft.resolve_draft`); n-gram lookup gets the lengths for the device
     (:func:`backend.serve.tuning.with_ngram_lengths`). Raises ``PresetError``, ``ModelError``
     or ``DraftError``.
     """
     chosen = profile_for(preset, profile)
     model = resolve_model(preset.model, note)
-    draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
+    draft = None
+    if chosen.needs_draft and preset.draft:
+        # A safetensors drafter is converted once (``sdist``: the converter's, offline).
+        draft = resolve_draft(preset.draft, model, preset.target_tokenizer, preset.draft_type,
+                              sdist, note)
     if draft is not None:
         draft = draft_for(draft, detect_flavour(engine.binary), note)
     return with_ngram_lengths(LaunchPlan(
@@ -84,7 +91,7 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     """
     preset = get_preset(preset_name)
     engine = ensure_engine(sdist, progress, note)
-    plan = plan_for(preset, engine, profile, ctx_size, note)
+    plan = plan_for(preset, engine, profile, ctx_size, note, sdist=sdist)
     serving = compatible(plan)
     if serving is not None:
         # The server that is up is the one sessions use, whatever its slot count; its draft
