@@ -10,8 +10,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 
+from backend.models.drafts import swa_quant_warning
 from backend.models.hfdraft import (
     DraftSourceError,
     check_converted,
@@ -207,3 +210,37 @@ def test_convert_draft_of_a_folder_needs_the_target_tokenizer(drafter: Path, tmp
     proc = _agent("backend", "convert-draft", str(tmp_path / "nothing"), str(tmp_path / "o"),
                   "--target-tokenizer", str(drafter), home=agent_home)
     assert proc.returncode == 3 and "does not exist" in proc.stderr
+
+
+def _swa_draft(path: Path, qtype: gguf.GGMLQuantizationType, window: int = 2048) -> Path:
+    """A header-only 2-layer ``dflash`` draft, sliding-window layers when ``window``."""
+    w = gguf.GGUFWriter(path, "dflash")
+    for key, value in (("embedding_length", 256), ("block_count", 2), ("feed_forward_length", 512),
+                       ("attention.head_count", 4), ("context_length", 4096)):
+        w.add_uint32(f"dflash.{key}", value)
+    if window:
+        w.add_uint32("dflash.attention.sliding_window", window)
+        w.add_array("dflash.attention.sliding_window_pattern", [True, True])
+    for il in range(2):
+        for name, ne in (("attn_q", (256, 256)), ("ffn_up", (256, 512)), ("attn_norm", (256,))):
+            t = qtype if len(ne) == 2 else gguf.GGMLQuantizationType.F32
+            block, size = gguf.GGML_QUANT_SIZES[t]
+            w.add_tensor_info(f"blk.{il}.{name}.weight", list(reversed(ne)), np.dtype(np.float32),
+                              int(np.prod(ne)) // block * size, raw_dtype=t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path
+
+
+def test_a_sliding_window_draft_below_q8_0_gets_a_warning_naming_the_loss(tmp_path: Path):
+    q = gguf.GGMLQuantizationType
+    line = swa_quant_warning(_swa_draft(tmp_path / "q4.gguf", q.Q4_K))
+    assert line and "sliding-window layers and Q4_K weights" in line and "15 points" in line
+    assert swa_quant_warning(_swa_draft(tmp_path / "q8.gguf", q.Q8_0)) is None
+    assert swa_quant_warning(_swa_draft(tmp_path / "f16.gguf", q.F16)) is None
+    assert swa_quant_warning(_swa_draft(tmp_path / "full.gguf", q.Q4_K, window=0)) is None
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"nope")
+    assert swa_quant_warning(junk) is None

@@ -64,7 +64,7 @@ from backend.measure.calibrate import default_result_path as calibration_path
 from backend.measure.prompts import PromptsError, load_prompts
 from backend.measure.report import plot_result, require_matplotlib, result_table
 from backend.models.convert import ConvertError
-from backend.models.drafts import DraftError
+from backend.models.drafts import DraftError, swa_quant_warning
 from backend.models.ggufinfo import GgufError
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import PresetError, UnknownPreset, get_preset
@@ -485,6 +485,9 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
                               Path(settings.engine_sdist) if settings.engine_sdist else None,
                               reporter.note)
         echo(f"{chosen.draft} -> {draft}")
+        warning = swa_quant_warning(draft)
+        if warning:
+            reporter.note(warning)
 
 
 def _engine(settings: Settings, reporter: Reporter) -> Engine:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
 from backend.engine.flavour import detect_flavour
-from backend.models.drafts import draft_for
+from backend.models.drafts import draft_for, swa_quant_warning
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.sources import resolve_model
@@ -70,6 +70,9 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
                               sdist, note)
     if draft is not None:
         draft = draft_for(draft, detect_flavour(engine.binary), note)
+        warning = swa_quant_warning(draft)
+        if warning and note:
+            note(warning)
     return with_ngram_lengths(LaunchPlan(
         binary=engine.binary, model=model, profile=chosen.name,
         ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
