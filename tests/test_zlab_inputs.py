@@ -244,3 +244,14 @@ def test_a_sliding_window_draft_below_q8_0_gets_a_warning_naming_the_loss(tmp_pa
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"nope")
     assert swa_quant_warning(junk) is None
+
+
+def test_a_context_past_the_drafts_training_context_gets_a_note():
+    from backend.models.presets import Preset
+    from backend.serve.launch import draft_context_note
+
+    preset = Preset(name="p", model="/m.gguf", draft="/d.gguf", draft_train_ctx=4096)
+    line = draft_context_note(preset, 32768)
+    assert line and "trained on 4096 tokens of context and this launch has 32768" in line
+    assert draft_context_note(preset, 4096) is None
+    assert draft_context_note(Preset(name="q", model="/m.gguf"), 10**6) is None

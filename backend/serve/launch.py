@@ -49,6 +49,19 @@ def profile_for(preset: Preset, profile: str | None = None) -> Profile:
     return chosen
 
 
+def draft_context_note(preset: Preset, ctx_size: int) -> str | None:
+    """A note when ``ctx_size`` runs past the context the preset's draft was trained on
+    (``draft_train_ctx``): llama.cpp b11434 offers no draft attention window (its ``--help`` has
+    no such flag; z-lab recommends one for long agentic sessions on vLLM and SGLang), so the
+    draft sees the whole context and its acceptance may fall on long sessions."""
+    if preset.draft_train_ctx is None or ctx_size <= preset.draft_train_ctx:
+        return None
+    return (f"the draft was trained on {preset.draft_train_ctx} tokens of context and this "
+            f"launch has {ctx_size}: past that its acceptance may fall, and this engine has no "
+            "draft attention window to bound it; watch the per-turn acceptance, or use a "
+            f"smaller --ctx-size")
+
+
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              ctx_size: int | None = None, note: Callable[[str], None] | None = None,
              parallel: int = 1, idle_timeout: int | None = None,
@@ -73,6 +86,9 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
         warning = swa_quant_warning(draft)
         if warning and note:
             note(warning)
+        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size)
+        if long_ctx and note:
+            note(long_ctx)
     return with_ngram_lengths(LaunchPlan(
         binary=engine.binary, model=model, profile=chosen.name,
         ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
