@@ -296,16 +296,14 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
     draft_files = fetch_folder(draft, "drafter", weights=True, note=note)
     tok_files = fetch_folder(tokenizer, "target tokenizer", weights=False, note=note)
     config = read_config(draft_files["config.json"], draft)
-    inputs = {"draft": _fingerprint(draft_files), "tokenizer": _fingerprint(tok_files),
-              "target": str(target) if target else None}
+    inputs = {"draft": _fingerprint(draft_files), "tokenizer": _fingerprint(tok_files)}
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
-        if out.is_file() and record_path.is_file():
-            try:
-                if json.loads(record_path.read_text("utf-8")).get("inputs") == inputs:
-                    return out
-            except (OSError, ValueError):
-                pass
+        if out.is_file() and record_path.is_file() and _recorded_inputs(record_path) == inputs:
+            # Made from these very files; a target (maybe another one) is checked again.
+            if target is not None:
+                check_converted(out, target, _target_layers(tok_files, target))
+            return out
         precheck(config, draft, target)
         tree = ensure_tree(sdist, note)
         python = ensure_python(tree, note)
@@ -332,6 +330,14 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
             os.replace(part, out)
             record_path.write_text(json.dumps(record, indent=2) + "\n")
     return out
+
+
+def _recorded_inputs(record: Path) -> object:
+    """The ``inputs`` of a conversion record (None when unreadable)."""
+    try:
+        return json.loads(record.read_text("utf-8")).get("inputs")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _target_layers(tok_files: dict[str, Path], target: Path | None) -> int | None:
