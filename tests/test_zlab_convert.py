@@ -187,3 +187,22 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
                                 **offline).stdout)
     [zl] = [p for p in presets if p["name"] == "zl"]
     assert zl["draft"]["path"] == str(converted)
+
+
+NEW_PRESETS = ("qwen3-coder-30b-a3b-dflash", "qwen36-27b-dflash", "gpt-oss-20b-dflash",
+               "qwen3-8b-dflash", "llama31-8b-dflash")
+
+
+def test_each_zlab_preset_prints_a_command_the_real_engine_accepts(engine: Engine,
+                                                                   agent_home: Path):
+    assert _agent("backend", "build", "--server-bin", engine.binary,
+                  home=agent_home).returncode == 0
+    for name in NEW_PRESETS:
+        proc = _agent("backend", "up", "--preset", name, "--print-cmd", home=agent_home,
+                      HF_ENDPOINT="http://127.0.0.1:9")  # nothing is fetched
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert "would reject" not in proc.stderr, (name, proc.stderr)
+        assert "--spec-type draft-dflash" in proc.stdout, name
+        assert "--spec-draft-model hf://z-lab/" in proc.stdout, name
+        thinking_off = name in ("qwen36-27b-dflash", "qwen3-8b-dflash")
+        assert ("--reasoning off" in proc.stdout) == thinking_off, (name, proc.stdout)
