@@ -99,6 +99,10 @@ def test_a_folder_without_config_or_weights_is_refused(tmp_path: Path, drafter: 
     (drafter / "model.safetensors.index.json").write_text("not json")
     with pytest.raises(DraftSourceError, match="index.json is unreadable"):
         fetch_folder(str(drafter), "drafter", weights=True)
+    (drafter / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"fc.weight": "model-00001-of-00002.safetensors"}}))
+    with pytest.raises(DraftSourceError, match="lacks model-00001-of-00002.safetensors"):
+        fetch_folder(str(drafter), "drafter", weights=True)
 
 
 def test_a_drafter_for_another_target_is_refused_before_converting(

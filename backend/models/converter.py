@@ -211,6 +211,10 @@ def ensure_python(tree: Path, note: Note | None = None) -> Path:
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     raise ConverterError(f"the DFlash converter's venv could not be made "
                                          f"({exc}); log: {log}") from exc
+                if proc.returncode != 0 and cmd is steps[0]:
+                    raise ConverterError(
+                        f"`python -m venv` failed for the DFlash converter ({_tail(log)}); "
+                        f"install Python's venv module (Debian: python3-venv); log: {log}")
                 if proc.returncode != 0:
                     raise ConverterError(
                         f"installing the DFlash converter's packages failed ({_tail(log)}); "

@@ -104,7 +104,10 @@ def fetch_folder(source: str, what: str, weights: bool, note: Note | None = None
         raise DraftSourceError(f"{folder} has no config.json: not a Hugging Face model folder "
                                f"(the {what} needs one)")
     if weights:
-        _shards(files, source)
+        missing = _shards(files, source)
+        if missing:
+            raise DraftSourceError(f"{folder} lacks {missing[0]}, a shard named in its "
+                                   "model.safetensors.index.json; copy the whole drafter")
     return files
 
 
