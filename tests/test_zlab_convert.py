@@ -22,6 +22,8 @@ import pytest
 from backend.engine.build import Engine
 from backend.models.converter import TORCH_ENV, ensure_python, ensure_tree
 from backend.models.hfdraft import DraftSourceError, prepare_draft
+from backend.models.presets import get_preset
+from backend.serve.launch import plan_for
 from backend.serve.profiles import LaunchPlan
 from backend.serve.server import pick_port, stop, up
 from tests.conftest import home_env
@@ -156,7 +158,7 @@ def hub(zlab: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[HfSt
 
 def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_the_command(
         converter: None, hub: HfStandin, tiny_dflash: dict[str, Path], engine: Engine,
-        agent_home: Path):
+        agent_home: Path, monkeypatch: pytest.MonkeyPatch):
     (agent_home / "config").mkdir(parents=True, exist_ok=True)
     (agent_home / "config" / "presets.toml").write_text(
         f'[zl]\nmodel = "{tiny_dflash["target"]}"\ndraft = "hf://z-lab/tiny-DFlash"\n'
@@ -187,6 +189,12 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
                                 **offline).stdout)
     [zl] = [p for p in presets if p["name"] == "zl"]
     assert zl["draft"]["path"] == str(converted)
+    # `up` plans the same converted draft, offline, without converting again.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    notes: list[str] = []
+    plan = plan_for(get_preset("zl"), engine, note=notes.append)
+    assert plan.draft == converted and len(hub.requests) == seen
+    assert not any("converting" in n for n in notes)
 
 
 NEW_PRESETS = ("qwen3-coder-30b-a3b-dflash", "qwen36-27b-dflash", "gpt-oss-20b-dflash",
