@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from agent.acceptance import collapse_note
 from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolResult
 from tools.create import lines_label
 
@@ -92,6 +93,7 @@ class Reporter:
         self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
                        "reply_misses": 0, "turns": 0}
         self._previous: tuple[int, int] | None = None
+        self._collapse_said = False
         """(prompt tokens, decoded tokens) of the last request, to spot cache misses."""
 
     def event(self, event: Event) -> None:
@@ -148,6 +150,11 @@ class Reporter:
         self.console.print(Text(f"step {event.step} · prefill {prompt} (reused {reused}){miss} · "
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
                                 f"{accept}", style="dim"))
+        cause = None if self._collapse_said else collapse_note(
+            t.draft_n, t.draft_n_accepted, event.content, event.usage)
+        if cause:
+            self._collapse_said = True  # once per session: the cause does not change per turn
+            self.console.print(Text(f"note: {cause}", style="yellow"))
 
     def summary_line(self) -> str:
         """The session's totals: prompt tokens served from cache, tokens decoded, the share of

@@ -93,7 +93,9 @@ def test_a_missing_file_or_repo_says_to_check_the_names(hub: HfStandin):
 
 
 def test_a_gated_repo_without_a_token_says_to_accept_the_license(hub: HfStandin):
-    with pytest.raises(ModelError, match="accept the license on the hub and set HF_TOKEN"):
+    with pytest.raises(ModelError, match=f"hf://{GATED}: access denied .*accept the license on "
+                       f"the hub at {hub.url}/{GATED} while signed in, then start agent with "
+                       "HF_TOKEN"):
         fetch_hf(f"hf://{GATED}/{FILE}")
     assert not hub.gets()
 

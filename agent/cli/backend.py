@@ -16,6 +16,7 @@ from agent.ui import Reporter, echo
 from backend.doctor import run_checks
 from backend.engine import build as engines
 from backend.models.convert import NEW_ARCH, OLD_ARCH, convert_draft
+from backend.models.hfdraft import OUTTYPES, convert_folder
 from backend.serve.preset_status import ModelFile, PresetStatus, all_preset_status
 
 JsonOut = Annotated[bool, typer.Option("--json", help="JSON output.")]
@@ -160,18 +161,42 @@ def build_cmd(
 
 
 def convert_draft_cmd(
-    src: Annotated[Path, typer.Argument(help="A DFlash draft GGUF: BeeLlama <=0.3's "
-                                      f"'{OLD_ARCH}' or upstream's '{NEW_ARCH}'.",
-                                      metavar="IN")],
+    src: Annotated[Path, typer.Argument(help="A DFlash draft GGUF (BeeLlama <=0.3's "
+                                      f"'{OLD_ARCH}' or upstream's '{NEW_ARCH}'), or a "
+                                      "safetensors DFlash drafter folder (z-lab's: config.json "
+                                      "+ model.safetensors).", metavar="IN")],
     dst: Annotated[Path, typer.Argument(help="Where to write the converted draft.",
                                       metavar="OUT")],
     to: Annotated[str, typer.Option(
         help=f"Target format: {NEW_ARCH} (upstream llama.cpp and BeeLlama >=0.4), {OLD_ARCH} "
              "(BeeLlama <=0.3), or auto (the other format of IN's).")] = "auto",
+    target_tokenizer: Annotated[str | None, typer.Option(
+        help="A drafter folder: the target model's tokenizer files (a folder, or "
+             "hf://OWNER/REPO: only config.json and tokenizer files are fetched).")] = None,
+    target: Annotated[Path | None, typer.Option(
+        help="A drafter folder: the target GGUF, to check width, layers and vocabulary "
+             "against it.")] = None,
+    draft_type: Annotated[str, typer.Option(
+        "--type", help="A drafter folder: GGUF type to write (q8_0, f16 or bf16).")] = "q8_0",
     force: Annotated[bool, typer.Option(help="Overwrite OUT.")] = False,
 ) -> None:
     """Convert a DFlash draft between BeeLlama <=0.3's format and upstream's (renamed keys and
-    tensors; target layer ids +1 going upstream, -1 going to BeeLlama <=0.3)."""
+    tensors; target layer ids +1 going upstream, -1 going to BeeLlama <=0.3), or a z-lab
+    safetensors drafter folder to upstream's format with the pinned llama.cpp's converter."""
+    if src.is_dir():
+        if not target_tokenizer:
+            raise UsageError(f"{src} is a drafter folder: pass --target-tokenizer DIR|hf://OWNER/"
+                             "REPO (the target model's tokenizer files)")
+        if draft_type not in OUTTYPES:
+            raise UsageError(f"--type {draft_type}: use {', '.join(OUTTYPES)}")
+        reporter = Reporter()
+        record = convert_folder(src, dst, target_tokenizer, target, draft_type, force,
+                                note=reporter.note)
+        checks = record["checks"]
+        echo(f"wrote {dst} ({NEW_ARCH}, {draft_type}): target_layers {checks['target_layers']}, "
+             f"block size {checks['block_size']}, mask token {checks['mask_token_id']}, "
+             f"{checks['n_vocab']} tokens" + (", checked against the target" if target else ""))
+        return
     if to not in ("auto", NEW_ARCH, OLD_ARCH):
         raise UsageError(f"--to {to}: use {NEW_ARCH}, {OLD_ARCH} or auto")
     summary = convert_draft(src, dst, force, to=to)  # type: ignore[arg-type]

@@ -64,8 +64,9 @@ from backend.measure.calibrate import default_result_path as calibration_path
 from backend.measure.prompts import PromptsError, load_prompts
 from backend.measure.report import plot_result, require_matplotlib, result_table
 from backend.models.convert import ConvertError
-from backend.models.drafts import DraftError
+from backend.models.drafts import DraftError, swa_quant_warning
 from backend.models.ggufinfo import GgufError
+from backend.models.hfdraft import resolve_draft
 from backend.models.presets import PresetError, UnknownPreset, get_preset
 from backend.models.sources import ModelError, resolve_model
 from backend.serve import server
@@ -471,12 +472,22 @@ def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
 @backend_app.command("download", epilog=EXIT_CODES_HELP)
 def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.")] = None
                  ) -> None:
-    """Fetch a preset's model (and draft) into the model cache, verified."""
-    chosen = get_preset(preset or load_settings().preset)
+    """Fetch a preset's model (and draft) into the model cache, verified; a safetensors DFlash
+    drafter (z-lab's) is converted to GGUF once, with the target's tokenizer files."""
+    settings = load_settings()
+    chosen = get_preset(preset or settings.preset)
     reporter = Reporter()
-    for source in filter(None, [chosen.model, chosen.draft]):
-        path = resolve_model(source, reporter.note)
-        echo(f"{source} -> {path}")
+    model = resolve_model(chosen.model, reporter.note)
+    echo(f"{chosen.model} -> {model}")
+    if chosen.draft:
+        # A safetensors drafter is converted here, once (the converter's sdist: engine_sdist).
+        draft = resolve_draft(chosen.draft, model, chosen.target_tokenizer, chosen.draft_type,
+                              Path(settings.engine_sdist) if settings.engine_sdist else None,
+                              reporter.note)
+        echo(f"{chosen.draft} -> {draft}")
+        warning = swa_quant_warning(draft)
+        if warning:
+            reporter.note(warning)
 
 
 def _engine(settings: Settings, reporter: Reporter) -> Engine:
@@ -523,7 +534,8 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     reporter = Reporter()
     engine = _engine(settings, reporter)
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
-                    parallel=parallel, idle_timeout=idle_timeout)
+                    parallel=parallel, idle_timeout=idle_timeout,
+                    sdist=Path(settings.engine_sdist) if settings.engine_sdist else None)
     serving = server.compatible(plan)
     if serving is not None:
         # A server already runs this plan: keep its draft length (re-chosen at a new launch).

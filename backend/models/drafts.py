@@ -18,7 +18,7 @@ from pathlib import Path
 from backend.engine.flavour import Flavour
 from backend.home import home
 from backend.models.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
-from backend.models.ggufinfo import GgufError, gguf_metadata
+from backend.models.ggufinfo import GgufError, gguf_metadata, read_gguf_info
 
 
 class DraftError(ValueError):
@@ -77,3 +77,29 @@ def draft_for(draft: Path, flavour: Flavour,
                 f"{draft} is a '{arch}' draft, which this {flavour} build cannot load, and it "
                 f"cannot be converted ({exc}). Fix: {fix}, or a '{wanted}' draft") from exc
     return target
+
+
+FULL_PRECISION = frozenset({"F32", "F16", "BF16", "Q8_0"})
+"""Weight types that keep a sliding-window draft's acceptance (Q8_0 kept F16's in the field
+reports of issue 24)."""
+
+
+def swa_quant_warning(draft: Path) -> str | None:
+    """A one-line warning when ``draft`` has sliding-window attention layers and its weight
+    matrices are quantised below Q8_0 (field reports, Qwen3.6-27B's DFlash draft on an RTX 3090:
+    about 15 points of acceptance lost at Q4_K_M, none at Q8_0); None otherwise, or when the
+    file cannot be read (the launch reports that itself)."""
+    try:
+        info = read_gguf_info(draft)
+    except GgufError:
+        return None
+    if not (info.n_swa and any(info.swa_layers)):
+        return None
+    low = sorted({t.ggml_type for t in info.tensors if t.name.startswith("blk.")
+                  and t.name.endswith(".weight") and len(t.shape) == 2} - FULL_PRECISION)
+    if not low:
+        return None
+    return (f"the draft {draft.name} has sliding-window layers and {'/'.join(low)} weights: "
+            "such drafts lost about 15 points of acceptance below Q8_0 in field reports "
+            "(Qwen3.6-27B's, Q4_K_M vs Q8_0); use a Q8_0 or F16 draft (a safetensors drafter: "
+            "draft_type = \"q8_0\")")

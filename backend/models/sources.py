@@ -188,6 +188,18 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def gated_message(repo_id: str, status: int = 401) -> str:
+    """The one line for a gated or private repository: where to accept its terms and where the
+    token goes (``HF_TOKEN`` when ``agent`` starts: it moves the token into its in-memory secret
+    store at once, so no command, tool or server it runs can read it)."""
+    from huggingface_hub import constants
+
+    return (f"hf://{repo_id}: access denied (HTTP {status}, gated or private repo); accept the "
+            f"license on the hub at {constants.ENDPOINT}/{repo_id} while signed in, then start "
+            "agent with HF_TOKEN set to a read token (agent keeps it in its own secret store, "
+            "out of every environment its tools and servers see) or run `hf auth login`")
+
+
 def _hf_error(src: HfSource, exc: Exception) -> ModelError:
     """One-line :class:`ModelError` with a next step for a ``huggingface_hub`` failure."""
     from huggingface_hub.errors import (
@@ -201,8 +213,7 @@ def _hf_error(src: HfSource, exc: Exception) -> ModelError:
 
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, GatedRepoError) or status in {401, 403}:
-        return ModelError(f"{src}: access denied (HTTP {status or 401}, gated or private repo); "
-                          "accept the license on the hub and set HF_TOKEN")
+        return ModelError(gated_message(src.repo_id, status or 401), plain=True)
     if isinstance(exc, RevisionNotFoundError):
         return ModelError(f"{src}: revision '{src.revision}' not found in {src.repo_id}; "
                           "check the revision after '@'")
@@ -245,6 +256,14 @@ def _sync_hub_settings() -> tuple[str | None, bool]:
     return endpoint, offline
 
 
+def fetch_hf_optional(source: str, progress: Callable[[str], None] | None = None
+                      ) -> Path | None:
+    """:func:`fetch_hf`, but None when the repository has no such file (or, offline, when it
+    is not cached): for the optional files of a model folder (``tokenizer.model``,
+    ``merges.txt``…). Every other failure raises :class:`ModelError` as :func:`fetch_hf` does."""
+    return _fetch_hf(source, progress, missing_ok=True)
+
+
 def fetch_hf(source: str, progress: Callable[[str], None] | None = None) -> Path:
     """Return the cached file for an ``hf://`` source, downloading it with ``huggingface_hub``.
 
@@ -257,8 +276,15 @@ def fetch_hf(source: str, progress: Callable[[str], None] | None = None) -> Path
     private repo (401/403), offline mode with nothing cached, too little disk space, a checksum
     or size mismatch, a network error or an invalid GGUF.
     """
+    path = _fetch_hf(source, progress, missing_ok=False)
+    assert path is not None  # missing_ok=False raises instead
+    return path
+
+
+def _fetch_hf(source: str, progress: Callable[[str], None] | None,
+              missing_ok: bool) -> Path | None:
     import huggingface_hub as hfh
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
 
     src = parse_hf(source)
     cache_dir = home().ensure().models / "hf"
@@ -272,12 +298,18 @@ def fetch_hf(source: str, progress: Callable[[str], None] | None = None) -> Path
                                         revision=revision)
     was_cached = isinstance(cached, str) and Path(cached).is_file()
     if offline and not was_cached:
+        if missing_ok:
+            return None
         raise ModelError(f"HF_HUB_OFFLINE is set and {src} is not cached; download it once "
                          "online (unset HF_HUB_OFFLINE)", plain=True)
     if not was_cached:
         url = hfh.hf_hub_url(src.repo_id, src.filename, revision=revision, endpoint=endpoint)
         try:
             meta = hfh.get_hf_file_metadata(url, token=token, endpoint=endpoint)
+        except RemoteEntryNotFoundError as exc:
+            if missing_ok:
+                return None
+            raise _hf_error(src, exc) from exc
         except Exception as exc:  # every hub failure becomes a ModelError
             raise _hf_error(src, exc) from exc
         if meta.size is not None:

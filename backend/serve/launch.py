@@ -8,7 +8,8 @@ from pathlib import Path
 
 from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
 from backend.engine.flavour import detect_flavour
-from backend.models.drafts import draft_for
+from backend.models.drafts import draft_for, swa_quant_warning
+from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
@@ -48,21 +49,46 @@ def profile_for(preset: Preset, profile: str | None = None) -> Profile:
     return chosen
 
 
+def draft_context_note(preset: Preset, ctx_size: int) -> str | None:
+    """A note when ``ctx_size`` runs past the context the preset's draft was trained on
+    (``draft_train_ctx``): llama.cpp b11434 offers no draft attention window (its ``--help`` has
+    no such flag; z-lab recommends one for long agentic sessions on vLLM and SGLang), so the
+    draft sees the whole context and its acceptance may fall on long sessions."""
+    if preset.draft_train_ctx is None or ctx_size <= preset.draft_train_ctx:
+        return None
+    return (f"the draft was trained on {preset.draft_train_ctx} tokens of context and this "
+            f"launch has {ctx_size}: past that its acceptance may fall, and this engine has no "
+            "draft attention window to bound it; watch the per-turn acceptance, or use a "
+            f"smaller --ctx-size")
+
+
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              ctx_size: int | None = None, note: Callable[[str], None] | None = None,
-             parallel: int = 1, idle_timeout: int | None = None) -> LaunchPlan:
+             parallel: int = 1, idle_timeout: int | None = None,
+             sdist: Path | None = None) -> LaunchPlan:
     """Resolve the preset's models (fetching them) into a launch plan.
 
     An old-format DFlash draft is converted for builds that need the upstream format
-    (:func:`backend.models.drafts.draft_for`); n-gram lookup gets the lengths for the device
+    (:func:`backend.models.drafts.draft_for`), a safetensors drafter converted first
+    (:func:`backend.models.hfdraft.resolve_draft`); n-gram lookup gets the lengths for the device
     (:func:`backend.serve.tuning.with_ngram_lengths`). Raises ``PresetError``, ``ModelError``
     or ``DraftError``.
     """
     chosen = profile_for(preset, profile)
     model = resolve_model(preset.model, note)
-    draft = resolve_model(preset.draft, note) if chosen.needs_draft and preset.draft else None
+    draft = None
+    if chosen.needs_draft and preset.draft:
+        # A safetensors drafter is converted once (``sdist``: the converter's, offline).
+        draft = resolve_draft(preset.draft, model, preset.target_tokenizer, preset.draft_type,
+                              sdist, note)
     if draft is not None:
         draft = draft_for(draft, detect_flavour(engine.binary), note)
+        warning = swa_quant_warning(draft)
+        if warning and note:
+            note(warning)
+        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size)
+        if long_ctx and note:
+            note(long_ctx)
     return with_ngram_lengths(LaunchPlan(
         binary=engine.binary, model=model, profile=chosen.name,
         ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
@@ -84,7 +110,7 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     """
     preset = get_preset(preset_name)
     engine = ensure_engine(sdist, progress, note)
-    plan = plan_for(preset, engine, profile, ctx_size, note)
+    plan = plan_for(preset, engine, profile, ctx_size, note, sdist=sdist)
     serving = compatible(plan)
     if serving is not None:
         # The server that is up is the one sessions use, whatever its slot count; its draft

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from backend.home import home
 from backend.models.ggufinfo import GgufError
+from backend.models.hfdraft import cached_conversion, is_folder_source
 from backend.models.presets import Preset, load_presets
 from backend.models.sources import ModelError, parse_hf, parse_pypi
 from backend.serve.fit import FitReport, ctx_limit_note, preset_fit
@@ -71,11 +72,24 @@ def cached_file(source: str) -> ModelFile:
     return ModelFile(source, path, path.stat().st_size if path else None)
 
 
+def draft_file(preset: Preset) -> ModelFile | None:
+    """The preset's draft as :func:`cached_file` finds it; a safetensors drafter is found as its
+    cached conversion (:func:`backend.models.hfdraft.cached_conversion`). None without a draft."""
+    if not preset.draft:
+        return None
+    if is_folder_source(preset.draft):
+        path = cached_conversion(preset.draft, preset.target_tokenizer, preset.draft_type)
+        problem = None if preset.target_tokenizer else \
+            "a safetensors drafter: set target_tokenizer to convert it"
+        return ModelFile(preset.draft, path, path.stat().st_size if path else None, problem)
+    return cached_file(preset.draft)
+
+
 def preset_status(preset: Preset) -> PresetStatus:
     """Files, sizes and fit for ``preset`` (its own context, one slot)."""
     uses_draft = get_profile(preset.profile).needs_draft
     model = cached_file(preset.model)
-    draft = cached_file(preset.draft) if preset.draft else None
+    draft = draft_file(preset)
     needed = [model] + ([draft] if uses_draft and draft else [])
     missing = [f for f in needed if f.path is None]
     if missing:

@@ -21,7 +21,7 @@ from backend.models.convert import NEW_ARCH, OLD_ARCH
 from backend.models.drafts import DraftError, converted_path, gguf_architecture
 from backend.models.presets import Preset
 from backend.serve.launch import profile_for
-from backend.serve.preset_status import cached_file
+from backend.serve.preset_status import ModelFile, cached_file, draft_file
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
 from backend.serve.server import port_is_free
@@ -38,11 +38,11 @@ class Preview:
     notes: list[str] = field(default_factory=list)
 
 
-def _file(source: str, index: int, notes: list[str]) -> Path:
-    found = cached_file(source)
+def _file(found: ModelFile, index: int, notes: list[str]) -> Path:
     if found.path is not None:
         return found.path
-    notes.append(f"{source} is not downloaded yet (`agent backend download` or `up` fetches it)")
+    notes.append(f"{found.source} is not downloaded yet (`agent backend download` or `up` "
+                 "fetches it)")
     return Path(f"{_PLACEHOLDER}/{index}")
 
 
@@ -62,8 +62,10 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
                      "llama.cpp command")
     else:
         flavour = detect_flavour(engine.binary)
-    sources = [preset.model] + ([preset.draft] if chosen.needs_draft and preset.draft else [])
-    paths = [_file(s, i, notes) for i, s in enumerate(sources)]
+    found = [cached_file(preset.model)]
+    if chosen.needs_draft and preset.draft:
+        found.append(draft_file(preset))  # type: ignore[arg-type]
+    paths = [_file(f, i, notes) for i, f in enumerate(found)]
     draft = paths[1] if len(paths) > 1 else None
     if draft is not None and not str(draft).startswith(_PLACEHOLDER):
         wanted = OLD_ARCH if flavour == "bee-old" else NEW_ARCH
@@ -99,6 +101,6 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
     if engine is not None:
         notes += [f"this build would reject: {p}" for p in check_argv(argv, binary_facts(
             engine.binary))]
-    for i, source in enumerate(sources):
+    for i, source in enumerate(f.source for f in found):
         argv = [source if a == f"{_PLACEHOLDER}/{i}" else a for a in argv]
     return Preview(argv, notes)

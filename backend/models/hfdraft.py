@@ -1,0 +1,386 @@
+"""DFlash drafters published as Hugging Face safetensors folders (z-lab's), converted once into
+the cache with the pinned llama.cpp's own converter (:mod:`backend.models.converter`).
+
+A preset's ``draft`` names such a folder as ``hf://OWNER/REPO[@REVISION]`` (a repository, no
+file) or a local directory; ``target_tokenizer`` names the target's tokenizer files the same way
+(the target model's original repository: only ``config.json`` and the tokenizer files are
+fetched, never its weights). The drafter's ``config.json`` is checked first, against the target
+GGUF when it is known (no torch needed for that): architecture ``DFlashDraftModel`` or
+``DFlash2DraftModel``, ``dflash_config.target_layer_ids`` and ``mask_token_id``, hidden size and
+vocabulary size equal to the target's, every target layer inside the target. The converted GGUF
+is checked again (:func:`check_converted`) and cached under ``<cache>/models/dflash-hf/`` with a
+JSON record of how it was made (sources, input files, converter, package versions, checks);
+a later call with the same inputs, or any call offline (``HF_HUB_OFFLINE=1``), reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from backend.engine.build import LLAMA_CPP_VERSION, SDIST_DIST, SDIST_VERSION
+from backend.home import home
+from backend.models.converter import ensure_python, ensure_tree, installed_versions, run_converter
+from backend.models.ggufinfo import GgufError, gguf_metadata, string_array_digest
+from backend.models.sources import ModelError, fetch_hf, fetch_hf_optional, resolve_model
+
+DRAFT_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")
+"""What b11434's ``DFlashModel`` converts (``conversion/qwen.py``)."""
+OUTTYPES = ("q8_0", "f16", "bf16")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                   "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                   "chat_template.jinja", "generation_config.json")
+"""Optional tokenizer files fetched beside the target's ``config.json`` (no weights)."""
+RECORD_VERSION = 1
+Note = Callable[[str], None]
+_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class DraftSourceError(ModelError):
+    """A safetensors drafter (or the target's tokenizer folder) is missing, malformed, not a
+    DFlash drafter, or does not match the target; one line with the cause and the fix."""
+
+    def __init__(self, message: str):
+        super().__init__(message, plain=True)
+
+
+def is_folder_source(source: str | None) -> bool:
+    """True for ``hf://OWNER/REPO[@REV]`` (a whole repository) or an existing local directory."""
+    if not source:
+        return False
+    if source.startswith("hf://"):
+        return source.removeprefix("hf://").split("@", 1)[0].count("/") == 1
+    if "://" in source and not source.startswith("file://"):
+        return False
+    return Path(source.removeprefix("file://")).expanduser().is_dir()
+
+
+def _hf_repo(source: str) -> tuple[str, str | None]:
+    repo, at, rev = source.removeprefix("hf://").partition("@")
+    if not _REPO_RE.match(repo) or (at and not rev):
+        raise DraftSourceError(f"bad folder source '{source}': expected hf://OWNER/REPO"
+                               "[@REVISION] or a local folder")
+    return repo, rev or None
+
+
+def _hf_file(repo: str, rev: str | None, name: str) -> str:
+    return f"hf://{repo}/{name}" + (f"@{rev}" if rev else "")
+
+
+def fetch_folder(source: str, what: str, weights: bool, note: Note | None = None
+                 ) -> dict[str, Path]:
+    """The files of a drafter (``weights``: config, safetensors, index) or of a tokenizer folder
+    (config and :data:`TOKENIZER_FILES`) named by ``source``: name → local path, fetched into the
+    hub cache for ``hf://``. Raises :class:`DraftSourceError` (missing folder or
+    ``config.json``, no weights) or :class:`ModelError` (the download failed, gated, offline)."""
+    if source.startswith("hf://"):
+        repo, rev = _hf_repo(source)
+        files = {"config.json": fetch_hf(_hf_file(repo, rev, "config.json"), note)}
+        optional = (("model.safetensors.index.json", "model.safetensors") if weights
+                    else TOKENIZER_FILES)
+        for name in optional:
+            got = fetch_hf_optional(_hf_file(repo, rev, name), note)
+            if got is not None:
+                files[name] = got
+        if weights:
+            for shard in _shards(files, source):
+                files[shard] = fetch_hf(_hf_file(repo, rev, shard), note)
+        return files
+    folder = Path(source.removeprefix("file://")).expanduser()
+    if not folder.is_dir():
+        raise DraftSourceError(f"{what} folder {folder} does not exist")
+    files = {p.name: p for p in sorted(folder.iterdir()) if p.is_file()}
+    if "config.json" not in files:
+        raise DraftSourceError(f"{folder} has no config.json: not a Hugging Face model folder "
+                               f"(the {what} needs one)")
+    if weights:
+        missing = _shards(files, source)
+        if missing:
+            raise DraftSourceError(f"{folder} lacks {missing[0]}, a shard named in its "
+                                   "model.safetensors.index.json; copy the whole drafter")
+    return files
+
+
+def _shards(files: dict[str, Path], source: str) -> list[str]:
+    """The safetensors shards a drafter needs that are not in ``files`` yet."""
+    index = files.get("model.safetensors.index.json")
+    if index is None:
+        if "model.safetensors" not in files and not any(n.endswith(".safetensors")
+                                                        for n in files):
+            raise DraftSourceError(f"{source} has no model.safetensors (nor an index of "
+                                   "shards): not a safetensors drafter")
+        return []
+    try:
+        names = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DraftSourceError(f"{source}: model.safetensors.index.json is unreadable "
+                               f"({exc}); fetch it again") from exc
+    return [n for n in names if n not in files]
+
+
+def read_config(path: Path, source: str) -> dict[str, Any]:
+    """A drafter's ``config.json``, checked to be a DFlash drafter b11434 converts. Raises
+    :class:`DraftSourceError` naming what is wrong."""
+    try:
+        config = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DraftSourceError(f"{source}: config.json is not valid JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise DraftSourceError(f"{source}: config.json is not a JSON object")
+    archs = config.get("architectures")
+    if not isinstance(archs, list) or not set(archs) & set(DRAFT_ARCHITECTURES):
+        raise DraftSourceError(f"{source}: architectures {archs!r} is not a DFlash drafter "
+                               f"({' or '.join(DRAFT_ARCHITECTURES)}); set the preset's draft "
+                               "to a DFlash drafter (z-lab's *-DFlash repositories)")
+    dflash = config.get("dflash_config")
+    if not isinstance(dflash, dict):
+        raise DraftSourceError(f"{source}: config.json has no dflash_config")
+    layers = dflash.get("target_layer_ids")
+    if not isinstance(layers, list) or not layers or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers):
+        raise DraftSourceError(f"{source}: dflash_config.target_layer_ids must be a non-empty "
+                               f"list of layer numbers, not {layers!r}")
+    mask = dflash.get("mask_token_id")
+    if not isinstance(mask, int) or isinstance(mask, bool) or mask < 0:
+        raise DraftSourceError(f"{source}: dflash_config.mask_token_id must be a token id, "
+                               f"not {mask!r}")
+    for key in ("hidden_size", "vocab_size", "num_hidden_layers"):
+        if not isinstance(config.get(key), int):
+            raise DraftSourceError(f"{source}: config.json has no integer {key}")
+    return config
+
+
+def _target_facts(target: Path) -> dict[str, Any]:
+    """n_embd, n_layer and vocabulary of the target GGUF (header only)."""
+    try:
+        meta = gguf_metadata(target)
+        arch = meta["general.architecture"]
+        return {"n_embd": int(meta[f"{arch}.embedding_length"]),
+                "n_layer": int(meta[f"{arch}.block_count"]),
+                "vocab": string_array_digest(target, "tokenizer.ggml.tokens")}
+    except (GgufError, KeyError, TypeError, ValueError) as exc:
+        raise DraftSourceError(f"the target {target} cannot be read to check the drafter "
+                               f"against it ({exc})") from exc
+
+
+def precheck(config: dict[str, Any], source: str, target: Path | None) -> None:
+    """The drafter's shape against the target GGUF's, before any conversion: hidden size,
+    vocabulary size, and every target layer (HF id + 1, the input of the next layer) inside
+    the target. Raises :class:`DraftSourceError`."""
+    if target is None:
+        return
+    facts = _target_facts(target)
+    if config["hidden_size"] != facts["n_embd"]:
+        raise DraftSourceError(f"{source} is a drafter for a {config['hidden_size']}-wide "
+                               f"model, but the target {target.name} is {facts['n_embd']} "
+                               "wide: pick the drafter made for this target")
+    vocab = facts["vocab"][0] if facts["vocab"] else None
+    if vocab is not None and config["vocab_size"] != vocab:
+        raise DraftSourceError(f"{source} has a {config['vocab_size']}-token vocabulary, the "
+                               f"target {target.name} {vocab}: pick the drafter made for this "
+                               "target")
+    ids = [i + 1 for i in config["dflash_config"]["target_layer_ids"]]
+    if max(ids) >= facts["n_layer"]:
+        raise DraftSourceError(f"{source} reads target layers {ids} but the target "
+                               f"{target.name} has {facts['n_layer']} layers: pick the drafter "
+                               "made for this target")
+
+
+def check_converted(path: Path, target: Path | None, n_target_layers: int | None
+                    ) -> dict[str, Any]:
+    """Check a converted draft: architecture ``dflash``, ``dflash.block_size``,
+    ``dflash.target_layers`` inside the target (below ``n_target_layers``), a mask token inside
+    the vocabulary and, with the target GGUF, the same width and the same vocabulary, id for id.
+    Returns the facts checked; raises :class:`DraftSourceError`."""
+    try:
+        meta = gguf_metadata(path)
+        tokens = string_array_digest(path, "tokenizer.ggml.tokens")
+    except GgufError as exc:
+        raise DraftSourceError(f"the converted draft is unreadable ({exc})") from exc
+    if meta.get("general.architecture") != "dflash":
+        raise DraftSourceError(f"the converter wrote architecture "
+                               f"'{meta.get('general.architecture')}', not 'dflash'")
+    block = meta.get("dflash.block_size")
+    if not isinstance(block, int) or block < 2:
+        raise DraftSourceError(f"the converted draft has dflash.block_size {block!r}")
+    layers = meta.get("dflash.target_layers")
+    if not isinstance(layers, list) or not layers:
+        raise DraftSourceError("the converted draft has no dflash.target_layers")
+    if n_target_layers is not None and any(not 0 < i < n_target_layers for i in layers):
+        raise DraftSourceError(f"the converted draft reads target layers {layers}, outside "
+                               f"the target's 1..{n_target_layers - 1}")
+    mask = meta.get("tokenizer.ggml.mask_token_id")
+    if tokens is None or not isinstance(mask, int) or not 0 <= mask < tokens[0]:
+        raise DraftSourceError(f"the converted draft's mask token {mask!r} is not inside its "
+                               "vocabulary")
+    facts: dict[str, Any] = {"architecture": "dflash", "block_size": block,
+                             "target_layers": layers, "mask_token_id": mask,
+                             "n_vocab": tokens[0], "vocab_sha256": tokens[1]}
+    if target is not None:
+        want = _target_facts(target)
+        if meta.get("dflash.embedding_length") != want["n_embd"]:
+            raise DraftSourceError(f"the converted draft is {meta.get('dflash.embedding_length')}"
+                                   f" wide, the target {want['n_embd']}")
+        if want["vocab"] != tokens:
+            raise DraftSourceError(
+                f"the converted draft's vocabulary ({tokens[0]} tokens) differs from the "
+                f"target {target.name}'s ({want['vocab'][0] if want['vocab'] else 0} tokens): "
+                "target_tokenizer must name the target model's own tokenizer")
+        facts["target"] = str(target)
+    return facts
+
+
+def _slug(source: str) -> str:
+    text = source.removeprefix("hf://").removeprefix("file://").rstrip("/")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text.split("/")[-1] or "draft")[:60]
+
+
+def cache_path(draft: str, tokenizer: str, outtype: str) -> Path:
+    """Where the conversion of ``draft`` (with ``tokenizer``, to ``outtype``) is cached; its
+    record is the same name with ``.json``."""
+    key = hashlib.sha256("\n".join([draft, tokenizer, outtype, SDIST_VERSION]).encode())
+    return home().cache / "models" / "dflash-hf" / \
+        f"{_slug(draft)}-{outtype}-{key.hexdigest()[:10]}.gguf"
+
+
+def cached_conversion(draft: str, tokenizer: str | None, outtype: str) -> Path | None:
+    """The cached conversion (with its record), or None; reads no network."""
+    if not tokenizer:
+        return None
+    path = cache_path(draft, tokenizer, outtype)
+    return path if path.is_file() and path.with_suffix(".json").is_file() else None
+
+
+def _fingerprint(files: dict[str, Path]) -> dict[str, list[Any]]:
+    """name → [resolved path, size, mtime_ns]: a changed input (a new hub commit resolves to
+    new blobs; a local file rewritten) changes it without hashing gigabytes."""
+    out = {}
+    for name, path in sorted(files.items()):
+        real = path.resolve()
+        st = real.stat()
+        out[name] = [str(real), st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _offline() -> bool:
+    return (os.environ.get("HF_HUB_OFFLINE") or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
+                  outtype: str = "q8_0", sdist: Path | None = None,
+                  note: Note | None = None) -> Path:
+    """The converted upstream ``dflash`` GGUF for the safetensors drafter ``draft``: fetched,
+    checked, converted and recorded once (module docstring), then reused.
+
+    Raises :class:`DraftSourceError` (no ``tokenizer``, a malformed or mismatched drafter, a
+    failed check), :class:`ModelError` (a download: gated, missing, offline) or
+    ``ConverterError``/``BuildError`` (the converter, its venv or its sdist).
+    """
+    if outtype not in OUTTYPES:
+        raise DraftSourceError(f"draft type '{outtype}': use one of {', '.join(OUTTYPES)}")
+    if not tokenizer:
+        raise DraftSourceError(f"{draft} is a safetensors drafter: converting it needs the "
+                               "target's tokenizer; set the preset's target_tokenizer to the "
+                               "target model's repository (hf://OWNER/REPO) or folder")
+    out = cache_path(draft, tokenizer, outtype)
+    record_path = out.with_suffix(".json")
+    if _offline() and out.is_file() and record_path.is_file():
+        return out
+    draft_files = fetch_folder(draft, "drafter", weights=True, note=note)
+    tok_files = fetch_folder(tokenizer, "target tokenizer", weights=False, note=note)
+    config = read_config(draft_files["config.json"], draft)
+    inputs = {"draft": _fingerprint(draft_files), "tokenizer": _fingerprint(tok_files)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if out.is_file() and record_path.is_file() and _recorded_inputs(record_path) == inputs:
+            # Made from these very files; a target (maybe another one) is checked again.
+            if target is not None:
+                check_converted(out, target, _target_layers(tok_files, target))
+            return out
+        precheck(config, draft, target)
+        tree = ensure_tree(sdist, note)
+        python = ensure_python(tree, note)
+        if note:
+            note(f"converting the DFlash drafter {draft} to GGUF ({outtype}) with llama.cpp "
+                 f"b{LLAMA_CPP_VERSION}'s convert_hf_to_gguf.py -> {out}")
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            work = Path(tmp)
+            for sub, files in (("draft", draft_files), ("tokenizer", tok_files)):
+                (work / sub).mkdir()
+                for name, path in files.items():
+                    (work / sub / name).symlink_to(path.resolve())
+            part = work / "draft.gguf"
+            log = out.with_suffix(".log")
+            run_converter(python, tree, work / "draft", work / "tokenizer", part, outtype, log)
+            facts = check_converted(part, target, _target_layers(tok_files, target))
+            record = {"version": RECORD_VERSION, "draft": draft, "target_tokenizer": tokenizer,
+                      "outtype": outtype, "inputs": inputs, "checks": facts,
+                      "converter": {"sdist": f"{SDIST_DIST}=={SDIST_VERSION}",
+                                    "script": "convert_hf_to_gguf.py", "log": str(log),
+                                    "packages": installed_versions(python)},
+                      "architectures": config.get("architectures"),
+                      "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            os.replace(part, out)
+            record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return out
+
+
+def _recorded_inputs(record: Path) -> object:
+    """The ``inputs`` of a conversion record (None when unreadable)."""
+    try:
+        return json.loads(record.read_text("utf-8")).get("inputs")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _target_layers(tok_files: dict[str, Path], target: Path | None) -> int | None:
+    """The target's layer count: from its GGUF, else from its ``config.json``."""
+    if target is not None:
+        return int(_target_facts(target)["n_layer"])
+    try:
+        cfg = json.loads(tok_files["config.json"].read_text("utf-8"))
+        cfg = cfg.get("text_config", cfg)
+        return int(cfg["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def convert_folder(src: Path, dst: Path, tokenizer: str, target: Path | None = None,
+                   outtype: str = "q8_0", force: bool = False, sdist: Path | None = None,
+                   note: Note | None = None) -> dict[str, Any]:
+    """``agent backend convert-draft FOLDER OUT``: convert a local safetensors drafter to
+    ``dst`` (through the cache, so a second call is a copy); returns the record.
+
+    Raises :class:`DraftSourceError` when ``dst`` exists without ``force`` and as
+    :func:`prepare_draft` does."""
+    if dst.exists() and not force:
+        raise DraftSourceError(f"{dst} exists; choose another output or pass --force")
+    cached = prepare_draft(str(src.resolve()), tokenizer, target, outtype, sdist, note)
+    tmp = dst.with_name(dst.name + ".part")
+    try:
+        shutil.copyfile(cached, tmp)
+        os.replace(tmp, dst)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DraftSourceError(f"cannot write {dst}: {exc.strerror or exc}") from exc
+    return json.loads(cached.with_suffix(".json").read_text("utf-8"))
+
+
+def resolve_draft(draft: str, target: Path | None, tokenizer: str | None = None,
+                  outtype: str = "q8_0", sdist: Path | None = None,
+                  note: Note | None = None) -> Path:
+    """A preset's draft as a local GGUF: a safetensors drafter converted (:func:`prepare_draft`),
+    any other source resolved as a model (:func:`backend.models.sources.resolve_model`)."""
+    if is_folder_source(draft):
+        return prepare_draft(draft, tokenizer, target, outtype, sdist, note)
+    return resolve_model(draft, note)

