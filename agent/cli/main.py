@@ -111,7 +111,8 @@ Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline
                                              "request drafts only while that measures faster), "
                                              "ngram-fixed (llama.cpp's lengths, always on), "
                                              "dflash (draft length tuned per launch, off when "
-                                             "it would not pay), dflash-fixed (always 15), "
+                                             "it would not pay), dflash-fixed (always 15; "
+                                             "BeeLlama <=0.3: its own defaults), "
                                              "dflash+ngram.")]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
 
