@@ -1,0 +1,63 @@
+"""Review of the z-lab drafter support (issue 24): secrets kept from the converter venv's
+package builds, the acceptance cause when the server separates the reasoning, and cached
+conversions that are not trusted blindly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backend import secret_store
+
+SECRET = "hf_review_secret_token_123"
+
+_BACKEND = '''"""An in-tree PEP 517 backend that records the environment its build runs in."""
+import json
+import os
+from pathlib import Path
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    Path(os.environ["REVIEW_ENV_DUMP"]).write_text(json.dumps(dict(os.environ)))
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    raise SystemExit("recorded; no wheel on purpose")
+'''
+
+
+def test_package_builds_in_the_converter_venv_never_see_the_hf_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """pip runs build code of the packages it installs (sdists): that code, and the pip process
+    whose /proc/PID/environ any same-user process reads, must not get HF_TOKEN or other secrets
+    of the agent's store. A private index's credentials (PIP_INDEX_URL) still reach pip."""
+    from backend.models.converter import REQUIREMENTS, TORCH_ENV, ConverterError, ensure_python
+
+    pkg = tmp_path / "probe_pkg"
+    pkg.mkdir()
+    (pkg / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "probe_backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "probe-pkg"\nversion = "0"\n')
+    (pkg / "probe_backend.py").write_text(_BACKEND)
+    tree = tmp_path / "tree"
+    (tree / "requirements").mkdir(parents=True)
+    (tree / "gguf-py").mkdir()
+    (tree / REQUIREMENTS).write_text("# nothing from an index\n")
+    (tree / "gguf-py" / "pyproject.toml").write_text("[project]\ndependencies = []\n")
+    dump = tmp_path / "env.json"
+    monkeypatch.setenv("REVIEW_ENV_DUMP", str(dump))
+    monkeypatch.setenv(TORCH_ENV, str(pkg))  # the one requirement: the probe, no download
+    private = "https://user:pw@index.invalid/simple"
+    monkeypatch.setenv("PIP_INDEX_URL", "https://index.invalid/simple")  # as start() leaves it
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing from the network
+    monkeypatch.setattr(secret_store, "_values", {"HF_TOKEN": SECRET, "OPENAI_API_KEY": "sk-x",
+                                                  "PIP_INDEX_URL": private})
+    with pytest.raises(ConverterError, match="installing the DFlash converter's packages failed"):
+        ensure_python(tree)
+    env = json.loads(dump.read_text())
+    assert SECRET not in json.dumps(env) and "sk-x" not in json.dumps(env)
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
+    assert env["PIP_INDEX_URL"] == private  # pip's own credentials are pip's to use
