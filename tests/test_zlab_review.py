@@ -61,3 +61,34 @@ def test_package_builds_in_the_converter_venv_never_see_the_hf_token(
     assert SECRET not in json.dumps(env) and "sk-x" not in json.dumps(env)
     assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
     assert env["PIP_INDEX_URL"] == private  # pip's own credentials are pip's to use
+
+
+def test_a_collapse_whose_reasoning_came_separately_names_thinking():
+    """llama-server (b11434, --jinja) streams a thinking model's reasoning as
+    ``reasoning_content``, never as ``<think>`` in the content, and reports no
+    ``reasoning_tokens`` in its usage: the reasoning the client collected must decide."""
+    import io
+
+    from rich.console import Console
+
+    from agent.acceptance import collapse_note
+    from agent.client import Turn
+    from agent.events import ModelTurn, Timings
+    from agent.loop import Agent
+    from agent.ui import Reporter
+
+    assert "thinking" in (collapse_note(160, 3, "ok", None, "Let me think about it") or "")
+    assert "chat template" in (collapse_note(160, 3, "ok", None, "") or "")
+    events: list[ModelTurn] = []
+    agent = object.__new__(Agent)  # only _log_turn's own attributes
+    agent.session_id, agent.steps, agent.emit = "s", 1, events.append
+    timings = Timings(prompt_n=10, cache_n=0, predicted_n=50, predicted_per_second=20.0,
+                      draft_n=160, draft_n_accepted=2)
+    agent._log_turn(Turn(content="done", reasoning="First, the user wants", timings=timings,
+                         usage={"completion_tokens": 50}), "text", [])
+    out = io.StringIO()
+    reporter = Reporter()
+    reporter.console = Console(file=out, force_terminal=False, width=300, soft_wrap=True)
+    reporter.event(events[0])
+    note = [x for x in out.getvalue().splitlines() if x.startswith("note: draft acceptance")]
+    assert note and "thinking" in note[0]
