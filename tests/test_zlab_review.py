@@ -92,3 +92,27 @@ def test_a_collapse_whose_reasoning_came_separately_names_thinking():
     reporter.event(events[0])
     note = [x for x in out.getvalue().splitlines() if x.startswith("note: draft acceptance")]
     assert note and "thinking" in note[0]
+
+
+def test_offline_a_cached_conversion_is_still_checked_against_the_target(
+        tmp_path: Path, tiny_dflash: dict[str, Path], smollm2: Path,
+        monkeypatch: pytest.MonkeyPatch):
+    """The cache key names the drafter and the tokenizer, not the target: a preset whose model
+    changed (SmolLM2 for the tiny target) reuses the conversion offline, so the offline path
+    must run the same target check as the online one, not hand a 64-wide draft to a 576-wide
+    model."""
+    import shutil
+
+    from backend.models.hfdraft import DraftSourceError, cache_path, prepare_draft
+    from tests.zlab_fixture import write_tokenizer_folder, write_zlab_drafter
+
+    drafter = str(write_zlab_drafter(tmp_path / "drafter", 49152))
+    tok = str(write_tokenizer_folder(tmp_path / "tok", smollm2))
+    out = cache_path(drafter, tok, "q8_0")
+    out.parent.mkdir(parents=True)
+    shutil.copyfile(tiny_dflash["draft"], out)
+    out.with_suffix(".json").write_text(json.dumps({"version": 1, "inputs": {}}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert prepare_draft(drafter, tok, tiny_dflash["target"]) == out  # its own target: reused
+    with pytest.raises(DraftSourceError, match="wide"):
+        prepare_draft(drafter, tok, smollm2)

@@ -295,6 +295,9 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
     out = cache_path(draft, tokenizer, outtype)
     record_path = out.with_suffix(".json")
     if _offline() and out.is_file() and record_path.is_file():
+        # The key names no target: the one given now is checked, as online.
+        if target is not None:
+            check_converted(out, target, _target_layers({}, target))
         return out
     draft_files = fetch_folder(draft, "drafter", weights=True, note=note)
     tok_files = fetch_folder(tokenizer, "target tokenizer", weights=False, note=note)
