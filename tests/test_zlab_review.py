@@ -116,3 +116,33 @@ def test_offline_a_cached_conversion_is_still_checked_against_the_target(
     assert prepare_draft(drafter, tok, tiny_dflash["target"]) == out  # its own target: reused
     with pytest.raises(DraftSourceError, match="wide"):
         prepare_draft(drafter, tok, smollm2)
+
+
+@pytest.mark.parametrize("shard", ["sub/model-1.safetensors", "model.safetensors@other-rev",
+                                   "..", ".hidden.safetensors"])
+def test_a_shard_name_that_is_no_plain_file_name_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shard: str):
+    """The index's shard names become paths in the converter's work folder and parts of an
+    ``hf://`` source: ``sub/x`` crashed the work folder's symlink (FileNotFoundError, after
+    the converter venv was made), ``x@rev`` fetched from another revision. A drafter's shards
+    sit beside its config; anything else is refused before a shard is fetched."""
+    from backend.models.hfdraft import DraftSourceError, fetch_folder
+    from tests.hf_standin import HfStandin
+    from tests.zlab_fixture import write_zlab_drafter
+
+    drafter = write_zlab_drafter(tmp_path / "d", 49152)
+    weights = (drafter / "model.safetensors").read_bytes()
+    (drafter / "model.safetensors").unlink()
+    index = json.dumps({"metadata": {}, "weight_map": {"fc.weight": shard}})
+    (drafter / "model.safetensors.index.json").write_text(index)
+    files = {("z-lab/odd-DFlash", p.name): p.read_bytes() for p in drafter.iterdir()}
+    files[("z-lab/odd-DFlash", shard.split("@")[0])] = weights
+    with HfStandin(files) as standin:
+        monkeypatch.setenv("HF_ENDPOINT", standin.url)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        with pytest.raises(DraftSourceError, match="shard name"):
+            fetch_folder("hf://z-lab/odd-DFlash", "drafter", weights=True)
+        asked = " ".join(r.path for r in standin.requests)
+        assert "sub/" not in asked and "other-rev" not in asked and ".hidden" not in asked
+    with pytest.raises(DraftSourceError, match="shard name"):
+        fetch_folder(str(drafter), "drafter", weights=True)
