@@ -73,6 +73,8 @@ class ModelTurn(_Event):
     step: int
     protocol: str
     content: str
+    reasoning: str = Field("", description="The reasoning the server streamed apart from the "
+                           "content (reasoning_content: a thinking model under --jinja).")
     tool_calls: list[ToolCallInfo] = []
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None

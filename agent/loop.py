@@ -429,7 +429,8 @@ class Agent:
 
     def _log_turn(self, turn: Turn, protocol: str, calls: list[Call]) -> None:
         self.emit(ModelTurn(session_id=self.session_id, step=self.steps, protocol=protocol,
-                            content=turn.content, finish_reason=turn.finish_reason,
+                            content=turn.content, reasoning=turn.reasoning,
+                            finish_reason=turn.finish_reason,
                             usage=turn.usage, timings=turn.timings,
                             draft_n_max=turn.draft_n_max,
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],

@@ -151,7 +151,7 @@ class Reporter:
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
                                 f"{accept}", style="dim"))
         cause = None if self._collapse_said else collapse_note(
-            t.draft_n, t.draft_n_accepted, event.content, event.usage)
+            t.draft_n, t.draft_n_accepted, event.content, event.usage, event.reasoning)
         if cause:
             self._collapse_said = True  # once per session: the cause does not change per turn
             self.console.print(Text(f"note: {cause}", style="yellow"))

@@ -181,6 +181,22 @@ def _tail(log: Path, lines: int = 1) -> str:
     return " | ".join(text[-lines:]) or "no output"
 
 
+_PIP_NAMES = re.compile(r"^(PIP_.*|(HTTPS?|ALL|NO)_PROXY|NETRC)$", re.IGNORECASE)
+"""What pip itself reads for its index and network: kept with their credentials."""
+
+
+def install_environ() -> dict[str, str]:
+    """The environment of the converter venv's ``pip install``: the scrubbed one
+    (:func:`backend.secret_store.clean_environ`) with only pip's own settings given back whole
+    (``PIP_*``, the proxies, ``NETRC``: a private index or proxy keeps its credentials).
+    Never ``HF_TOKEN`` or the agent's other secrets: pip runs the build code of the packages
+    it installs (any sdist), and any same-user process can read pip's ``/proc/PID/environ``."""
+    env = secret_store.clean_environ()
+    env.update({k: v for k, v in secret_store.original_environ().items()
+                if _PIP_NAMES.match(k)})
+    return env
+
+
 def ensure_python(tree: Path, note: Note | None = None) -> Path:
     """The converter venv's python, the venv made and filled once (pip's log kept beside it as
     ``install.log``). Raises :class:`ConverterError` when the venv or the install fails."""
@@ -204,10 +220,9 @@ def ensure_python(tree: Path, note: Note | None = None) -> Path:
         with log.open("w") as out:
             for cmd in steps:
                 try:
-                    # The original environment: a private index keeps its credentials.
                     proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, timeout=3600,
-                                          env=secret_store.original_environ())
+                                          env=install_environ())
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     raise ConverterError(f"the DFlash converter's venv could not be made "
                                          f"({exc}); log: {log}") from exc

@@ -44,6 +44,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 RECORD_VERSION = 1
 Note = Callable[[str], None]
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_SHARD_RE = re.compile(r"^[A-Za-z0-9_][\w.-]*$")
+"""A shard name in a safetensors index: a plain file name (no folder, no revision)."""
 
 
 class DraftSourceError(ModelError):
@@ -125,6 +127,12 @@ def _shards(files: dict[str, Path], source: str) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DraftSourceError(f"{source}: model.safetensors.index.json is unreadable "
                                f"({exc}); fetch it again") from exc
+    odd = [n for n in names if not _SHARD_RE.match(n)]
+    if odd:
+        # Shard names become paths in the converter's work folder and parts of hf:// sources.
+        raise DraftSourceError(f"{source}: model.safetensors.index.json names {odd[0]!r}, not "
+                               "a plain shard name beside config.json: not a drafter this "
+                               "product converts")
     return [n for n in names if n not in files]
 
 
@@ -295,6 +303,9 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
     out = cache_path(draft, tokenizer, outtype)
     record_path = out.with_suffix(".json")
     if _offline() and out.is_file() and record_path.is_file():
+        # The key names no target: the one given now is checked, as online.
+        if target is not None:
+            check_converted(out, target, _target_layers({}, target))
         return out
     draft_files = fetch_folder(draft, "drafter", weights=True, note=note)
     tok_files = fetch_folder(tokenizer, "target tokenizer", weights=False, note=note)

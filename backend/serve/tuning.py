@@ -84,6 +84,7 @@ from filelock import FileLock
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from backend.engine.build import PER_REQUEST_DRAFT_CAP
+from backend.engine.flavour import detect_flavour
 from backend.home import home
 from backend.models.presets import NgramLengths
 from backend.serve.fit import FitError, check_fit
@@ -661,8 +662,9 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
          note: Callable[[str], None] | None = None) -> tuple[LaunchPlan, Tuning | None]:
     """``plan`` with the draft length of a tuned profile chosen (0 = off), and the choice.
 
-    Untuned profiles, plans without a draft and plans whose length is already set come back
-    unchanged with None (BeeLlama <= 0.3 is tuned too: module docstring). ``synth_p`` (a benchmark's
+    Untuned profiles, plans without a draft, plans whose length is already set and
+    ``dflash+ngram`` on BeeLlama <= 0.3 (its launch is refused) come back unchanged with None
+    (BeeLlama <= 0.3 is tuned too: module docstring). ``synth_p`` (a benchmark's
     synthetic acceptance) replaces measured acceptance. Otherwise a probe runs first when one is due
     (:func:`probe_due`) and ``allow_probe`` (``--print-cmd`` never launches: it shows what is
     stored); a probe plan the fit check refuses is not started. The choice reads the draft model's
@@ -671,6 +673,10 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
     """
     profile = get_profile(plan.profile)
     if not profile.tuned or plan.draft is None or plan.draft_n_max is not None:
+        return plan, None
+    if "ngram-mod" in profile.spec_types and _is_bee_old(plan.binary):
+        # server_argv refuses dflash+ngram on bee-old at any length: no probe server (minutes
+        # for a large target) nor a stored outcome for a launch that cannot happen.
         return plan, None
     off_label = ("draft model off (n-gram lookup only)" if "ngram-mod" in profile.spec_types
                  else "drafting off")
@@ -721,6 +727,14 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
             "reason": choice.reason + "; the launch probes the draft first and may choose "
                                       "otherwise"})
     return _launch(plan, choice, longest)
+
+
+def _is_bee_old(binary: Path) -> bool:
+    """Whether ``binary`` is BeeLlama <= 0.3 (False when it cannot run: its launch says why)."""
+    try:
+        return detect_flavour(binary) == "bee-old"
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _launch(plan: LaunchPlan, choice: Tuning, longest: int) -> tuple[LaunchPlan, Tuning]:
