@@ -76,6 +76,8 @@ class Reporter:
         self.console = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._build_plain: tuple[float, float, str] | None = None
+        """A build reported as plain lines (not a terminal): its start, last line, step."""
         self._wait: Progress | None = None
         self._wait_task: TaskID | None = None
         self._watch: RequestWatch | None = None
@@ -283,6 +285,9 @@ class Reporter:
         """Engine build progress callback (see ``backend.engine.build.Progress``)."""
         if self.json_mode:
             return
+        if not self.console.is_terminal:
+            self._build_line(step, done, total, time.monotonic())
+            return
         if self._progress is None:
             self.console.print("[bold]Building llama-server[/bold] (first run only; the full "
                                "log is kept beside the engine)")
@@ -295,6 +300,26 @@ class Reporter:
         self._progress.update(self._task, description=step, completed=done or 0, total=total)
         if step == "install":
             self._progress.stop()
+
+    def _build_line(self, step: str, done: int | None, total: int | None, now: float) -> None:
+        """Build progress where a progress bar cannot show (output to a file or a pipe: a bar
+        prints nothing there, and a ten-minute build looked hung): a line when the step
+        changes and every :data:`PROGRESS_EVERY_S` seconds within one, and the total time at
+        the end. ``now`` is ``time.monotonic()`` seconds."""
+        if self._build_plain is None:
+            self.console.print("Building llama-server (first run only, about 10 minutes on 2 "
+                               "cores; the full log is kept beside the engine)")
+            self._build_plain = (now, now - PROGRESS_EVERY_S, "")
+        started, said, last = self._build_plain
+        elapsed = f"{int(now - started) // 60} min {int(now - started) % 60:02d} s"
+        if step == "install":
+            self.console.print(f"build: done in {elapsed}")
+        elif step != last or now - said >= PROGRESS_EVERY_S:
+            count = f" {done}/{total}" if done is not None and total else ""
+            self.console.print(f"build: {step}{count} ({elapsed})")
+        else:
+            return
+        self._build_plain = (started, now, step)
 
     def close(self) -> None:
         if self._progress is not None:

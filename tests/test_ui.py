@@ -111,3 +111,25 @@ def test_the_re_prefill_figure_never_exceeds_what_was_prefilled():
     reporter.event(_turn(2, 50, 900, 10))
     assert "re-prefilled 50 of the last reply" in out.getvalue()
     assert reporter.totals["reply_misses"] == 50
+
+
+def test_a_build_to_a_file_or_pipe_prints_lines_not_a_silent_bar():
+    # A rich progress bar prints nothing when stderr is not a terminal: the fresh-clone run
+    # piped to a file showed nine silent minutes after "Building llama-server".
+    reporter, out = _reporter()
+    at = 1000.0
+    for step, done, total, dt in [("fetch", None, None, 0), ("unpack", None, None, 5),
+                                  ("configure", None, None, 10), ("build", 1, 208, 5),
+                                  ("build", 2, 208, 10), ("build", 90, 208, 30),
+                                  ("build", 91, 208, 5), ("install", None, None, 500)]:
+        at += dt
+        reporter._build_line(step, done, total, at)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Building llama-server (first run only")
+    assert lines[1:] == ["build: fetch (0 min 00 s)", "build: unpack (0 min 05 s)",
+                         "build: configure (0 min 15 s)", "build: build 1/208 (0 min 20 s)",
+                         "build: build 90/208 (1 min 00 s)", "build: done in 9 min 25 s"]
+    # The public callback takes that path by itself on a console that is not a terminal.
+    reporter, out = _reporter()
+    reporter.build_progress("fetch", None, None)
+    assert "build: fetch (0 min 00 s)" in out.getvalue()
