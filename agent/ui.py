@@ -91,7 +91,7 @@ class Reporter:
         """The server's drafting, shown on every step line (``draft length 3``, ``drafting
         off``); None when it has no draft model."""
         self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
-                       "reply_misses": 0, "turns": 0}
+                       "reply_misses": 0, "turns": 0, "reuse_unknown": 0}
         self._previous: tuple[int, int] | None = None
         self._collapse_said = False
         """(prompt tokens, decoded tokens) of the last request, to spot cache misses."""
@@ -134,7 +134,11 @@ class Reporter:
         tot["decoded"] += decoded
         tot["drafted"] += t.draft_n or 0
         tot["accepted"] += t.draft_n_accepted or 0
-        missed = reply_misses(self._previous, reused, prompt)
+        # A server that does not report its cache reuse (vLLM without prompt-tokens details)
+        # gives no cache_n: nothing is claimed about reuse, and no miss is counted.
+        unknown = t.cache_n is None and (t.model_extra or {}).get("source") == "usage"
+        tot["reuse_unknown"] += unknown
+        missed = 0 if unknown else reply_misses(self._previous, reused, prompt)
         tot["reply_misses"] += missed
         # A reply cut at max_tokens with no call is kept as a short stub (agent.loop._cut),
         # not as decoded: no token of it is expected back from the cache.
@@ -147,7 +151,8 @@ class Reporter:
         elif self.draft_length:
             accept += f" · {self.draft_length}"
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""
-        self.console.print(Text(f"step {event.step} · prefill {prompt} (reused {reused}){miss} · "
+        reuse = "reuse not reported" if unknown else f"reused {reused}"
+        self.console.print(Text(f"step {event.step} · prefill {prompt} ({reuse}){miss} · "
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
                                 f"{accept}", style="dim"))
         cause = None if self._collapse_said else collapse_note(
@@ -162,6 +167,8 @@ class Reporter:
         t = self.totals
         prompt = t["prefilled"] + t["reused"]
         cached = f"{t['reused'] / prompt:.0%}" if prompt else "-"
+        if t["reuse_unknown"]:
+            cached += f"; {t['reuse_unknown']} of the calls without a reported reuse"
         share = f"{t['accepted'] / t['decoded']:.0%}" if t["decoded"] else "-"
         drafts = (f"{t['accepted']} of {t['decoded']} decoded tokens ({share}) from accepted "
                   f"drafts" if t["drafted"] else f"{t['decoded']} tokens decoded, no drafts")
