@@ -45,6 +45,11 @@ class ServerUnavailable(RuntimeError):
     """The server could not be reached or answered with an error."""
 
 
+class _Refused(ServerUnavailable):
+    """The server answered, but not with what was asked (an error status, a body without
+    tokens): unlike a server that cannot be reached, a reason to estimate instead."""
+
+
 class TimeLimitReached(RuntimeError):
     """The task's deadline passed while a reply streamed (or before its first byte): the
     stream was closed, so the server stops decoding. ``turn`` holds what had arrived."""
@@ -224,7 +229,7 @@ class ServerClient:
                 return [int(t) for t in self._tokens(
                     {"model": self.model_id(), "prompt": text, "add_special_tokens": False},
                     30.0)]
-            except (ServerUnavailable, ValueError, TypeError):
+            except (_Refused, ValueError, TypeError):
                 self.estimated_tokens = True
         return [0] * math.ceil(len(text) / 3)
 
@@ -241,12 +246,11 @@ class ServerClient:
         except httpx2.HTTPError as exc:
             raise ServerUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
         if resp.status_code != 200:
-            raise ServerUnavailable(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
+            raise _Refused(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
         try:
             return list(resp.json()["tokens"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise ServerUnavailable(f"/tokenize answered without tokens: {resp.text[:300]}") \
-                from exc
+            raise _Refused(f"/tokenize answered without tokens: {resp.text[:300]}") from exc
 
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,
