@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from agent.client import ContextOverflow, ServerClient, ServerUnavailable, usage_timings
+from agent.sessions.slots import hold_slot, server_slot
+from tests.scripted import ScriptedModel
 from tests.test_repo_session import agent
 from tests.vllm_standin import MAX_MODEL_LEN, SERVED
 
@@ -206,3 +208,21 @@ def test_usage_with_an_impossible_cached_count_reports_no_reuse():
                        "prompt_tokens_details": {"cached_tokens": 50}}, None)
     assert t is not None and t.cache_n is None and t.prompt_n == 10
     assert t.predicted_per_second is None  # no first token seen: no speed claimed
+
+
+@pytest.mark.timeout(60)  # a slot wait would loop; this bounds the failure
+def test_sessions_on_a_remote_engine_hold_no_slot_and_never_wait(agent_home: Path, vllm: Any):
+    server = vllm([])
+    notes: list[str] = []
+    client = ServerClient(server.url, 30.0)
+    # Another session's task holds the only slot lock for that URL.
+    with hold_slot(server.url, 1, notes.append, "other"), \
+            server_slot(client, notes.append, "mine") as slot:
+        assert slot is None
+    assert notes == []
+
+
+def test_sessions_on_llama_server_still_hold_its_slot(agent_home: Path):
+    with ScriptedModel([]) as model, \
+            server_slot(ServerClient(model.url, 30.0), lambda m: None, "mine") as slot:
+        assert slot == 0
