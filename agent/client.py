@@ -426,8 +426,10 @@ def usage_timings(usage: dict[str, Any], first_token: float | None) -> Timings |
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     cached = cached if isinstance(cached, int) and 0 <= cached <= prompt else None
     elapsed = time.monotonic() - first_token if first_token is not None else 0.0
+    timed = elapsed > 0 and decoded > 0
     return Timings(prompt_n=prompt - (cached or 0), cache_n=cached, predicted_n=decoded,
-                   predicted_per_second=decoded / elapsed if elapsed > 0 and decoded else None,
+                   predicted_ms=elapsed * 1000 if timed else None,
+                   predicted_per_second=decoded / elapsed if timed else None,
                    source="usage")
 
 

@@ -167,14 +167,17 @@ class Reporter:
         t = self.totals
         prompt = t["prefilled"] + t["reused"]
         cached = f"{t['reused'] / prompt:.0%}" if prompt else "-"
-        if t["reuse_unknown"]:
-            cached += f"; {t['reuse_unknown']} of the calls without a reported reuse"
+        if t["reuse_unknown"] == t["turns"]:
+            reuse = f"{prompt} prompt tokens (the server does not report cache reuse)"
+        else:
+            if t["reuse_unknown"]:
+                cached += f"; {t['reuse_unknown']} of the calls without a reported reuse"
+            reuse = f"{t['reused']} of {prompt} prompt tokens from cache ({cached})"
         share = f"{t['accepted'] / t['decoded']:.0%}" if t["decoded"] else "-"
         drafts = (f"{t['accepted']} of {t['decoded']} decoded tokens ({share}) from accepted "
                   f"drafts" if t["drafted"] else f"{t['decoded']} tokens decoded, no drafts")
         misses = f" · {t['reply_misses']} reply tokens re-prefilled" if t["reply_misses"] else ""
-        return (f"session: {t['turns']} model calls · {t['reused']} of {prompt} prompt tokens "
-                f"from cache ({cached}) · {drafts}{misses}")
+        return f"session: {t['turns']} model calls · {reuse} · {drafts}{misses}"
 
     def _show_call(self, name: str, args: Any, preview: str | None = None) -> None:
         if not isinstance(args, dict):

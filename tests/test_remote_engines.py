@@ -117,6 +117,24 @@ def test_agent_run_against_a_vllm_server_creates_the_file_with_plain_openai_requ
     assert turns[0]["timings"]["cache_n"] is None and turns[1]["timings"]["cache_n"] == 96
 
 
+def test_new_project_against_a_vllm_server_writes_tests_that_pass(
+        tmp_path: Path, agent_home: Path, vllm: Any):
+    module = ("<create>\n<path>calc.py</path>\n<file_text>\ndef add(a, b):\n    return a + b\n"
+              "</file_text>\n</create>")
+    test = ("<create>\n<path>test_calc.py</path>\n<file_text>\nfrom calc import add\n\n\n"
+            "def test_add():\n    assert add(1, 2) == 3\n</file_text>\n</create>")
+    server = vllm([{"content": module}, {"content": test}, {"content": FINISH}])
+    ran = agent("new-project", "an add function", "--dir", "proj", "--base-url", server.url,
+                home=agent_home, cwd=tmp_path, timeout=300)
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, out
+    assert "passed" in out and (tmp_path / "proj" / "test_calc.py").exists()
+    assert "the server does not report the model's size" in out  # simple recipe, said
+    assert "prefilled, cache reuse not reported," in out  # never a claimed "0 cached"
+    assert "(the server does not report cache reuse)" in out
+    assert all(body["model"] == SERVED for body in server.requests())
+
+
 def test_a_server_without_tokenize_gets_estimated_counts_and_says_so(
         tmp_path: Path, agent_home: Path, vllm: Any):
     server = vllm([{"content": FINISH}], mode="no-tokenize")

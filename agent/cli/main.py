@@ -218,8 +218,10 @@ def new_project_cmd(
         if result.tests.detail and result.tests.status != "passed":
             out.print(result.tests.detail, markup=False)
         speed = f"{stats['decode_tok_s']} tok/s" if stats["decode_tok_s"] else "n/a"
+        cached = "cache reuse not reported" if stats["cached_tokens"] is None \
+            else f"{stats['cached_tokens']} cached"
         out.print(f"Steps: {result.loop.steps} (stop: {result.loop.reason}); tokens: "
-                  f"{stats['prompt_tokens']} prefilled, {stats['cached_tokens']} cached, "
+                  f"{stats['prompt_tokens']} prefilled, {cached}, "
                   f"{stats['decoded_tokens']} decoded at {speed}")
         if stats["acceptance_rate"] is not None:
             out.print(f"Speculation: {stats['acceptance_rate']:.0%} of "

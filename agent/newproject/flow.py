@@ -140,9 +140,12 @@ class ProjectResult:
 
 
 def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
-    """Prompt tokens processed/cached, decoded tokens, decode tok/s, draft acceptance rate."""
+    """Prompt tokens processed/cached, decoded tokens, decode tok/s, draft acceptance rate.
+    ``cached_tokens`` is None when no turn reported its cache reuse (a server without
+    llama-server's ``timings`` that does not report cached tokens either)."""
     prompt = sum(t.prompt_n or 0 for t in timings)
-    cached = sum(t.cache_n or 0 for t in timings)
+    reported = [t.cache_n for t in timings if t.cache_n is not None]
+    cached = sum(reported) if reported or not timings else None
     decoded = sum(t.predicted_n or 0 for t in timings)
     ms = sum(t.predicted_ms or 0 for t in timings)
     drafts = sum(t.draft_n or 0 for t in timings)
