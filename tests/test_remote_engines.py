@@ -5,6 +5,7 @@ none of llama-server's own fields. The server is a real process (tests/vllm_stan
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -133,6 +134,17 @@ def test_new_project_against_a_vllm_server_writes_tests_that_pass(
     assert "prefilled, cache reuse not reported," in out  # never a claimed "0 cached"
     assert "(the server does not report cache reuse)" in out
     assert all(body["model"] == SERVED for body in server.requests())
+
+
+def test_chat_status_names_the_served_model_and_its_context(
+        tmp_path: Path, agent_home: Path, vllm: Any):
+    server = vllm([])
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    ran = subprocess.run([sys.executable, "-m", "agent", "chat", "--no-git", "--base-url",
+                          server.url], cwd=tmp_path, env=env, input="/status\n/exit\n",
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert f"n_ctx {MAX_MODEL_LEN}, model {SERVED}" in ran.stdout + ran.stderr
 
 
 def test_a_server_without_tokenize_gets_estimated_counts_and_says_so(

@@ -339,10 +339,10 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                           else "the server's context size is unknown: nothing to compact against",
                           markup=False)
             elif line == "/status":
-                props = session.backend.client.props()
+                client = session.backend.client
+                model = client.props().get("model_path") or client.model_id()
                 out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
-                          f"{session.backend.client.n_ctx()}, model {props.get('model_path')}",
-                          markup=False)
+                          f"{client.n_ctx()}, model {model}", markup=False)
             elif line.startswith("/"):
                 out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
                           markup=False)
