@@ -1,14 +1,20 @@
-"""The model client: streamed chat completions against an OpenAI-compatible llama-server.
+"""The model client: streamed chat completions against an OpenAI-compatible server.
 
-Requests keep the prefix cache warm (``cache_prompt``, pinned ``id_slot``); responses are
-assembled from the stream with llama-server's ``timings`` (BACKEND-FACTS.md). The HTTP read
-timeout is an idle timeout (per chunk), and nothing is retried automatically: a retry would
-re-prefill the whole prompt (FIELD-CASES.md class 10).
+Against llama-server (it answers ``/props``) requests keep the prefix cache warm
+(``cache_prompt``, pinned ``id_slot``) and responses carry its ``timings``
+(BACKEND-FACTS.md). Another engine (vLLM, SGLang) gets plain OpenAI requests with the model id
+it lists in ``/v1/models``; its context size comes from there (``max_model_len``), its prefix
+caching is its own (automatic, reused because requests are append-only), and a turn's token
+counts come from the stream's ``usage``. The HTTP read timeout is an idle timeout (per chunk),
+and nothing is retried automatically: a retry would re-prefill the whole prompt
+(FIELD-CASES.md class 10).
 """
 
 from __future__ import annotations
 
 import atexit
+import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +43,11 @@ class ContextOverflow(RuntimeError):
 
 class ServerUnavailable(RuntimeError):
     """The server could not be reached or answered with an error."""
+
+
+class _Refused(ServerUnavailable):
+    """The server answered, but not with what was asked (an error status, a body without
+    tokens): unlike a server that cannot be reached, a reason to estimate instead."""
 
 
 class TimeLimitReached(RuntimeError):
@@ -107,6 +118,10 @@ class ServerClient:
             base_url=self.base_url + "/v1", api_key="sk-no-key-required", max_retries=0,
             timeout=httpx2.Timeout(connect=10.0, read=idle_timeout, write=60.0, pool=10.0))
         self._props: dict[str, Any] | None = None
+        self._models: dict[str, Any] | None = None
+        self.estimated_tokens = False
+        """True once a token count was estimated (the server has no ``/tokenize`` that
+        answered): sizes are then ~1 token per 3 characters, on the safe side for code."""
         self.http = _shared_http()
 
     def close(self) -> None:
@@ -122,17 +137,59 @@ class ServerClient:
                 self._props = {}
         return self._props
 
+    def is_llama_server(self) -> bool:
+        """True when the server answers llama.cpp's ``/props`` (llama-server, BeeLlama): only
+        then are its own request fields (``cache_prompt``, ``id_slot``) sent."""
+        return bool(self.props())
+
+    def models(self) -> dict[str, Any]:
+        """The first entry of ``GET /v1/models`` (cached); an empty dict when the server has
+        none, answers an error or something that is not an OpenAI model list."""
+        if self._models is None:
+            self._models = {}
+            try:
+                resp = self.http.get(self.base_url + "/v1/models", timeout=10.0)
+                data = resp.json().get("data") if resp.status_code == 200 else None
+            except (httpx2.HTTPError, ValueError, AttributeError):
+                data = None
+            if isinstance(data, list) and data and isinstance(data[0], dict):
+                self._models = data[0]
+        return self._models
+
+    def model_id(self) -> str:
+        """The ``model`` a completion names: the id ``/v1/models`` lists on an engine that
+        checks it (vLLM answers 404 for a name it does not serve); ``local`` for llama-server,
+        which ignores it."""
+        if self.is_llama_server():
+            return "local"
+        model_id = self.models().get("id")
+        return model_id if isinstance(model_id, str) and model_id else "local"
+
     def check_reachable(self) -> None:
-        """Raise :class:`ServerUnavailable` with a next step when nothing answers."""
+        """Raise :class:`ServerUnavailable` with a next step when nothing answers, or when
+        ``/v1/models`` answers a server error (5xx)."""
         try:
-            self.http.get(self.base_url + "/v1/models", timeout=10.0)
+            resp = self.http.get(self.base_url + "/v1/models", timeout=10.0)
         except httpx2.HTTPError as exc:
             raise ServerUnavailable(f"no server answers at {self.base_url} ({exc}); start it, "
                                     "or drop --base-url to use the managed server") from exc
+        if resp.status_code >= 500:
+            raise ServerUnavailable(f"the server at {self.base_url} answered "
+                                    f"{resp.status_code} on /v1/models "
+                                    f"({' '.join(resp.text.split())[:200]}); check its log")
 
     def n_ctx(self) -> int | None:
-        """The server's per-slot context size in tokens, when it says."""
-        return self.props().get("default_generation_settings", {}).get("n_ctx")
+        """The server's per-slot context size in tokens, when it says: llama-server's
+        ``/props`` ``n_ctx``, else ``max_model_len`` of ``/v1/models`` (vLLM, SGLang)."""
+        n_ctx = self.props().get("default_generation_settings", {}).get("n_ctx")
+        if n_ctx is None and not self.is_llama_server():
+            n_ctx = self.models().get("max_model_len")
+        return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 \
+            else None
+
+    def context_source(self) -> str:
+        """Where :meth:`n_ctx` came from, for a note: ``/props`` or ``/v1/models``."""
+        return "/props" if self.is_llama_server() else "/v1/models max_model_len"
 
     def supports_tools(self) -> bool:
         """``/props.chat_template_caps.supports_tools``."""
@@ -159,9 +216,22 @@ class ServerClient:
     def tokenize(self, text: str) -> list[int]:
         """The server's token ids for ``text`` (``POST /tokenize``, no special tokens added).
 
-        Raises :class:`ServerUnavailable` when the server cannot be reached or refuses.
+        On a server that is not llama-server, vLLM's and SGLang's ``/tokenize`` form is
+        tried (``prompt``); where that is refused or missing, the count is estimated at one
+        token per 3 characters (the ids are then placeholders) and :attr:`estimated_tokens`
+        is set. Raises :class:`ServerUnavailable` when llama-server cannot be reached or
+        refuses.
         """
-        return [int(t) for t in self._tokens({"content": text}, 30.0)]
+        if self.is_llama_server():
+            return [int(t) for t in self._tokens({"content": text}, 30.0)]
+        if not self.estimated_tokens:
+            try:
+                return [int(t) for t in self._tokens(
+                    {"model": self.model_id(), "prompt": text, "add_special_tokens": False},
+                    30.0)]
+            except (_Refused, ValueError, TypeError):
+                self.estimated_tokens = True
+        return [0] * math.ceil(len(text) / 3)
 
     def tokenize_pieces(self, text: str) -> list[dict[str, Any]]:
         """``/tokenize`` with pieces: ``[{"id": int, "piece": str | list[int]}]`` (a byte list
@@ -176,12 +246,11 @@ class ServerClient:
         except httpx2.HTTPError as exc:
             raise ServerUnavailable(f"cannot reach {self.base_url}: {exc}") from exc
         if resp.status_code != 200:
-            raise ServerUnavailable(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
+            raise _Refused(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
         try:
             return list(resp.json()["tokens"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise ServerUnavailable(f"/tokenize answered without tokens: {resp.text[:300]}") \
-                from exc
+            raise _Refused(f"/tokenize answered without tokens: {resp.text[:300]}") from exc
 
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,
@@ -204,16 +273,20 @@ class ServerClient:
         import openai  # deferred, as in __init__ (startup time)
 
         sampling = dict(sampling or {})
-        extra: dict[str, Any] = {**self.request_extra, "cache_prompt": True}
-        if self.id_slot is not None:
-            extra["id_slot"] = self.id_slot
+        extra: dict[str, Any] = dict(self.request_extra)
+        llama = self.is_llama_server()
+        if llama:  # other engines cache prefixes on their own and may refuse unknown fields
+            extra["cache_prompt"] = True
+            if self.id_slot is not None:
+                extra["id_slot"] = self.id_slot
         n_max = self.draft_cap.next_n_max() if self.draft_cap is not None else None
         if n_max is not None:
             extra["speculative.n_max"] = n_max
         for key in ("top_k", "min_p"):
             if sampling.get(key) is not None:
                 extra[key] = sampling[key]
-        kwargs: dict[str, Any] = {"model": "local", "messages": messages, "stream": True,
+        kwargs: dict[str, Any] = {"model": self.model_id(), "messages": messages,
+                                  "stream": True,
                                   "stream_options": {"include_usage": True},
                                   "max_tokens": max_tokens, "extra_body": extra}
         if sampling.get("temperature") is not None:
@@ -241,6 +314,15 @@ class ServerClient:
             if out_of_time:
                 raise TimeLimitReached(turn) from exc
             raise self._unavailable(self._silent()) from exc
+        except openai.NotFoundError as exc:
+            if llama:
+                raise self._unavailable(f"model request to {self.base_url} failed: {exc}") \
+                    from exc
+            raise ServerUnavailable(f"the server at {self.base_url} does not serve model "
+                                    f"{kwargs['model']!r} (404; the model id is read from "
+                                    "its /v1/models, which gave "
+                                    f"{'none' if kwargs['model'] == 'local' else 'that one'}"
+                                    "): check the server's /v1/models") from exc
         except openai.APIError as exc:
             raise self._unavailable(f"model request to {self.base_url} failed: {exc}") from exc
         calls: dict[int, dict[str, str]] = {}
@@ -250,8 +332,12 @@ class ServerClient:
             return TimeLimitReached(turn)
 
         tokens = 0
+        first_token: float | None = None
         try:
             for chunk in stream:
+                if first_token is None and any(c.delta.content or c.delta.tool_calls
+                                               for c in chunk.choices):
+                    first_token = time.monotonic()
                 if on_chunk:
                     tokens += any(c.delta.content or c.delta.tool_calls
                                   or (c.delta.model_extra or {}).get("reasoning_content")
@@ -309,6 +395,8 @@ class ServerClient:
                                     "server's log")
         turn.tool_calls = [calls[i] for i in sorted(calls)]
         turn.draft_n_max = n_max
+        if turn.timings is None and turn.usage is not None and not llama:
+            turn.timings = usage_timings(turn.usage, first_token)
         if self.draft_cap is not None and n_max is not None and turn.timings is not None:
             self.draft_cap.observe(n_max, turn.timings.model_dump())
         return turn
@@ -325,6 +413,30 @@ class ServerClient:
         return ServerUnavailable(f"{message}\n{report}" if report else message)
 
 
+def usage_timings(usage: dict[str, Any], first_token: float | None) -> Timings | None:
+    """Timings for a server without llama-server's ``timings`` (vLLM, SGLang), from the
+    stream's ``usage``: ``prompt_n`` is the prompt tokens not served from cache, ``cache_n``
+    the cached ones when the server reports them (``prompt_tokens_details.cached_tokens``;
+    None when it does not say), ``predicted_per_second`` measured here from the first token
+    to the end of the stream. ``source`` is ``usage``. None when ``usage`` holds no counts."""
+    prompt, decoded = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(decoded, int):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached = cached if isinstance(cached, int) and 0 <= cached <= prompt else None
+    elapsed = time.monotonic() - first_token if first_token is not None else 0.0
+    timed = elapsed > 0 and decoded > 0
+    return Timings(prompt_n=prompt - (cached or 0), cache_n=cached, predicted_n=decoded,
+                   predicted_ms=elapsed * 1000 if timed else None,
+                   predicted_per_second=decoded / elapsed if timed else None,
+                   source="usage")
+
+
+_CONTEXT_WORDS = re.compile(r"maximum context length (?:is|of) (\d+) tokens")
+_REQUESTED_WORDS = re.compile(r"requested (?:a total of )?(\d+) tokens")
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
@@ -334,4 +446,11 @@ def _bad_request(exc: openai.BadRequestError) -> Exception:
     err = body.get("error", body) if isinstance(body, dict) else {}
     if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
         return ContextOverflow(err.get("n_prompt_tokens"), err.get("n_ctx"))
+    # Other engines say it in words (vLLM: "This model's maximum context length is N
+    # tokens. However, you requested M tokens ..."): the same overflow, so compaction runs.
+    message = str(err.get("message", "")) if isinstance(err, dict) else ""
+    found = _CONTEXT_WORDS.search(message)
+    if found:
+        asked = _REQUESTED_WORDS.search(message)
+        return ContextOverflow(int(asked.group(1)) if asked else None, int(found.group(1)))
     return ServerUnavailable(f"the server rejected the request: {exc}")

@@ -71,10 +71,7 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     if settings.base_url:
         client = ServerClient(settings.base_url, settings.request_timeout)
         client.check_reachable()
-        if client.n_ctx() is None and settings.ctx_size is None:
-            # A remote engine that is not llama-server (vLLM, SGLang, ...) has no /props.
-            raise UsageError(f"the server at {settings.base_url} does not report its context "
-                             "size (no llama.cpp /props); pass --ctx-size N (tokens)")
+        describe_remote(client, settings.ctx_size, reporter.note)
         return Backend(client, None, None, sampling)
     sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
     if default_engine() is None:
@@ -96,6 +93,35 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     reporter.draft_length = backend.draft_length()
     reporter.request_label = draft_cap.label if isinstance(draft_cap, NgramGuard) else None
     return backend
+
+
+def describe_remote(client: ServerClient, ctx_size: int | None,
+                    note: Any) -> None:
+    """Check what a ``--base-url`` server says of itself and ``note`` it in one line.
+
+    llama-server answers ``/props`` (context size, template caps). Another engine (vLLM,
+    SGLang) is driven with plain OpenAI requests: its context is ``max_model_len`` from
+    ``/v1/models``, else ``ctx_size`` (``--ctx-size``); its prefix caching and speculative
+    decoding are configured on its own side; no draft-length controller is used against it.
+    Raises :class:`UsageError` when neither the server nor ``ctx_size`` gives the context."""
+    n_ctx = client.n_ctx()
+    if client.is_llama_server():
+        if n_ctx is None and ctx_size is None:
+            raise UsageError(f"the server at {client.base_url} does not report its context "
+                             "size in /props; pass --ctx-size N (tokens)")
+        return
+    if n_ctx is None and ctx_size is None:
+        raise UsageError(f"the server at {client.base_url} does not report its context size "
+                         "(no llama.cpp /props, no max_model_len in /v1/models); pass "
+                         "--ctx-size N (tokens)")
+    context = (f"context {n_ctx} tokens from /v1/models max_model_len" if n_ctx is not None
+               else f"context {ctx_size} tokens from --ctx-size")
+    client.tokenize("probe")  # sets estimated_tokens when the server has no /tokenize
+    tokens = "; token counts estimated (~3 characters a token: no /tokenize)" \
+        if client.estimated_tokens else ""
+    note(f"{client.base_url} is not llama-server (no /props): model "
+         f"{client.model_id()!r}, {context}; its prefix caching and speculative decoding are "
+         f"its own{tokens}")
 
 
 def record_speculation(backend: Backend, timings: list[Any],
@@ -124,8 +150,13 @@ def choose_protocol(setting: str, client: ServerClient) -> tuple[str, ProtocolDe
     Pass the decision as the Agent's ``auto_switch``: it names the one fallback allowed and is
     logged, with its reason and the facts it saw, before the first request."""
     model = client.props().get("model_path")
+    # Without /props (vLLM, SGLang) nothing is known of the template's tool support: the rules
+    # then see supports_tools False and the served id as the model, and `auto` takes text
+    # (json fallback), whose requests are plain chat messages any engine renders.
     decision = decide(setting, {"supports_tools": client.supports_tools(),
-                                "model": Path(model).name if model else None})
+                                "model": Path(model).name if model else None,
+                                "llama_server": client.is_llama_server(),
+                                **({} if model else {"served_model": client.model_id()})})
     return decision.protocol, decision
 
 

@@ -93,7 +93,7 @@ class Reporter:
         """The server's drafting, shown on every step line (``draft length 3``, ``drafting
         off``); None when it has no draft model."""
         self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
-                       "reply_misses": 0, "turns": 0}
+                       "reply_misses": 0, "turns": 0, "reuse_unknown": 0}
         self._previous: tuple[int, int] | None = None
         self._collapse_said = False
         """(prompt tokens, decoded tokens) of the last request, to spot cache misses."""
@@ -136,7 +136,11 @@ class Reporter:
         tot["decoded"] += decoded
         tot["drafted"] += t.draft_n or 0
         tot["accepted"] += t.draft_n_accepted or 0
-        missed = reply_misses(self._previous, reused, prompt)
+        # A server that does not report its cache reuse (vLLM without prompt-tokens details)
+        # gives no cache_n: nothing is claimed about reuse, and no miss is counted.
+        unknown = t.cache_n is None and (t.model_extra or {}).get("source") == "usage"
+        tot["reuse_unknown"] += unknown
+        missed = 0 if unknown else reply_misses(self._previous, reused, prompt)
         tot["reply_misses"] += missed
         # A reply cut at max_tokens with no call is kept as a short stub (agent.loop._cut),
         # not as decoded: no token of it is expected back from the cache.
@@ -149,7 +153,8 @@ class Reporter:
         elif self.draft_length:
             accept += f" · {self.draft_length}"
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""
-        self.console.print(Text(f"step {event.step} · prefill {prompt} (reused {reused}){miss} · "
+        reuse = "reuse not reported" if unknown else f"reused {reused}"
+        self.console.print(Text(f"step {event.step} · prefill {prompt} ({reuse}){miss} · "
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
                                 f"{accept}", style="dim"))
         cause = None if self._collapse_said else collapse_note(
@@ -164,12 +169,17 @@ class Reporter:
         t = self.totals
         prompt = t["prefilled"] + t["reused"]
         cached = f"{t['reused'] / prompt:.0%}" if prompt else "-"
+        if t["reuse_unknown"] == t["turns"]:
+            reuse = f"{prompt} prompt tokens (the server does not report cache reuse)"
+        else:
+            if t["reuse_unknown"]:
+                cached += f"; {t['reuse_unknown']} of the calls without a reported reuse"
+            reuse = f"{t['reused']} of {prompt} prompt tokens from cache ({cached})"
         share = f"{t['accepted'] / t['decoded']:.0%}" if t["decoded"] else "-"
         drafts = (f"{t['accepted']} of {t['decoded']} decoded tokens ({share}) from accepted "
                   f"drafts" if t["drafted"] else f"{t['decoded']} tokens decoded, no drafts")
         misses = f" · {t['reply_misses']} reply tokens re-prefilled" if t["reply_misses"] else ""
-        return (f"session: {t['turns']} model calls · {t['reused']} of {prompt} prompt tokens "
-                f"from cache ({cached}) · {drafts}{misses}")
+        return f"session: {t['turns']} model calls · {reuse} · {drafts}{misses}"
 
     def _show_call(self, name: str, args: Any, preview: str | None = None) -> None:
         if not isinstance(args, dict):

@@ -94,6 +94,9 @@ class ScriptedModel:
                     self._json(200, {"prompt": text})
                     return
                 if self.path == "/tokenize":
+                    if "content" not in body:  # llama-server's form only, as it answers
+                        self._json(400, {"error": {"message": "\"content\" must be provided"}})
+                        return
                     # Deterministic stand-in tokenizer: one token per 4 characters (rounded up).
                     model.tokenize_requests.append(body["content"])
                     self._json(200, {"tokens": list(range(-(-len(body["content"]) // 4)))})

@@ -62,7 +62,8 @@ def test_the_decision_is_logged_before_the_first_request(tmp_path: Path):
     with ScriptedModel([reply(FINISH)], supports_tools=True) as model:
         protocol, decision = choose_protocol("auto", ServerClient(model.url))
         assert (protocol, decision.fallback) == ("text", "json")
-        assert decision.facts == {"supports_tools": True, "model": "model.gguf"}
+        assert decision.facts == {"supports_tools": True, "model": "model.gguf",
+                                  "llama_server": True}
         agent, events = make_agent(model, tmp_path / "ws", auto_switch=decision)
         agent.run("go")
     choice = events[0]

@@ -218,8 +218,10 @@ def new_project_cmd(
         if result.tests.detail and result.tests.status != "passed":
             out.print(result.tests.detail, markup=False)
         speed = f"{stats['decode_tok_s']} tok/s" if stats["decode_tok_s"] else "n/a"
+        cached = "cache reuse not reported" if stats["cached_tokens"] is None \
+            else f"{stats['cached_tokens']} cached"
         out.print(f"Steps: {result.loop.steps} (stop: {result.loop.reason}); tokens: "
-                  f"{stats['prompt_tokens']} prefilled, {stats['cached_tokens']} cached, "
+                  f"{stats['prompt_tokens']} prefilled, {cached}, "
                   f"{stats['decoded_tokens']} decoded at {speed}")
         if stats["acceptance_rate"] is not None:
             out.print(f"Speculation: {stats['acceptance_rate']:.0%} of "
@@ -337,10 +339,10 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                           else "the server's context size is unknown: nothing to compact against",
                           markup=False)
             elif line == "/status":
-                props = session.backend.client.props()
+                client = session.backend.client
+                model = client.props().get("model_path") or client.model_id()
                 out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
-                          f"{session.backend.client.n_ctx()}, model {props.get('model_path')}",
-                          markup=False)
+                          f"{client.n_ctx()}, model {model}", markup=False)
             elif line.startswith("/"):
                 out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
                           markup=False)

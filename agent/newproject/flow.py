@@ -49,7 +49,7 @@ from agent.protocols.base import tools_with_final
 from agent.protocols.choice import ProtocolDecision
 from agent.runtime import Backend, choose_protocol, connect, record_speculation, renders_tool_role
 from agent.sessions.log import SessionLog, new_session_id
-from agent.sessions.slots import hold_slot
+from agent.sessions.slots import server_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.loader import Discovery
@@ -140,9 +140,12 @@ class ProjectResult:
 
 
 def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
-    """Prompt tokens processed/cached, decoded tokens, decode tok/s, draft acceptance rate."""
+    """Prompt tokens processed/cached, decoded tokens, decode tok/s, draft acceptance rate.
+    ``cached_tokens`` is None when no turn reported its cache reuse (a server without
+    llama-server's ``timings`` that does not report cached tokens either)."""
     prompt = sum(t.prompt_n or 0 for t in timings)
-    cached = sum(t.cache_n or 0 for t in timings)
+    reported = [t.cache_n for t in timings if t.cache_n is not None]
+    cached = sum(reported) if reported or not timings else None
     decoded = sum(t.predicted_n or 0 for t in timings)
     ms = sum(t.predicted_ms or 0 for t in timings)
     drafts = sum(t.draft_n or 0 for t in timings)
@@ -351,8 +354,7 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                              recipe_reason=recipe.reason, attempt=0, status="accepted",
                              plan=plan.model_dump()))
         else:
-            total = int(client.props().get("total_slots") or 1)
-            with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
+            with server_slot(client, reporter.note, session_id) as slot:
                 client.id_slot = slot
                 got, plan_timings, why = get_plan(client, description, recipe,
                                                   backend.sampling, emit, reporter,
@@ -550,8 +552,7 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
                                         max_output=2048),
                   ui=reporter)
     try:
-        total = int(client.props().get("total_slots") or 1)
-        with hold_slot(client.base_url, total, reporter.note, session_id) as slot:
+        with server_slot(client, reporter.note, session_id) as slot:
             client.id_slot = slot
             result, tests = _work(agent, task, first, s)
             progress.steps = result.steps

@@ -38,7 +38,7 @@ from agent.sessions import checkpoints as cp
 from agent.sessions.approval import make_approver
 from agent.sessions.instructions import load_instructions
 from agent.sessions.log import SessionLog, new_session_id, read_events, session_path
-from agent.sessions.slots import hold_slot
+from agent.sessions.slots import server_slot
 from agent.ui import Reporter
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills
@@ -237,9 +237,8 @@ class RepoSession:
         self.emit(TaskStart(session_id=self.id, task=self.tasks, text=text))
         self._checkpoint("before")
         client = self.backend.client
-        total = int(client.props().get("total_slots") or 1)
         try:
-            with hold_slot(client.base_url, total, self.reporter.note, self.id) as slot:
+            with server_slot(client, self.reporter.note, self.id) as slot:
                 client.id_slot = slot
                 first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
                 self.forced_skills = []

@@ -15,10 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
 
 from backend.home import home
+
+if TYPE_CHECKING:
+    from agent.client import ServerClient
 
 
 def _paths(base_url: str, slot: int) -> tuple[Path, Path]:
@@ -68,3 +72,18 @@ def hold_slot(base_url: str, total_slots: int, note: Callable[[str], None],
                  "it (start the server with --parallel N to run sessions side by side)")
             said = True
         time.sleep(poll)
+
+
+@contextmanager
+def server_slot(client: ServerClient, note: Callable[[str], None],
+                session_id: str = "") -> Iterator[int | None]:
+    """:func:`hold_slot` on llama-server (its ``/props`` ``total_slots``); on another engine
+    (vLLM, SGLang: no ``/props``) no slot is held and None is yielded: such an engine batches
+    concurrent requests and shares its prefix cache between them, so sessions need not wait
+    for each other, and it takes no ``id_slot``."""
+    if not client.is_llama_server():
+        yield None
+        return
+    total = int(client.props().get("total_slots") or 1)
+    with hold_slot(client.base_url, total, note, session_id) as slot:
+        yield slot
