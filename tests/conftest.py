@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from backend.engine.build import Engine, build_beellama, build_llama_cpp, list_engines
@@ -218,3 +219,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         names = ", ".join(r.nodeid for r in skipped[:5])
         reporter.write_line(f"CI: {len(skipped)} test(s) skipped ({names}); failing the run")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def greedy_timings(plan: LaunchPlan) -> dict:
+    """Start a real server of ``plan``, send one greedy 48-token request (a counting prompt a
+    draft can follow), stop it; returns the response's ``timings``."""
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=180)
+    try:
+        body = httpx2.post(f"{state.base_url}/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": "count: 1 2 3 4 5 6 7 8"}],
+            "max_tokens": 48, "temperature": 0}).json()
+    finally:
+        stop(state)
+    return body["timings"]

@@ -16,7 +16,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import pytest
 
 from backend.engine.build import Engine
@@ -25,8 +24,7 @@ from backend.models.hfdraft import DraftSourceError, prepare_draft
 from backend.models.presets import get_preset
 from backend.serve.launch import plan_for
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import pick_port, stop, up
-from tests.conftest import home_env
+from tests.conftest import greedy_timings, home_env
 from tests.hf_standin import HfStandin
 from tests.zlab_fixture import write_tokenizer_folder, write_zlab_drafter
 
@@ -92,16 +90,8 @@ def _agent(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
 
 def _drafts(engine: Engine, target: Path, draft: Path) -> dict:
     """One greedy request to a real server with ``draft``; returns its ``timings``."""
-    plan = LaunchPlan(binary=engine.binary, model=target, profile="dflash-fixed",
-                      ctx_size=1024, draft=draft)
-    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=180)
-    try:
-        body = httpx2.post(f"{state.base_url}/v1/chat/completions", timeout=120, json={
-            "messages": [{"role": "user", "content": "count: 1 2 3 4 5 6 7 8"}],
-            "max_tokens": 48, "temperature": 0}).json()
-    finally:
-        stop(state)
-    return body["timings"]
+    return greedy_timings(LaunchPlan(binary=engine.binary, model=target,
+                                     profile="dflash-fixed", ctx_size=1024, draft=draft))
 
 
 def test_convert_draft_turns_a_zlab_folder_into_a_draft_the_real_server_drafts_with(
