@@ -25,11 +25,14 @@ from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.server import pick_port, stop, up  # noqa: E402
 from train import hf_gen, llama  # noqa: E402
 from train.accept import acceptance  # noqa: E402
-from train.batches import make_batch  # noqa: E402
+from train.batches import IGNORE, make_batch, padded_ids  # noqa: E402
 from train.cli import _load_draft  # noqa: E402
 from train.config import draft_config  # noqa: E402
 from train.draft import Draft  # noqa: E402
+from train.fast_decode import Decoder  # noqa: E402
+from train.features import FeatureStore  # noqa: E402
 from train.fit import FitSettings, batch_index, block_loss, fit, position_weights  # noqa: E402
+from train.head_loss import head_cross_entropy  # noqa: E402
 from train.requests import ChatRequest  # noqa: E402
 from train.seqs import build, save  # noqa: E402
 from train.target import load_target  # noqa: E402
@@ -231,3 +234,74 @@ def test_the_torch_draft_agrees_with_llama_servers_dflash_on_v1s_first_block(
         else:
             assert int(ids[1]) == server[k] and float(probs[0] - probs[1]) < 0.15, (k, server)
     assert agree >= 12, (agree, server)
+
+
+def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny):
+    """The static-cache decoder (float32 on CPU) against transformers' ``generate`` on the
+    same left-padded batches: prompts of 24–46 ids, so every batch pads some rows."""
+    _, target, seqs, _, _ = tiny
+    prompts = seqs.select(range(len(seqs)))
+    prompts = build([prompts.prompt(i) for i in range(len(prompts))],
+                    [int(x) for x in prompts.plens], [prompts.source(i) for i in
+                                                       range(len(prompts))],
+                    [bool(x) for x in prompts.heldout])
+    fast, stats, skipped = hf_gen.generate(target, prompts, max_new=40, batch=4,
+                                           engine="torch")
+    assert stats.engine == "torch" and skipped == 0 and len(fast) == len(seqs)
+    for i in range(len(seqs)):
+        assert fast.ids(i).tolist() == seqs.ids(i).tolist(), i
+
+
+def test_the_torch_generator_cuts_each_row_at_its_end_of_generation(tiny):
+    _, target, _, _, _ = tiny
+    decoder = Decoder(target.model)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(100, 40_000, size=n) for n in (5, 9)]
+    free = decoder.greedy(prompts, 12, ())
+    assert [len(r) for r in free] == [12, 12]
+    stop_id = free[1][3]
+    cut = decoder.greedy(prompts, 12, (stop_id,))
+    assert cut[1] == free[1][:free[1].index(stop_id) + 1]
+    assert cut[0] == (free[0][:free[0].index(stop_id) + 1] if stop_id in free[0] else free[0])
+
+
+def test_the_chunked_head_loss_has_the_plain_loss_and_gradient():
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(50, 16, dtype=torch.float64)
+    labels = torch.randint(0, 50, (37,))
+    labels[::5] = IGNORE
+    weights = torch.rand(37, dtype=torch.float64)
+    ours = head_cross_entropy(hidden, head, labels, chunk=8)
+    (ours.double() * weights).sum().backward()
+    grad = hidden.grad.clone()
+    hidden.grad = None
+    plain = torch.nn.functional.cross_entropy(hidden @ head.T, labels, ignore_index=IGNORE,
+                                              reduction="none")
+    (plain * weights).sum().backward()
+    assert torch.allclose(ours.double(), plain, atol=1e-5)
+    assert torch.allclose(grad, hidden.grad, atol=1e-5)
+
+
+def test_stored_features_are_the_targets_own_and_train_the_same(tiny, tmp_path: Path):
+    path, target, seqs, _, _ = tiny
+    train = [i for i in range(len(seqs)) if not seqs.heldout[i]]
+    store = FeatureStore(target, seqs, train, LAYERS, dtype=torch.float32, batch_tokens=150)
+    index = train[3:6]
+    ids, lengths = padded_ids(seqs, index, target.device)
+    assert torch.allclose(store.gather(index), target.features(ids, lengths, LAYERS))
+    anchors = np.asarray([[int(seqs.plens[i]) + k for k in range(4)] for i in index])
+    draft = _draft(path)
+    weights = position_weights(draft.config, 5.0, target.device)
+    with torch.no_grad():
+        online, _ = block_loss(draft, target, seqs, index, anchors, weights)
+        stored, _ = block_loss(draft, target, seqs, index, anchors, weights, store)
+    assert torch.allclose(online, stored)
+    lines: list[str] = []
+    fit(draft, target, seqs, train, tmp_path / "run", _settings(steps=6), log=lines.append,
+        features=store, profile_steps=3)
+    (profile,) = [x for x in lines if "profiled steps" in x]
+    assert re.search(r"over 3 profiled steps: batch [0-9.]+, forward [0-9.]+, loss [0-9.]+, "
+                     r"backward [0-9.]+, optimizer [0-9.]+ \(total", profile), profile
+    assert re.search(r"\[fit\] 6 steps in [0-9.]+ s: [0-9.]+ steps/s, \d+ block positions/s",
+                     lines[-1]), lines

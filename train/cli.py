@@ -165,7 +165,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
         target = load_target(a.target, a.device)
         seqs, stats, skipped = hf_gen.generate(target, prompts, max_new=a.max_new,
                                                batch=a.batch, batch_tokens=a.batch_tokens,
-                                               budget_s=a.budget_s, progress=_say)
+                                               budget_s=a.budget_s, progress=_say,
+                                               engine=a.engine)
         if skipped:
             _say(f"{skipped} json-protocol prompts skipped: their grammar needs the server "
                  "engine")
@@ -233,6 +234,41 @@ def _load_draft(path: Path, target_gguf: Path, device: str) -> Any:
     return draft.to(device)
 
 
+def _target_dtype(device: str) -> Any:
+    """bfloat16 on a GPU (the features' precision under autocast anyway), float32 on CPU."""
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def _feature_store(mode: str, target: Any, seqs: Any, index: list[int],
+                   layers: tuple[int, ...]) -> Any:
+    """The training sequences' features computed once (``store``; ``auto`` when they fit),
+    or None for features computed per batch (``online``). Says which and why."""
+    import time
+
+    import torch
+
+    from train.features import FeatureStore, store_bytes, store_fits
+
+    if mode == "online":
+        return None
+    dtype = torch.bfloat16 if target.device.type == "cuda" else torch.float32
+    n_features = len(layers) * int(target.embed.shape[1])
+    fits, words = store_fits(store_bytes(seqs, index, n_features, dtype), target.device)
+    if mode == "auto" and not fits:
+        _say(f"[fit] features computed per batch: {words}")
+        return None
+    started = time.monotonic()
+    store = FeatureStore(target, seqs, index, layers, dtype=dtype, progress=_say)
+    if target.device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.monotonic() - started
+    _say(f"[fit] features stored once ({words}): {store.flat.shape[0]} tokens in "
+         f"{seconds:.1f} s = {store.flat.shape[0] / max(seconds, 1e-9):.0f} tokens/s")
+    return store
+
+
 def cmd_fit(a: argparse.Namespace) -> int:
     need_torch()
     import torch
@@ -247,7 +283,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
     seqs = load_many(a.data)
     config = draft_config(a.target, n_layer=a.draft_layers, target_layers=a.layers or None)
     torch.manual_seed(a.seed)
-    target = load_target(a.target, a.device)
+    target = load_target(a.target, a.device, _target_dtype(a.device))
     draft = (_load_draft(a.init, a.target, a.device) if a.init
              else Draft(config).to(a.device))
     if draft.config != config:
@@ -261,8 +297,10 @@ def cmd_fit(a: argparse.Namespace) -> int:
     _say(f"[fit] {len(set(train))} training sequences ({train_tokens} tokens), {len(held)} "
          f"held out; draft {sum(p.numel() for p in draft.parameters()) / 1e6:.2f} M params, "
          f"{config.n_layer} layer(s), target layers {list(config.target_layers)}")
+    features = _feature_store(a.features, target, seqs, train, config.target_layers)
     state = fit(draft, target, seqs, train, a.out, settings, resume=a.resume,
-                stop_at=a.stop_at, log=_say)
+                stop_at=a.stop_at, log=_say, features=features,
+                profile_steps=a.profile_steps)
     passes = state.step * settings.batch_seqs / max(1, len(train))
     finished = state.stopped != "stop_at"
     if not finished:
@@ -291,7 +329,7 @@ def cmd_accept(a: argparse.Namespace) -> int:
     from train.target import load_target
 
     seqs = load_many(a.data)
-    target = load_target(a.target, a.device)
+    target = load_target(a.target, a.device, _target_dtype(a.device))
     draft = _load_draft(a.draft, a.target, a.device)
     index = ([i for i in range(len(seqs)) if seqs.heldout[i]] if not a.all_sequences
              else list(range(len(seqs))))
@@ -397,7 +435,9 @@ def parser() -> argparse.ArgumentParser:
     s = stage("generate", "a prompt set -> target-greedy sequences (.npz shards)")
     s.add_argument("--prompts", type=Path, nargs="+", required=True)
     s.add_argument("--target", type=Path, required=True, help="target GGUF")
-    s.add_argument("--engine", choices=("server", "hf"), default="server")
+    s.add_argument("--engine", choices=("server", "hf", "torch"), default="server",
+                   help="server: llama-server slots; hf: transformers generate; torch: the "
+                   "target's weights with a static cache and a CUDA graph")
     s.add_argument("--out", type=Path, required=True, help="stem: STEM-000.npz, ...")
     s.add_argument("--max-new", type=int, default=512, help="tokens per continuation")
     s.add_argument("--limit", type=int, help="the first N prompts only")
@@ -445,6 +485,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--eval-blocks", type=int, help="at most N blocks per held-out sequence")
     s.add_argument("--device", default="cuda")
     s.add_argument("--name", default="dflash-draft", help="general.name of the GGUF")
+    s.add_argument("--features", choices=("auto", "store", "online"), default="auto",
+                   help="target features computed once and kept (store; auto: when they "
+                   "fit in memory) or per batch (online)")
+    s.add_argument("--profile-steps", type=int, default=0,
+                   help="time each phase of this many steps (synchronising) and print it")
     s.set_defaults(run=cmd_fit)
 
     s = stage("accept", "torch-side acceptance of a draft on held-out sequences")

@@ -124,11 +124,13 @@ class Draft(nn.Module):
             kc = ly.attn_k_norm(ly.attn_k(g).view(b, n_ctx, ly.n_head_kv, ly.head_dim))
             vc = ly.attn_v(g).view(b, n_ctx, ly.n_head_kv, ly.head_dim)
             q, kb, kc = _rope(q, cq, sq), _rope(kb, cq, sq), _rope(kc, cc, sc)
-            k = torch.cat([kc, kb], 1).transpose(1, 2)
-            v = torch.cat([vc, vb], 1).transpose(1, 2)
+            # heads expanded by hand: SDPA's GQA path with a mask has no fused kernel and
+            # falls back to materialising every score
+            group = ly.n_head // ly.n_head_kv
+            k = torch.cat([kc, kb], 1).transpose(1, 2).repeat_interleave(group, 1)
+            v = torch.cat([vc, vb], 1).transpose(1, 2).repeat_interleave(group, 1)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask,
-                                               scale=1.0 / math.sqrt(ly.head_dim),
-                                               enable_gqa=True)
+                                               scale=1.0 / math.sqrt(ly.head_dim))
             h = h + ly.attn_output(o.transpose(1, 2).reshape(b, q_len, ly.n_head * ly.head_dim))
             y = ly.ffn_norm(h)
             h = h + ly.ffn_down(F.silu(ly.ffn_gate(y)) * ly.ffn_up(y))

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from train.batches import IGNORE, make_batch, random_anchors
 from train.config import DraftConfig
 from train.draft import Draft
 from train.errors import InputError
 from train.export import save_weights
+from train.features import FeatureStore
+from train.head_loss import head_cross_entropy
 from train.seqs import Sequences
 from train.target import Target
 
@@ -110,25 +111,69 @@ def batch_index(step: int, lengths: np.ndarray, s: FitSettings) -> list[int]:
 
 
 def block_loss(draft: Draft, target: Target, seqs: Sequences, index: list[int],
-               anchors: np.ndarray, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(weighted block loss, accuracy at block position 1) for one batch."""
+               anchors: np.ndarray, weights: torch.Tensor,
+               features: FeatureStore | None = None,
+               timer: PhaseTimer | None = None) -> tuple[torch.Tensor, float]:
+    """(weighted block loss, accuracy at block position 1) for one batch; ``features`` from
+    a store when given, else computed by the target now."""
     c = draft.config
-    batch = make_batch(seqs, index, anchors, target, c)
+    timer = timer or PhaseTimer(None)
+    batch = make_batch(seqs, index, anchors, target, c,
+                       features=features.gather(index) if features is not None else None)
+    timer.mark("batch")
     cuda = target.device.type == "cuda"
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
         hidden = draft(batch.ctx, batch.ctx_pos, batch.blk, batch.blk_pos, batch.mask)
-        logits = hidden @ target.head.T.to(hidden.dtype)
+    timer.mark("forward")
+    head = target.head.to(hidden.dtype)
     labels = batch.labels
-    ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
-                         ignore_index=IGNORE).view(labels.shape)
+    ce = head_cross_entropy(hidden.flatten(0, 1), head, labels.flatten()).view(labels.shape)
     w = weights.repeat(anchors.shape[1])[None].expand_as(labels) * (labels != IGNORE)
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     with torch.no_grad():
         first = labels.view(len(index), -1, c.block_size)[:, :, 1]
-        guess = logits.argmax(-1).view(len(index), -1, c.block_size)[:, :, 1]
+        at1 = hidden.view(len(index), -1, c.block_size, hidden.shape[-1])[:, :, 1]
+        guess = (at1 @ head.T).argmax(-1)
         valid = first != IGNORE
         acc1 = float(((guess == first) & valid).sum() / valid.sum().clamp_min(1))
+    timer.mark("loss")
     return loss, acc1
+
+
+class PhaseTimer:
+    """Milliseconds spent in each phase of a training step, summed over the steps it is
+    given (``device`` None: off). On CUDA each mark synchronises, so it only runs for the
+    steps ``--profile-steps`` asks for: it slows them."""
+
+    def __init__(self, device: torch.device | None):
+        self.device = device
+        self.totals: dict[str, float] = {}
+        self.steps = 0
+        self._last = time.perf_counter()
+
+    def start(self) -> None:
+        if self.device is not None:
+            self._sync()
+            self._last = time.perf_counter()
+
+    def _sync(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def mark(self, phase: str) -> None:
+        if self.device is None:
+            return
+        self._sync()
+        now = time.perf_counter()
+        self.totals[phase] = self.totals.get(phase, 0.0) + (now - self._last) * 1000
+        self._last = now
+
+    def line(self) -> str:
+        """``[fit] ms a step over N steps: batch … forward … (total)``."""
+        per = {k: v / max(1, self.steps) for k, v in self.totals.items()}
+        return (f"[fit] ms a step over {self.steps} profiled steps: "
+                + ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+                + f" (total {sum(per.values()):.1f})")
 
 
 def save_checkpoint(out: Path, draft: Draft, opt: torch.optim.Optimizer, state: FitState,
@@ -157,10 +202,13 @@ def load_checkpoint(out: Path, draft: Draft, opt: torch.optim.Optimizer) -> FitS
 
 def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], out: Path,
         settings: FitSettings, *, resume: bool = False, stop_at: int | None = None,
-        log: Callable[[str], None] = print) -> FitState:
+        log: Callable[[str], None] = print, features: FeatureStore | None = None,
+        profile_steps: int = 0) -> FitState:
     """Train ``draft`` on the sequences at ``train_index`` to ``settings.steps`` (or the time
     budget, or step ``stop_at`` for a run staged over several calls), checkpointing into
-    ``out``; returns the final state."""
+    ``out``; returns the final state. ``features`` holds the training sequences' target
+    features (else computed per batch); ``profile_steps`` > 0 times the phases of that many
+    steps after the first (one line logged)."""
     if not train_index:
         raise InputError("no training sequences (every sequence is held out?)")
     opt = torch.optim.AdamW(draft.parameters(), lr=settings.lr, betas=(0.9, 0.95),
@@ -174,6 +222,8 @@ def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], o
     draft.train()
     run_started = time.monotonic()
     before = state.seconds
+    first_step = state.step
+    profiler = PhaseTimer(target.device)
     state.stopped = "steps"
     while state.step < settings.steps:
         if stop_at is not None and state.step >= stop_at:
@@ -190,11 +240,22 @@ def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], o
         index = [train_index[i] for i in batch_index(state.step, lengths, settings)]
         anchors = random_anchors(seqs, index, settings.anchors,
                                  np.random.default_rng((settings.seed, state.step)))
-        loss, acc1 = block_loss(draft, target, seqs, index, anchors, weights)
+        profiling = 0 < state.step - first_step <= profile_steps
+        timer = profiler if profiling else None
+        if timer:
+            timer.start()
+        loss, acc1 = block_loss(draft, target, seqs, index, anchors, weights, features, timer)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if timer:
+            timer.mark("backward")
         torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.clip)
         opt.step()
+        if timer:
+            timer.mark("optimizer")
+            timer.steps += 1
+            if timer.steps == profile_steps:
+                log(timer.line())
         state.step += 1
         state.last_loss, state.acc1 = loss.item(), acc1
         state.loss_ema = (state.last_loss if state.loss_ema is None
@@ -206,4 +267,9 @@ def fit(draft: Draft, target: Target, seqs: Sequences, train_index: list[int], o
         if settings.ckpt_every and state.step % settings.ckpt_every == 0:
             save_checkpoint(out, draft, opt, state, settings)
     save_checkpoint(out, draft, opt, state, settings)
+    ran, seconds = state.step - first_step, time.monotonic() - run_started
+    if ran:
+        positions = settings.batch_seqs * settings.anchors * (draft.config.block_size - 1)
+        log(f"[fit] {ran} steps in {seconds:.1f} s: {ran / seconds:.2f} steps/s, "
+            f"{ran * positions / seconds:.0f} block positions/s")
     return state

@@ -1,5 +1,7 @@
-"""Target-greedy continuations from transformers, in batches (the other generator; which one
-yields more tokens per GPU minute is measured by running both, :mod:`train.gen_stats`).
+"""Target-greedy continuations of the target loaded in torch, in batches: ``hf``
+(transformers' ``generate``) or ``torch`` (:class:`train.fast_decode.Decoder`: a preallocated
+cache and a replayed CUDA graph). Which generator yields more tokens per GPU minute is
+measured by running them, :mod:`train.gen_stats`.
 
 Prompts are sorted by length and cut into batches of at most ``batch`` prompts and
 ``batch_tokens`` tokens (prompt width plus ``max_new`` per row: what the KV cache holds), so
@@ -20,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from train.fast_decode import Decoder
 from train.gen_stats import MIN_RESPONSE, GenStats
 from train.seqs import Sequences, build
 from train.target import Target
@@ -46,10 +49,29 @@ def batches(prompts: Sequences, index: list[int], *, batch: int, batch_tokens: i
     return out
 
 
+def _hf_rows(target: Target, prompts: Sequences, sel: list[int], *, max_new: int,
+             pad: int) -> list[list[int]]:
+    """transformers' greedy continuations of the prompts ``sel``, left-padded into one
+    batch, each cut after its first end-of-generation id."""
+    width = max(int(prompts.plens[i]) for i in sel)
+    ids = torch.full((len(sel), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(sel), width), dtype=torch.long)
+    for r, i in enumerate(sel):
+        row = torch.from_numpy(prompts.prompt(i))
+        ids[r, width - len(row):] = row
+        mask[r, width - len(row):] = 1
+    gen = target.model.generate(ids.to(target.device), attention_mask=mask.to(target.device),
+                                max_new_tokens=max_new, do_sample=False,
+                                eos_token_id=list(target.eos_ids) or None, pad_token_id=pad)
+    return [_cut(gen[r, width:].tolist(), target.eos_ids) for r in range(len(sel))]
+
+
 def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
              batch_tokens: int = 1_000_000, budget_s: float = float("inf"),
-             progress: Callable[[str], None] | None = None) -> tuple[Sequences, GenStats, int]:
-    """(sequences, stats, prompts skipped for needing a grammar)."""
+             progress: Callable[[str], None] | None = None,
+             engine: str = "hf") -> tuple[Sequences, GenStats, int]:
+    """(sequences, stats, prompts skipped for needing a grammar); ``engine`` is ``hf`` or
+    ``torch``."""
     usable = [i for i in range(len(prompts)) if prompts.schema(i) is None]
     skipped = len(prompts) - len(usable)
     cut = batches(prompts, usable, batch=batch, batch_tokens=batch_tokens, max_new=max_new)
@@ -58,6 +80,7 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
     rest = [rest[k] for k in np.random.default_rng(0).permutation(len(rest))]
     pad = target.eos_ids[0] if target.eos_ids else 0
     device = target.device
+    decoder = Decoder(target.model) if engine == "torch" else None
     out: dict[int, list[int]] = {}
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -65,19 +88,11 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
     for sel in agent + rest:
         if time.monotonic() - started > budget_s:
             break
-        width = max(int(prompts.plens[i]) for i in sel)
-        ids = torch.full((len(sel), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(sel), width), dtype=torch.long)
-        for r, i in enumerate(sel):
-            row = torch.from_numpy(prompts.prompt(i))
-            ids[r, width - len(row):] = row
-            mask[r, width - len(row):] = 1
-        gen = target.model.generate(ids.to(device), attention_mask=mask.to(device),
-                                    max_new_tokens=max_new, do_sample=False,
-                                    eos_token_id=list(target.eos_ids) or None,
-                                    pad_token_id=pad)
-        for r, i in enumerate(sel):
-            out[i] = _cut(gen[r, width:].tolist(), target.eos_ids)
+        if decoder is not None:
+            rows = decoder.greedy([prompts.prompt(i) for i in sel], max_new, target.eos_ids)
+        else:
+            rows = _hf_rows(target, prompts, sel, max_new=max_new, pad=pad)
+        out.update(zip(sel, rows, strict=True))
         if progress:
             progress(f"{len(out)}/{len(usable)} prompts, {sum(map(len, out.values()))} tokens, "
                      f"{time.monotonic() - started:.0f} s")
@@ -88,7 +103,7 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
     seqs = build([np.concatenate([prompts.prompt(i), np.asarray(out[i], np.int64)])
                   for i in keep], [int(prompts.plens[i]) for i in keep],
                  [prompts.source(i) for i in keep], [bool(prompts.heldout[i]) for i in keep])
-    stats = GenStats(engine="hf", sequences=len(seqs), prompt_tokens=int(seqs.plens.sum()),
+    stats = GenStats(engine=engine, sequences=len(seqs), prompt_tokens=int(seqs.plens.sum()),
                      response_tokens=seqs.response_tokens(), seconds=seconds,
                      setting=f"batch {batch}")
     return seqs, stats, skipped
