@@ -97,7 +97,8 @@ case $stage in
 build)
   collect
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "$KIT"/whl/*.whl || { say "wheel install failed"; finish 11; }
+    --target "$SITE" $(ls "$KIT"/whl/*.whl | grep -v huggingface_hub) \
+    || { say "wheel install failed"; finish 11; }  # the image's hub is the one its transformers takes
   "$PY" -c "import torch, transformers, gguf, backend.engine.build; print(torch.__version__, \
 transformers.__version__, torch.cuda.get_device_name())" || finish 11
   setsid -f bash -c "cd '$ROOT' && DFLASH_AGENT_HOME='$HOME_UP' $PY -m agent backend build \
