@@ -96,6 +96,7 @@ say "stage ${stage:-?} on $(nvidia-smi -L 2>/dev/null | head -1), $("$PY" -V 2>&
 case $stage in
 build)
   collect
+  rm -rf "$SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" $(ls "$KIT"/whl/*.whl | grep -v huggingface_hub) \
     || { say "wheel install failed"; finish 11; }  # the image's hub is the one its transformers takes
