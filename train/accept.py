@@ -86,7 +86,9 @@ def acceptance(draft: Draft, target: Target, seqs: Sequences, index: Sequence[in
             batch = make_batch(seqs, [sel[r] for r in live], anchors, target, c,
                                features=feats[torch.from_numpy(live).to(feats.device),
                                               : int(n[live].max())])
-            hidden = draft(batch.ctx, batch.ctx_pos, batch.blk, batch.blk_pos, batch.mask)
+            with torch.autocast("cuda", dtype=torch.bfloat16,
+                                enabled=target.device.type == "cuda"):
+                hidden = draft(batch.ctx, batch.ctx_pos, batch.blk, batch.blk_pos, batch.mask)
             pred = (hidden @ head.T.to(hidden.dtype)).argmax(-1).cpu().numpy()
             for k, r in enumerate(live):
                 a = 0
