@@ -606,6 +606,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
                    f"\n  log    {info['log']}")
         if info.get("speculation"):
             echo(f"  speculation {info['speculation']}")
+        if info["rpc"]:
+            echo(f"  RPC workers {', '.join(info['rpc'])}")
 
 
 @backend_app.command("bench", epilog=EXIT_CODES_HELP)

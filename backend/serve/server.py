@@ -684,7 +684,7 @@ def describe(state: ServerState) -> dict:
             "model": str(state.plan.model),
             "profile": state.plan.profile, "preset": state.preset, "url": state.base_url,
             "uptime_s": round(time.time() - state.started_at), "log": str(state.log),
-            "speculation": state.speculation}
+            "speculation": state.speculation, "rpc": list(state.plan.rpc)}
     try:
         props = get_json(state.base_url, "/props")
         info["n_ctx"] = props.get("default_generation_settings", {}).get("n_ctx")

@@ -79,6 +79,12 @@ def _log_path(host: str, port: int) -> Path:
 
 def _exit_line(code: int, log: Path) -> str:
     """Why ``rpc-server`` ended by itself, from its exit status and log."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"rpc-server was killed by {name} (log: {log})"
     try:
         text = log.read_text("utf-8", errors="replace")
     except OSError:
@@ -86,8 +92,7 @@ def _exit_line(code: int, log: Path) -> str:
     errors = [line.strip() for line in text.splitlines()
               if any(w in line.lower() for w in ("error", "failed", "no devices", "invalid"))]
     cause = errors[-1] if errors else (meaningful_lines(text, 1) or ["no output"])[-1].strip()
-    status = f"signal {-code}" if code < 0 else f"status {code}"
-    return f"rpc-server exited with {status}: {cause} (log: {log})"
+    return f"rpc-server exited with status {code}: {cause} (log: {log})"
 
 
 def start(argv: list[str], host: str, port: int) -> tuple[subprocess.Popen, Path, WorkerInfo]:
