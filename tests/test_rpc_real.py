@@ -29,6 +29,10 @@ from tests.rpc_standin import StandinWorker
 
 AGENT = [sys.executable, "-m", "agent"]
 PROMPT = "The three primary colors are"
+THREADS = "2"
+"""CPU threads of the local reference server and of each worker: on CPU the greedy text
+depends on the thread count (a local server at -t 1 and at -t 2 part ways after ~800
+characters of the seed prompts, measured), so the two sides compute with the same count."""
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -54,7 +58,7 @@ def rpc_home(engine: Engine, smollm2: Path, tmp_path: Path) -> Path:
     (home / "config" / "presets.toml").write_text(
         f'[smol]\nmodel = "{smollm2}"\nprofile = "baseline"\nctx_size = 2048\n'
         # -v: the log then says which device each layer went to.
-        'extra_flags = ["-v"]\n[smol.sampling]\ntemperature = 0.0\n')
+        f'extra_flags = ["-v", "-t", "{THREADS}"]\n[smol.sampling]\ntemperature = 0.0\n')
     return home
 
 
@@ -117,12 +121,12 @@ class Worker:
 
 @contextmanager
 def workers(home: Path, count: int = 2) -> Iterator[list[Worker]]:
-    """``count`` workers, one CPU thread each (the machine has 2 cores); each must stop
-    cleanly (exit 0, its rpc-server gone) on SIGTERM afterwards."""
+    """``count`` workers of :data:`THREADS` CPU threads each; each must stop cleanly (exit 0,
+    its rpc-server gone) on SIGTERM afterwards."""
     started: list[Worker] = []
     try:
         for _ in range(count):
-            started.append(Worker(home, "--threads", "1"))
+            started.append(Worker(home, "--threads", THREADS))
         yield started
     finally:
         for w in (w for w in started if w.ended is None):
@@ -142,7 +146,7 @@ def _greedy_tokens(base_url: str) -> tuple[list[int], float]:
 
 def test_two_loopback_workers_serve_the_local_servers_greedy_tokens_and_agent_run_works(
         rpc_home: Path, real_server, tmp_path: Path):
-    local_tokens, _ = _greedy_tokens(real_server("baseline").base_url)
+    local_tokens, _ = _greedy_tokens(real_server("baseline", ("-t", THREADS)).base_url)
     with workers(rpc_home) as (a, b):
         assert "RPC protocol 7.0.0" in a.seen[0] and "MiB free of" in a.seen[0]
         try:

