@@ -65,11 +65,11 @@ def rpc_home(engine: Engine, smollm2: Path, tmp_path: Path) -> Path:
 class Worker:
     """An ``agent backend worker`` process and what it printed."""
 
-    def __init__(self, home: Path, *args: str):
+    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None):
         self.proc = subprocess.Popen([*AGENT, "backend", "worker", "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=_env(home), stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     env={**_env(home), **(env or {})},
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.ended: tuple[int, str] | None = None
@@ -267,3 +267,12 @@ def test_a_worker_asked_for_a_device_it_lacks_says_so_in_one_line(rpc_home: Path
     assert proc.stderr.startswith("error: rpc-server exited with status 1: ")
     assert "unknown device: NOPE" in proc.stderr or "No devices found" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_worker_with_cache_gives_rpc_server_its_file_cache(rpc_home: Path, tmp_path: Path):
+    worker = Worker(rpc_home, "--cache", env={"LLAMA_CACHE": str(tmp_path / "llama-cache")})
+    try:
+        log = Path(worker.wait_for("log: ").split()[1].rstrip(";"))
+        assert f"local cache    : {tmp_path / 'llama-cache' / 'rpc'}" in log.read_text()
+    finally:
+        assert worker.end()[0] == 0

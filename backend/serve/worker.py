@@ -110,18 +110,22 @@ def start(argv: list[str], host: str, port: int) -> tuple[subprocess.Popen, Path
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "::", "[::]") else host
     target = f"[{probe_host.strip('[]')}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
     deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        code = proc.poll()
-        if code is not None:
-            raise WorkerError(_exit_line(code, log))
-        info = probe(target)
-        if info.reachable:
-            return proc, log, WorkerInfo(address, info.protocol, info.devices, info.problem)
-        if time.monotonic() > deadline:
-            stop(proc)
-            raise WorkerError(f"rpc-server did not listen on {address} within "
-                              f"{START_TIMEOUT:g} s (log: {log})")
-        time.sleep(0.2)
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise WorkerError(_exit_line(code, log))
+            info = probe(target)
+            if info.reachable:
+                return proc, log, WorkerInfo(address, info.protocol, info.devices,
+                                             info.problem)
+            if time.monotonic() > deadline:
+                raise WorkerError(f"rpc-server did not listen on {address} within "
+                                  f"{START_TIMEOUT:g} s (log: {log})")
+            time.sleep(0.2)
+    except BaseException:
+        stop(proc)  # also on Ctrl-C while it starts: it runs in a session of its own
+        raise
 
 
 def stop(proc: subprocess.Popen) -> int:
@@ -170,7 +174,10 @@ def serve(argv: list[str], host: str, port: int, say: Callable[[str], None]) -> 
             f"memory: {memory}")
         if info.problem:
             say(f"note: it {info.problem}")
-        say(f"use it from the server machine: agent backend up --rpc {info.address}")
+        reach = info.address
+        if host.strip("[]") in ("0.0.0.0", "::"):
+            reach = f"{socket.gethostname()}:{port} (or another address of this machine)"
+        say(f"use it from the server machine: agent backend up --rpc {reach}")
         say(f"log: {log}; Ctrl-C stops it")
         code = proc.wait()
         raise WorkerError(_exit_line(code, log))
