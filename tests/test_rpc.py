@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from backend.engine.build import (
 )
 from backend.engine.cpu import CpuTarget
 from backend.models.presets import ServerOptions
-from backend.serve.fit import preset_fit
+from backend.serve.fit import estimate, gather, preset_fit
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.rpc import (
     RpcError,
@@ -89,13 +90,22 @@ def test_ggmls_version_rule_is_the_one_applied():
     assert protocol_refusal("7.0.0", "6.9.9") is not None
 
 
-def test_a_busy_worker_is_a_note_saying_what_could_not_be_learned():
+def test_a_busy_worker_is_refused_saying_why():
+    # llama-server would wait on it until its start timeout: refused before the launch.
     with StandinWorker(mode="silent") as worker:
         info = probe(worker.address, timeout=0.5)
     assert info.reachable and info.protocol is None and not info.devices
-    notes = check_workers([info], "7.0.0")
-    assert len(notes) == 1 and worker.address in notes[0]
-    assert "one client at a time" in notes[0]
+    with pytest.raises(RpcError, match="one client at a time") as caught:
+        check_workers([info], "7.0.0")
+    assert worker.address in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_worker_that_answers_the_handshake_but_not_its_memory_is_a_note():
+    with StandinWorker(version=(7, 0, 0)) as worker:
+        info = probe(worker.address)
+    partial = replace(info, devices=(), problem="broke off the memory query (closed)")
+    notes = check_workers([partial], "7.0.0")
+    assert len(notes) == 1 and worker.address in notes[0] and "memory query" in notes[0]
 
 
 def test_a_worker_that_hangs_up_at_the_handshake_is_said_so():
@@ -138,12 +148,16 @@ def test_the_fit_check_counts_each_workers_memory(smollm2: Path):
 
 
 def test_a_plan_over_workers_too_small_does_not_fit_and_says_which(smollm2: Path):
-    with StandinWorker(free=2**20, total=2**20) as tiny, StandinWorker(mode="silent") as busy:
-        report = preset_fit(smollm2, None, ServerOptions(), 4096,
-                            workers=(tiny.address, busy.address), protocol="7.0.0")
+    with StandinWorker(free=2**20, total=2**20) as tiny:
+        report = preset_fit(smollm2, None, ServerOptions(), 4096, workers=(tiny.address,),
+                            protocol="7.0.0")
     assert not report.fits and report.gpu_shortfall > 0
-    assert f"worker {busy.address}: memory unknown, counted as 0" in report.message()
-    assert any(busy.address in n and "counted as 0" in n for n in report.notes)
+    message = report.message()
+    assert f"worker {tiny.address}: 1 MiB free of 1" in message and "short by" in message
+    with StandinWorker(version=(7, 0, 0)) as worker:
+        said = replace(probe(worker.address), devices=(), problem="broke off the memory query")
+    unknown = estimate(replace(gather(smollm2, None, ServerOptions())[0], workers=(said,)), 4096)
+    assert f"worker {worker.address}: memory unknown, counted as 0" in unknown.message()
 
 
 def test_the_server_is_launched_over_the_workers(tmp_path: Path):

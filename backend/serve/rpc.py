@@ -181,7 +181,8 @@ def check_workers(infos: list[WorkerInfo], protocol: str | None) -> list[str]:
 
     ``protocol``: the server engine's RPC protocol version (None: unknown, e.g. a system
     binary; then only the worker's own answers are checked). Raises :class:`RpcError` for the
-    first worker that is not reachable or speaks another protocol.
+    first worker that is not reachable, does not answer the handshake (busy: llama-server
+    would wait on it until its start timeout) or speaks another protocol.
     """
     notes = []
     for info in infos:
@@ -189,6 +190,9 @@ def check_workers(infos: list[WorkerInfo], protocol: str | None) -> list[str]:
             raise RpcError(f"RPC worker {info.address} is {info.problem}; start it there with "
                            "`agent backend worker --host ADDRESS --port PORT`, or drop it from "
                            "--rpc")
+        if info.protocol is None:
+            raise RpcError(f"RPC worker {info.address} {info.problem}; stop the server using "
+                           "it (`agent backend down` there) or start another worker")
         if info.protocol and protocol and (why := protocol_refusal(protocol, info.protocol)):
             raise RpcError(f"RPC worker {info.address} {why}")
         if info.problem:
