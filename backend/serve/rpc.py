@@ -148,10 +148,10 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT) -> WorkerInfo:
                                                          struct.pack("<I", device), 16))
                 devices.append(WorkerDevice(free / MIB, total / MIB))
     except TimeoutError:
-        what = "its memory" if protocol else "anything"
+        what = "its memory" if protocol else "the handshake"
         return WorkerInfo(address, protocol, tuple(devices), problem=(
-            f"told {what} within {timeout:g} s: an rpc-server serves one client at a time, "
-            "so another llama-server may be using it"))
+            f"did not answer {what} within {timeout:g} s: an rpc-server serves one client at a "
+            "time, so another llama-server may be using it"))
     except (OSError, ValueError) as exc:
         step = "memory query" if protocol else "handshake"
         return WorkerInfo(address, protocol, tuple(devices), problem=(
