@@ -81,8 +81,9 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                                   ctx_size=settings.ctx_size, port=settings.port, sdist=sdist,
                                   timeout=settings.server_start_timeout,
                                   progress=reporter.build_progress, note=reporter.note)
+    over = f", over RPC workers {','.join(state.plan.rpc)}" if state.plan.rpc else ""
     reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
-                  f"(profile {state.plan.profile})")
+                  f"(profile {state.plan.profile}{over})")
     if state.speculation:
         reporter.note(f"speculation: {state.speculation}")
     draft_cap = request_control(state.plan, reporter.note)

@@ -127,6 +127,12 @@ def build_cmd(
              "GGML_CUDA_FA_ALL_QUANTS; q5_0/q4_1 and mixed K/V types need it). Without it "
              "the CUDA build is much shorter and only same-type f16/q4_0/q8_0/bf16/turbo "
              "caches keep flash attention on the GPU.")] = True,
+    rpc: Annotated[bool | None, typer.Option(
+        "--rpc/--no-rpc",
+        help="Build ggml's RPC backend into llama-server and rpc-server beside it, for "
+             "`agent backend worker` and `agent backend up --rpc` (default: on for the pinned "
+             "llama.cpp sdist; off for --source/--ref trees and BeeLlama, whose RPC protocol "
+             "differs from upstream's).")] = None,
 ) -> None:
     """Build llama-server into the home (a no-op when already built), or register one."""
     if jobs is not None and jobs < 1:
@@ -134,6 +140,10 @@ def build_cmd(
     if server_bin is not None or engine == "system":
         if server_bin is None:
             raise UsageError("--engine system needs --server-bin PATH")
+        if rpc:
+            raise UsageError("--rpc builds an engine, and a system llama-server is "
+                             "registered as it is; for workers build one: `agent backend "
+                             "build --rpc`")
         found = engines.register_system(server_bin)
     elif engine in ("llama.cpp", "beellama"):
         if engine == "beellama" and sdist is not None:
@@ -147,17 +157,20 @@ def build_cmd(
                 found = engines.build_beellama(
                     ref or engines.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
                     progress=reporter.build_progress, source=source,
-                    git_url=git_url or engines.BEELLAMA_GIT, fa_all_quants=fa_all_quants)
+                    git_url=git_url or engines.BEELLAMA_GIT, fa_all_quants=fa_all_quants,
+                    rpc=bool(rpc))
             else:
                 found = engines.build_llama_cpp(
                     sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
                     source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT,
-                    fa_all_quants=fa_all_quants)
+                    fa_all_quants=fa_all_quants, rpc=rpc)
         finally:
             reporter.close()
     else:
         raise UsageError(f"unknown engine '{engine}' (use llama.cpp, beellama or system)")
     echo(f"engine {found.key}: {found.binary}")
+    if found.rpc_server is not None:
+        echo(f"rpc-server (RPC protocol {found.rpc_protocol or 'unknown'}): {found.rpc_server}")
 
 
 def convert_draft_cmd(

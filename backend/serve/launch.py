@@ -14,6 +14,7 @@ from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
+from backend.serve.rpc import parse_workers
 from backend.serve.server import (
     DEFAULT_PORT,
     ServerState,
@@ -26,15 +27,18 @@ from backend.serve.tuning import stale_note, tune, with_ngram_lengths
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
-                  note: Callable[[str], None] | None = None) -> Engine:
-    """The installed engine, building the embedded default when none runs on this CPU; each
-    installed engine skipped for this CPU is said through ``note`` first."""
-    engine = default_engine()
+                  note: Callable[[str], None] | None = None, rpc: bool = False) -> Engine:
+    """The installed engine (with ``rpc``: one with ``rpc-server``, for workers), building the
+    embedded default (which has RPC) when none runs on this CPU; each installed engine skipped
+    for this CPU is said through ``note`` first."""
+    engine = default_engine(rpc=rpc)
     if engine is not None:
         return engine
     if note:
         for _, why in unusable_engines():
             note(f"not using {why}: building one for this CPU")
+        if rpc and (other := default_engine()) is not None:
+            note(f"engine {other.key} was built without RPC: building one with rpc-server")
     return build_llama_cpp(sdist=sdist, progress=progress)
 
 
@@ -65,16 +69,22 @@ def draft_context_note(preset: Preset, ctx_size: int) -> str | None:
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
              ctx_size: int | None = None, note: Callable[[str], None] | None = None,
              parallel: int = 1, idle_timeout: int | None = None,
-             sdist: Path | None = None) -> LaunchPlan:
+             sdist: Path | None = None, rpc: tuple[str, ...] | None = None) -> LaunchPlan:
     """Resolve the preset's models (fetching them) into a launch plan.
 
     An old-format DFlash draft is converted for builds that need the upstream format
     (:func:`backend.models.drafts.draft_for`), a safetensors drafter converted first
     (:func:`backend.models.hfdraft.resolve_draft`); n-gram lookup gets the lengths for the device
-    (:func:`backend.serve.tuning.with_ngram_lengths`). Raises ``PresetError``, ``ModelError``
-    or ``DraftError``.
+    (:func:`backend.serve.tuning.with_ngram_lengths`). ``rpc``: the workers to spread the
+    layers over (None: the preset's own ``rpc``). Raises ``PresetError`` (also for a preset's
+    broken worker list, or workers with an engine built without RPC), ``ModelError`` or
+    ``DraftError``.
     """
     chosen = profile_for(preset, profile)
+    workers = rpc if rpc is not None else preset_workers(preset)
+    if workers and engine.rpc_server is None:
+        raise PresetError(f"RPC workers need an engine built with RPC, and {engine.key} was "
+                          "built without it; run `agent backend build --rpc`")
     model = resolve_model(preset.model, note)
     draft = None
     if chosen.needs_draft and preset.draft:
@@ -92,7 +102,17 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     return with_ngram_lengths(LaunchPlan(
         binary=engine.binary, model=model, profile=chosen.name,
         ctx_size=ctx_size or preset.ctx_size, draft=draft, parallel=parallel,
-        idle_timeout=idle_timeout, options=preset.server, extra_flags=tuple(preset.extra_flags)))
+        idle_timeout=idle_timeout, options=preset.server, extra_flags=tuple(preset.extra_flags),
+        rpc=workers))
+
+
+def preset_workers(preset: Preset) -> tuple[str, ...]:
+    """The preset's RPC workers, checked (:func:`backend.serve.rpc.parse_workers`); raises
+    ``PresetError`` naming the preset."""
+    try:
+        return parse_workers(",".join(preset.rpc)) if preset.rpc else ()
+    except ValueError as exc:
+        raise PresetError(f"preset '{preset.name}': rpc: {exc}") from exc
 
 
 def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int | None = None,
@@ -109,7 +129,7 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     ``GgufError`` or ``ServerError``.
     """
     preset = get_preset(preset_name)
-    engine = ensure_engine(sdist, progress, note)
+    engine = ensure_engine(sdist, progress, note, rpc=bool(preset.rpc))
     plan = plan_for(preset, engine, profile, ctx_size, note, sdist=sdist)
     serving = compatible(plan)
     if serving is not None:

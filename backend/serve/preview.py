@@ -20,7 +20,7 @@ from backend.engine.helpfacts import check_argv
 from backend.models.convert import NEW_ARCH, OLD_ARCH
 from backend.models.drafts import DraftError, converted_path, gguf_architecture
 from backend.models.presets import Preset
-from backend.serve.launch import profile_for
+from backend.serve.launch import preset_workers, profile_for
 from backend.serve.preset_status import ModelFile, cached_file, draft_file
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
@@ -48,8 +48,10 @@ def _file(found: ModelFile, index: int, notes: list[str]) -> Path:
 
 def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
                     profile: str | None = None, ctx_size: int | None = None,
-                    parallel: int = 1, idle_timeout: int | None = None) -> Preview:
-    """What ``up`` would run for ``preset`` on ``engine`` (None: not built yet).
+                    parallel: int = 1, idle_timeout: int | None = None,
+                    rpc: tuple[str, ...] | None = None) -> Preview:
+    """What ``up`` would run for ``preset`` on ``engine`` (None: not built yet), over the RPC
+    workers ``rpc`` (None: the preset's own).
 
     Raises ``PresetError`` when the profile needs a draft the preset lacks, ``ValueError``
     from the translation (e.g. DFlash with ``parallel > 1``).
@@ -80,7 +82,8 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
     plan = LaunchPlan(binary=engine.binary if engine else Path("llama-server"), model=paths[0],
                       profile=chosen.name, ctx_size=ctx_size or preset.ctx_size, draft=draft,
                       parallel=parallel, idle_timeout=idle_timeout, options=preset.server,
-                      extra_flags=tuple(preset.extra_flags))
+                      extra_flags=tuple(preset.extra_flags),
+                      rpc=rpc if rpc is not None else preset_workers(preset))
     if engine is not None:
         plan = with_ngram_lengths(plan)
         plan, choice = tune(plan, allow_probe=False, note=notes.append)

@@ -71,6 +71,8 @@ class LaunchPlan(BaseModel):
                                      "(--sleep-idle-seconds); it wakes on the next request.")
     options: ServerOptions = Field(default_factory=ServerOptions)
     extra_flags: tuple[str, ...] = ()
+    rpc: tuple[str, ...] = Field((), description="RPC workers (host:port) the server spreads "
+                                 "the model's layers over (--rpc); empty: this machine only.")
     draft_n_max: int | None = Field(None, ge=0, le=15, description="Draft length chosen for "
                                     "this launch (backend.serve.tuning); 0 = drafting off (no "
                                     "draft model loaded); None = the profile's own.")
@@ -174,6 +176,8 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
     argv = [str(plan.binary), "-m", str(plan.model), "--host", host, "--port", str(port),
             "-c", str(plan.ctx_size), "-np", str(plan.parallel), "--metrics", "--slots",
             "--jinja"]
+    if plan.rpc:
+        argv += ["--rpc", ",".join(plan.rpc)]
     argv += _speculation(plan, profile, flavour)
     argv += _options(plan.options, flavour)
     if plan.idle_timeout is not None:

@@ -41,6 +41,13 @@ from backend.home import home, private_open
 from backend.models.ggufinfo import GgufError, gguf_metadata
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import kv_kernel_note, launch_flags, request_extra
+from backend.serve.rpc import (
+    RpcError,
+    check_workers,
+    engine_protocol,
+    lost_worker_cause,
+    probe_all,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
@@ -326,8 +333,8 @@ def crash_report(state: ServerState, wait: float = 5.0) -> str | None:
     record = read_exit(state)
     text = _tail(state.log, 200)
     lines = "\n".join(f"  {line}" for line in meaningful_lines(text))
-    why = explain_exit(record.returncode if record else None, text,
-                       bool(record and record.oom_killed))
+    why = lost_worker_cause(state.plan.rpc, text) or explain_exit(
+        record.returncode if record else None, text, bool(record and record.oom_killed))
     return f"{why}\nlast lines of its log ({state.log}):\n{lines}"
 
 
@@ -456,7 +463,9 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
     ``speculation`` (the tuned draft length's line) is recorded in the state and the log.
 
     Waits for ``/health`` (503 while the model loads) up to ``timeout`` seconds. Raises
-    :class:`ServerError` with a diagnosis and the log path when the process dies or times out.
+    :class:`ServerError` with a diagnosis and the log path when the process dies or times out,
+    and before anything runs when one of the plan's RPC workers is not reachable or speaks
+    another RPC protocol (:func:`backend.serve.rpc.check_workers`).
     """
     root = home().ensure().servers
     digest = config_hash(plan)
@@ -470,6 +479,13 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             _state_path(digest).unlink(missing_ok=True)
         chosen = pick_port(host, port)
         argv, flags_why = _launch_argv(plan, host, chosen)
+        if plan.rpc:
+            try:
+                for line in check_workers(probe_all(plan.rpc), engine_protocol(plan.binary)):
+                    if progress:
+                        progress(line)
+            except RpcError as exc:
+                raise ServerError(str(exc), plain=True) from exc
         extra, why = request_extra(detect_flavour(plan.binary), plan.profile,
                                    _architecture(plan.model))
         notes = [n for n in (flags_why, why, kv_kernel_note(plan, _engine_flags(plan.binary)))
@@ -615,8 +631,9 @@ def running() -> list[ServerState]:
     return alive
 
 
-SLOT_FIELDS = ("parallel", "idle_timeout")
-"""Plan fields a session does not care about: any number of slots serves it, asleep or not."""
+SLOT_FIELDS = ("parallel", "idle_timeout", "rpc")
+"""Plan fields a session does not care about: any number of slots serves it, asleep or not,
+with the layers on this machine or spread over RPC workers (the same tokens either way)."""
 
 
 def plan_differences(wanted: LaunchPlan, running_plan: LaunchPlan) -> list[str]:
@@ -667,7 +684,7 @@ def describe(state: ServerState) -> dict:
             "model": str(state.plan.model),
             "profile": state.plan.profile, "preset": state.preset, "url": state.base_url,
             "uptime_s": round(time.time() - state.started_at), "log": str(state.log),
-            "speculation": state.speculation}
+            "speculation": state.speculation, "rpc": list(state.plan.rpc)}
     try:
         props = get_json(state.base_url, "/props")
         info["n_ctx"] = props.get("default_generation_settings", {}).get("n_ctx")

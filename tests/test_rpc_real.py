@@ -1,0 +1,278 @@
+"""RPC workers for real on one machine: two ``agent backend worker`` processes (real
+``rpc-server``, CPU) on 127.0.0.1 hold SmolLM2's layers for ``agent backend up --rpc``; the
+served tokens are the local server's at temperature 0, ``agent run`` works over them, a worker
+killed mid-request is named in one line and nothing hangs, a worker stops cleanly on SIGTERM
+and Ctrl-C, and the engine refuses a worker of another RPC protocol before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+import psutil
+import pytest
+
+from agent.client import ServerClient, ServerUnavailable
+from backend.engine.build import Engine
+from backend.serve.server import crash_report, current, pick_port, stop
+from tests.conftest import home_env
+from tests.rpc_standin import StandinWorker
+
+AGENT = [sys.executable, "-m", "agent"]
+PROMPT = "The three primary colors are"
+THREADS = "2"
+"""CPU threads of the local reference server and of each worker: on CPU the greedy text
+depends on the thread count (a local server at -t 1 and at -t 2 part ways after ~800
+characters of the seed prompts, measured), so the two sides compute with the same count."""
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+
+
+def _agent(*args: str, home: Path, cwd: Path | None = None,
+           timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=timeout,
+                          env=_env(home), cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def rpc_home(engine: Engine, smollm2: Path, tmp_path: Path) -> Path:
+    """A private home holding the session's engine (linked, with its rpc-server) and a greedy
+    SmolLM2 preset without speculation."""
+    assert engine.rpc_server is not None and engine.rpc_server.is_file(), \
+        "the default engine is built with RPC"
+    home = tmp_path / "home"
+    (home / "cache" / "engines").mkdir(parents=True)
+    (home / "cache" / "engines" / engine.key).symlink_to(engine.binary.parent.parent)
+    (home / "config").mkdir()
+    (home / "config" / "presets.toml").write_text(
+        f'[smol]\nmodel = "{smollm2}"\nprofile = "baseline"\nctx_size = 2048\n'
+        # -v: the log then says which device each layer went to.
+        f'extra_flags = ["-v", "-t", "{THREADS}"]\n[smol.sampling]\ntemperature = 0.0\n')
+    return home
+
+
+class Worker:
+    """An ``agent backend worker`` process and what it printed."""
+
+    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen([*AGENT, "backend", "worker", "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**_env(home), **(env or {})},
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self.ended: tuple[int, str] | None = None
+        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            self.address = self.wait_for("worker listening on").split()[3]
+        except BaseException:
+            self.end()  # SIGTERM: the worker stops its rpc-server, which is in its own session
+            raise
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, text: str, timeout: float = 300) -> str:
+        """The first line holding ``text``; fails when the worker ends or stays silent."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"the worker printed no {text!r} in {timeout} s: {self.seen}")
+            if line is None:
+                pytest.fail(f"the worker ended before {text!r}: {self.seen}")
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def rpc_server(self) -> psutil.Process:
+        """The worker's rpc-server child."""
+        (child,) = psutil.Process(self.proc.pid).children()
+        return child
+
+    def end(self, sig: signal.Signals = signal.SIGTERM) -> tuple[int, str]:
+        """Signal the worker (unless it ended already); returns its exit status and the rest
+        of its output."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        rest = []
+        while (line := self.lines.get(timeout=30)) is not None:
+            rest.append(line)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        self.ended = code, "\n".join(rest)
+        return self.ended
+
+
+@contextmanager
+def workers(home: Path, count: int = 2) -> Iterator[list[Worker]]:
+    """``count`` workers of :data:`THREADS` CPU threads each; each must stop cleanly (exit 0,
+    its rpc-server gone) on SIGTERM afterwards."""
+    started: list[Worker] = []
+    try:
+        for _ in range(count):
+            started.append(Worker(home, "--threads", THREADS))
+        yield started
+    finally:
+        for w in (w for w in started if w.ended is None):
+            child = w.rpc_server()
+            code, rest = w.end()
+            assert code == 0 and "worker stopped" in rest, (code, rest)
+            assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def _greedy_tokens(base_url: str) -> tuple[list[int], float]:
+    """48 greedy tokens of :data:`PROMPT` and the decode speed (tok/s) the server reported."""
+    body = httpx2.post(f"{base_url}/completion", timeout=300, json={
+        "prompt": PROMPT, "n_predict": 48, "temperature": 0, "return_tokens": True,
+        "cache_prompt": False}).json()
+    return body["tokens"], body["timings"]["predicted_per_second"]
+
+
+def test_two_loopback_workers_serve_the_local_servers_greedy_tokens_and_agent_run_works(
+        rpc_home: Path, real_server, tmp_path: Path):
+    local_tokens, _ = _greedy_tokens(real_server("baseline", ("-t", THREADS)).base_url)
+    with workers(rpc_home) as (a, b):
+        assert "RPC protocol 7.0.0" in a.seen[0] and "MiB free of" in a.seen[0]
+        try:
+            up = _agent("backend", "up", "--preset", "smol", "--rpc",
+                        f"{a.address},{b.address}", home=rpc_home)
+            assert up.returncode == 0, up.stderr
+            assert f"over RPC workers {a.address},{b.address}" in up.stdout
+            with home_env(rpc_home):
+                state = current()
+            assert state is not None and state.plan.rpc == (a.address, b.address)
+            log = state.log.read_text()
+            # The layers went to both workers, split by their free memory.
+            assert f"using device RPC0 ({a.address})" in log, log[:3000]
+            assert f"using device RPC1 ({b.address})" in log, log[:3000]
+            assert "layer   0 assigned to device RPC0" in log, log[:3000]
+            assert "layer  29 assigned to device RPC1" in log, log[:3000]
+            status = json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout)
+            assert status[0]["rpc"] == [a.address, b.address]
+            tokens, _ = _greedy_tokens(state.base_url)
+            assert tokens == local_tokens
+            (tmp_path / "work").mkdir()
+            run = _agent("run", "say hi", "--preset", "smol", "--max-steps", "1", "--no-git",
+                         "--repo", str(tmp_path / "work"), home=rpc_home)
+            said = run.stdout + run.stderr
+            assert run.returncode in (0, 1), said  # 1: one step was not enough for SmolLM2
+            assert f"reusing llama-server at {state.base_url}" in said, said
+            assert f"over RPC workers {a.address},{b.address}" in said, said
+            assert "error" not in run.stderr.lower(), said
+        finally:
+            _agent("backend", "down", "--all", home=rpc_home)
+
+
+def test_a_worker_killed_mid_request_is_named_in_one_line_and_nothing_hangs(rpc_home: Path):
+    with workers(rpc_home) as (a, b):
+        up = _agent("backend", "up", "--preset", "smol", "--rpc", f"{a.address},{b.address}",
+                    home=rpc_home)
+        assert up.returncode == 0, up.stderr
+        with home_env(rpc_home):
+            state = current()
+        assert state is not None
+        try:
+            client = ServerClient(state.base_url, idle_timeout=120,
+                                  explain=lambda: crash_report(state))
+            streaming = threading.Event()
+            outcome: list[BaseException | object] = []
+
+            def ask() -> None:
+                try:
+                    outcome.append(client.complete(
+                        [{"role": "user", "content": "Count from 1 to 1000, one per line."}],
+                        sampling={"temperature": 0}, max_tokens=900,
+                        on_text=lambda _: streaming.set()))
+                except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                    outcome.append(exc)
+                    streaming.set()
+
+            asker = threading.Thread(target=ask, daemon=True)
+            asker.start()
+            assert streaming.wait(timeout=300), "no token streamed"
+            b.rpc_server().kill()
+            asker.join(timeout=300)
+            assert not asker.is_alive(), "the request hung after its worker died"
+            (error,) = outcome
+            assert isinstance(error, ServerUnavailable), error
+            first_report_line = str(error).splitlines()[1]
+            assert f"lost its RPC worker {b.address}" in first_report_line, str(error)
+            assert a.address not in first_report_line.split("(")[0]
+            assert not psutil.pid_exists(state.pid) or \
+                psutil.Process(state.pid).status() == psutil.STATUS_ZOMBIE
+        finally:
+            with home_env(rpc_home):
+                stop(state)
+        # The killed worker's process noticed: it exits with rpc-server's status, said in
+        # one line (the workers() cleanup then finds it already ended).
+        code, rest = b.end()
+        assert code == 3 and "error: rpc-server was killed by SIGKILL" in rest, rest
+
+
+def test_a_worker_of_another_rpc_protocol_is_refused_before_the_launch(rpc_home: Path):
+    with StandinWorker(version=(4, 0, 0)) as old:
+        proc = _agent("backend", "up", "--preset", "smol", "--rpc", old.address, home=rpc_home)
+    assert proc.returncode == 3, proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert line.startswith(f"error: RPC worker {old.address} speaks RPC protocol 4.0.0 and "
+                           "this engine speaks 7.0.0"), line
+    assert json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout) == []
+
+
+def test_a_worker_that_is_not_there_is_refused_naming_it(rpc_home: Path):
+    address = f"127.0.0.1:{pick_port('127.0.0.1', 0)}"
+    proc = _agent("backend", "up", "--preset", "smol", "--rpc", address, home=rpc_home)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith(f"error: RPC worker {address} is not reachable")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_worker_stops_cleanly_on_ctrl_c(rpc_home: Path):
+    worker = Worker(rpc_home)
+    child = worker.rpc_server()
+    code, rest = worker.end(signal.SIGINT)
+    assert code == 0 and "worker stopped" in rest, rest
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_worker_off_loopback_prints_the_warning(rpc_home: Path):
+    worker = Worker(rpc_home, "--host", "0.0.0.0")
+    try:
+        warning = next(line for line in worker.seen if line.startswith("WARNING:"))
+        assert "no authentication" in warning and "private network" in warning
+    finally:
+        assert worker.end()[0] == 0
+
+
+def test_a_worker_asked_for_a_device_it_lacks_says_so_in_one_line(rpc_home: Path):
+    proc = _agent("backend", "worker", "--port", "0", "--device", "NOPE", home=rpc_home)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith("error: rpc-server exited with status 1: ")
+    assert "unknown device: NOPE" in proc.stderr or "No devices found" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_worker_with_cache_gives_rpc_server_its_file_cache(rpc_home: Path, tmp_path: Path):
+    worker = Worker(rpc_home, "--cache", env={"LLAMA_CACHE": str(tmp_path / "llama-cache")})
+    try:
+        log = Path(worker.wait_for("log: ").split()[1].rstrip(";"))
+        assert f"local cache    : {tmp_path / 'llama-cache' / 'rpc'}" in log.read_text()
+    finally:
+        assert worker.end()[0] == 0
