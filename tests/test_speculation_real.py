@@ -59,12 +59,18 @@ def test_calibrate_measures_stores_and_charts_the_cost_model(engine: Engine, tin
     _lenient(monkeypatch)
     cal = calibrate(get_preset("tinyd"), engine, lengths=(1, 3), tokens=24, repeats=1)
     assert [r.name for r in cal.rows] == ["plain (mean of first and last)", "K=1", "K=1 p=0.75",
-                                          "K=3", "K=3 p=0.75", "plain (again)"]
+                                          "K=3", "K=3 p=0.75", "draft loaded, off",
+                                          "plain (again)"]
     plain = cal.plain()
     assert plain.drafted == 0 and plain.tokens == 24  # ignore_eos: every token decoded
-    for row in cal.rows[1:-1]:
+    for row in cal.rows[1:-2]:
         assert row.drafted > 0, row  # a drafting server, synthetic acceptance applied
         assert (row.accepted == 0) == (row.synth_p == 0.0)
+    # The product's engine takes the length per request: the draft loaded, every request at
+    # speculative.n_max 0, drafts nothing, and what that costs is stored.
+    idle = cal.rows[-2]
+    assert idle.drafted == 0 and idle.tokens == 24
+    assert cal.costs.idle_ratio == pytest.approx(idle.step_ms / plain.step_ms)
     assert set(cal.costs.step_ratio) == {1, 3} and cal.costs.source == "calibrated"
     assert cal.costs.synthetic and cal.costs.plain_ms == pytest.approx(plain.step_ms)
     # Stored where a launch of the same engine, target and draft on this device finds it.
@@ -75,6 +81,7 @@ def test_calibrate_measures_stores_and_charts_the_cost_model(engine: Engine, tin
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert any(line.split()[:1] == ["3"] and ("never" in line or "p>" in line)
                for line in lines)
+    assert any(line.startswith("draft loaded, drafting off: ") for line in lines), lines
     png = plot_calibration(cal, tmp_path / "cal.png")
     assert png.read_bytes().startswith(PNG_MAGIC)
     # Its servers were its own: no "current" server is left pointing at one of them.
@@ -117,14 +124,29 @@ def test_calibrate_refuses_bad_input_in_one_line(engine: Engine, tiny_dflash: di
 
 def test_a_tuned_launch_probes_a_useless_draft_and_its_requests_draft_nothing(
         engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
-    """On the product's patched engine the draft stays loaded and each request carries the
-    length (backend.serve.tuning.DraftCap): off is ``speculative.n_max`` 0, and drafting comes
-    back between two sessions on the same server, without a restart."""
+    """Off is a server without the draft until calibration measured a loaded draft as free
+    (its features are injected after every batch even when no request drafts). Then, on the
+    product's patched engine, the draft stays loaded and each request carries the length
+    (backend.serve.tuning.DraftCap): off is ``speculative.n_max`` 0, and drafting comes back
+    between two sessions on the same server, without a restart."""
     home = make_home(tmp_path, engine, _presets(tiny_dflash, ctx=4096))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, tiny_dflash).model_copy(update={"ctx_size": 4096})
     try:
+        first = run("backend", "up", "--preset", "tinyd", home=home)
+        assert first.returncode == 0, first.stderr
+        assert "probing the draft's acceptance at length 15" in first.stderr
+        assert "speculation: drafting off: acceptance 0.00 per token" in first.stdout
+        state = next((home / "state" / "servers").glob("*.json"))
+        assert "--spec-draft-model" not in json.loads(state.read_text("utf-8"))["argv"]
+        assert run("backend", "down", "--all", home=home).returncode == 0
+        # Calibration measured the loaded draft at plain speed: off keeps it loaded.
+        tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m",
+                                           draft="d", device="cpu", plain_ms=5.0,
+                                           step_ratio={3: 2.0, 15: 8.0}, idle_ratio=1.0), plan)
         up = run("backend", "up", "--preset", "tinyd", home=home)
         assert up.returncode == 0, up.stderr
-        assert "probing the draft's acceptance at length 15" in up.stderr
+        assert "probing" not in up.stderr  # the first launch's probe is stored
         assert "speculation: drafting off per request: acceptance 0.00 per token" in up.stdout
         status = json.loads(run("backend", "status", "--json", home=home).stdout)
         assert len(status) == 1
@@ -146,8 +168,6 @@ def test_a_tuned_launch_probes_a_useless_draft_and_its_requests_draft_nothing(
         fixed = run("backend", "up", "--preset", "tinyd", "--profile", "dflash-fixed",
                     "--print-cmd", home=home)
         assert "--spec-type draft-dflash --spec-draft-n-max 15" in fixed.stdout
-        monkeypatch.setenv(HOME_ENV, str(home))
-        plan = _plan(home, engine, tiny_dflash).model_copy(update={"ctx_size": 4096})
         observations = tuning.load_observations(plan)
         assert [o.source for o in observations] == ["probe", "probe"]
         assert sum(o.draft_n for o in observations) > 0
@@ -263,8 +283,9 @@ def test_an_engine_without_synthetic_acceptance_times_the_real_draft(
     notes: list[str] = []
     result = cal_mod.calibrate(get_preset("tinyd"), engine, lengths=(1, 3), tokens=16,
                                repeats=1, note=notes.append)
-    assert [r.name for r in result.rows][1:] == ["K=1", "K=3", "plain (again)"]
-    assert all(r.synth_p is None and r.drafted > 0 for r in result.rows[1:-1])
+    assert [r.name for r in result.rows][1:] == ["K=1", "K=3", "draft loaded, off",
+                                                 "plain (again)"]
+    assert all(r.synth_p is None and r.drafted > 0 for r in result.rows[1:-2])
     assert not result.costs.synthetic and result.costs.efficiency == {}
     assert result.costs.step_ratio[3] > 1.0
     assert any("timing the real draft" in n for n in notes)

@@ -51,6 +51,7 @@ from backend.serve.tuning import (
     file_id,
     save_costs,
     synth_rates,
+    takes_length_per_request,
     tokens_per_step,
 )
 
@@ -67,6 +68,10 @@ MIN_EFFICIENCY, MAX_EFFICIENCY = 0.6, 1.25
 refused (85–92 % was measured on an H200; a busy machine gave 2.9x)."""
 PROMPT = ("Write a Python module with a function `parse_csv(text)` that parses CSV text into a "
           "list of dicts, handling quoted fields, and tests for it.")
+
+
+IDLE_ROW = "draft loaded, off"
+"""The row of a server holding the draft while its requests draft nothing."""
 
 
 class CalibrationError(RuntimeError):
@@ -124,10 +129,11 @@ def parse_lengths(spec: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _request(client: httpx2.Client, state: ServerState, tokens: int) -> dict:
+def _request(client: httpx2.Client, state: ServerState, tokens: int,
+             extra: dict | None = None) -> dict:
     body = {**state.request_extra, "messages": [{"role": "user", "content": PROMPT}],
             "max_tokens": tokens, "temperature": 0.0, "cache_prompt": False,
-            "ignore_eos": True}
+            "ignore_eos": True, **(extra or {})}
     try:
         resp = client.post(state.base_url + "/v1/chat/completions", json=body)
         data = resp.json()
@@ -143,15 +149,15 @@ def _request(client: httpx2.Client, state: ServerState, tokens: int) -> dict:
 
 def _measure(name: str, plan: LaunchPlan, n_max: int, synth_p: float | None, tokens: int,
              repeats: int, preset: str, start_timeout: float,
-             note: Callable[[str], None]) -> Row:
+             note: Callable[[str], None], extra: dict | None = None) -> Row:
     note(f"measuring {name}")
     state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset, timeout=start_timeout,
                   progress=note)
     try:
         with httpx2.Client(timeout=httpx2.Timeout(connect=10.0, read=1800.0, write=60.0,
                                                   pool=10.0)) as client:
-            _request(client, state, 8)  # warm-up: weights paged in, buffers allocated
-            runs = [_request(client, state, tokens) for _ in range(repeats)]
+            _request(client, state, 8, extra)  # warm-up: weights paged in, buffers allocated
+            runs = [_request(client, state, tokens, extra) for _ in range(repeats)]
     finally:
         stop(state)
     rates = [(t.get("predicted_n") or 0) / (t.get("predicted_ms") or 1e-9) for t in runs]
@@ -175,7 +181,11 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
     """Measure plain decoding and a speculative step at each of ``lengths`` for ``preset``'s
     target and draft on ``engine``; store the cost model (unless ``store`` is False).
 
-    Costs are stored per engine key, target, draft and device (:func:`tuning.save_costs`).
+    On an engine that takes the draft length per request (the product's build), the tuned
+    ``dflash`` profile's off state is measured too: the draft loaded, every request at
+    ``speculative.n_max`` 0 (``CostModel.idle_ratio``; off keeps the draft loaded only where
+    that is nearly free). Costs are stored per engine key, target, draft and device
+    (:func:`tuning.save_costs`).
     Plain decoding is measured first and last; a run whose plain speed drifted more than
     :data:`MAX_DRIFT`, or whose rows contradict the cost formula, stores nothing.
     Raises :class:`CalibrationError` (no draft, ngram profile, bee-old, a server that failed,
@@ -215,6 +225,14 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
                     rows.append(_measure(f"K={k} p={check_p:g}",
                                          tagged(at_k, f"k{k}-p", "--spec-synth-rates",
                                                 synth_rates(check_p, k)), k, check_p, *args))
+            idle = None
+            if profile == "dflash" and takes_length_per_request(engine.binary):
+                # What keeping drafting off without a restart costs: the draft loaded, every
+                # request at speculative.n_max 0 (its features are still injected each batch).
+                loaded = spec.model_copy(update={"draft_n_max": max(lengths)})
+                idle = _measure(IDLE_ROW, tagged(loaded, "idle"), 0, None, *args,
+                                extra={"speculative.n_max": 0})
+                rows.append(idle)
             # Plain again at the end: a machine whose speed changed meanwhile (another job, a
             # throttled CPU) would make every ratio wrong, and a launch would trust them.
             again = _measure("plain (again)", tagged(plain, "plain"), 0, None, *args)
@@ -233,7 +251,8 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
                       model=file_id(spec.model), draft=file_id(spec.draft) if spec.draft else "-",
                       device=device, plain_ms=rows[0].step_ms, step_ratio=ratios,
                       efficiency=efficiency, check_p=check_p if efficiency else None,
-                      synthetic=synthetic, measured_at=datetime.now(UTC))
+                      synthetic=synthetic, measured_at=datetime.now(UTC),
+                      idle_ratio=idle.step_ms / rows[0].step_ms if idle else None)
     stored = save_costs(costs, spec) if store else None
     return Calibration(preset=preset.name, profile=get_profile(profile).name,
                        engine=engine.key, costs=costs, rows=rows, stored=stored)
@@ -295,6 +314,10 @@ def table_lines(cal: Calibration) -> list[str]:
                      f"{measured:>9}")
     lines.append("break-even: the acceptance above which drafting that length beats plain "
                  "decoding")
+    if c.idle_ratio is not None:
+        kept = "kept loaded" if c.idle_is_free() else "a server without it"
+        lines.append(f"draft loaded, drafting off: {c.idle_ratio * base.step_ms:.2f} ms a token "
+                     f"({1 / c.idle_ratio:.2f}x plain): off is {kept}")
     if not c.synthetic:
         lines.append("(real draft timed: no synthetic acceptance in this engine)")
     return lines

@@ -44,11 +44,15 @@ decoded at 0.97x of the no-draft server (median of 15 back-to-back pairs 0.99x; 
 spread 0.88-1.09x on the shared VM), and requests capped at 3 on a server launched at 15 at
 0.43x against 0.44x for the server launched at 3 (the same 6,680 drafted tokens; 0.86x against
 0.88x at a synthetic acceptance of 0.75): a true off within the noise, and a length that
-changes between two requests without a restart. Not measured on a GPU, where a plain step is
-shorter and the per-token injection may weigh more.
+changes between two requests without a restart. That injection is not free everywhere: on an
+H200 requests at 0 decoded at 0.90x (SmolLM2; 1.02x on the 2-core CPU with the 2-layer v2
+draft, ``agent backend calibrate``). So off keeps the draft loaded only where calibration
+measured it at :data:`IDLE_FLOOR` of plain or better (``CostModel.idle_ratio``); otherwise off
+is a launch without the draft.
 
 So on a patched engine the tuned ``dflash`` profile (:func:`per_request_cap`) launches with the
-draft loaded at the longest length, and :class:`DraftCap` chooses each request's length (0 =
+draft loaded at the longest length when it drafts (or when a loaded draft was measured free),
+and :class:`DraftCap` chooses each request's length (0 =
 off) from the stored observations and the session's own, re-choosing after every request;
 while off, a request drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due, and its
 acceptance decides again. Elsewhere (an engine without the patch: a user's own build, one
@@ -102,6 +106,12 @@ from backend.serve.server import (
 MARGIN = 1.05
 """Drafting must be predicted to beat plain decoding by 5 %: the model is measured to within
 ~10 %, and a draft that only breaks even costs memory and risk for nothing."""
+
+IDLE_FLOOR = 0.97
+"""A server keeping its draft loaded while no request drafts must decode at this share of a
+server without the draft, measured (``agent backend calibrate``), for drafting off to stay per
+request; otherwise off launches without the draft. Never slower is the promise; 3 % is the
+spread of two plain servers side by side on the 2-core CPU."""
 
 REPROBE_AFTER = timedelta(hours=24)
 """While drafting is off, a launch probes the draft again once the last probe is this old."""
@@ -163,6 +173,10 @@ class CostModel(BaseModel):
     check_p: float | None = None
     synthetic: bool = Field(True, description="False when the engine had no synthetic "
                             "acceptance and the real draft was timed instead.")
+    idle_ratio: float | None = Field(None, description="Time per token of a server with the "
+                                     "draft loaded whose requests draft nothing "
+                                     "(speculative.n_max 0), in plain tokens: what keeping "
+                                     "drafting off without a restart costs. None: not measured.")
     measured_at: datetime | None = None
 
     @field_validator("step_ratio")
@@ -171,6 +185,18 @@ class CostModel(BaseModel):
         if any(not 1 <= k <= 15 or not math.isfinite(r) or r <= 0 for k, r in value.items()):
             raise ValueError("step costs need lengths 1..15 and finite costs above 0")
         return value
+
+    @field_validator("idle_ratio")
+    @classmethod
+    def _idle(cls, value: float | None) -> float | None:
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            raise ValueError("idle_ratio must be finite and above 0")
+        return value
+
+    def idle_is_free(self) -> bool:
+        """Whether drafting may stay off per request with the draft loaded: measured at no
+        less than :data:`IDLE_FLOOR` of plain decoding (never assumed)."""
+        return self.idle_ratio is not None and 1.0 / self.idle_ratio >= IDLE_FLOOR
 
     @field_validator("efficiency")
     @classmethod
@@ -414,13 +440,6 @@ stays 64: a GPU verifies a long draft for little, and whole files repeated keep 
 bench's edit set 1.85x against 1.91x). On the 2-core CPU every drafted token costs (a step with
 1.4 drafted tokens cost two plain ones there): the same lengths ran those turns at 0.74x
 against 0.90x and the edit set at 1.50x against 1.79x, so a CPU keeps llama.cpp's."""
-
-
-def decodes_on_gpu(plan: LaunchPlan) -> bool:
-    """True when a server of ``plan`` decodes on a GPU: a CUDA build (or a binary the product
-    did not build, on a machine with a GPU) whose preset does not keep the target or draft
-    on the CPU."""
-    return device_id(plan.binary) != "cpu" and _offloads(plan)
 
 
 def with_ngram_lengths(plan: LaunchPlan) -> LaunchPlan:
@@ -686,7 +705,7 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         choice = choose(costs, synth_p, max_n=longest)
         choice = choice.model_copy(update={"reason": "synthetic " + choice.reason,
                                            "off_label": off_label})
-        return _launch(plan, choice, longest)
+        return _launch(plan, choice, longest, costs)
     draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
     observations = load_observations(draft_only, note)
     if probe_due(observations) and allow_probe:
@@ -726,7 +745,7 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         choice = choice.model_copy(update={
             "reason": choice.reason + "; the launch probes the draft first and may choose "
                                       "otherwise"})
-    return _launch(plan, choice, longest)
+    return _launch(plan, choice, longest, costs)
 
 
 def _is_bee_old(binary: Path) -> bool:
@@ -737,15 +756,17 @@ def _is_bee_old(binary: Path) -> bool:
         return False
 
 
-def _launch(plan: LaunchPlan, choice: Tuning, longest: int) -> tuple[LaunchPlan, Tuning]:
+def _launch(plan: LaunchPlan, choice: Tuning, longest: int,
+            costs: CostModel) -> tuple[LaunchPlan, Tuning]:
     """The plan to launch for ``choice``: the chosen length, or, on a server that takes the
     length per request (:func:`per_request_cap`), the draft loaded at ``longest`` with the
-    choice carried by each request — except drafting off on a GPU, which launches without
-    the draft: there a loaded draft costs even when no request drafts (its feature injection
-    runs after every target batch: requests at ``speculative.n_max`` 0 decoded at 0.90x of a
-    server without the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x
-    for the 7.4 B shape; 0.97-1.01x on the 2-core CPU; benchmarks/RESULTS.md)."""
-    if per_request_cap(plan) and (choice.n_max > 0 or not decodes_on_gpu(plan)):
+    choice carried by each request — except drafting off where calibration did not measure a
+    loaded draft as free (:meth:`CostModel.idle_is_free`), which launches without the draft.
+    A loaded draft costs even when no request drafts (its feature injection runs after every
+    target batch): requests at ``speculative.n_max`` 0 decoded at 0.90x of a server without
+    the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x for the 7.4 B
+    shape; 0.97-1.01x on the 2-core CPU with v1, 1.02x with v2 (benchmarks/RESULTS.md)."""
+    if per_request_cap(plan) and (choice.n_max > 0 or costs.idle_is_free()):
         return (plan.model_copy(update={"draft_n_max": longest}),
                 choice.model_copy(update={"per_request": True}))
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
