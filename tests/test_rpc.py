@@ -21,14 +21,13 @@ from backend.engine.build import (
     rpc_server_target,
 )
 from backend.engine.cpu import CpuTarget
-from backend.models.presets import ServerOptions
+from backend.models.presets import ServerOptions, parse_workers
 from backend.serve.fit import estimate, gather, preset_fit
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.rpc import (
     RpcError,
     check_workers,
     lost_worker_cause,
-    parse_workers,
     probe,
     protocol_refusal,
 )
@@ -227,13 +226,27 @@ def test_broken_rpc_arguments_are_one_usage_line(args: list[str], said: str, age
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_a_preset_with_a_broken_worker_list_names_the_preset_and_the_key(agent_home: Path):
+@pytest.mark.parametrize(("rpc", "said"), [
+    ('["10.0.0.2"]', "worker address '10.0.0.2' is not host:port"),
+    ('["127.0.0.1:99999"]', "worker address '127.0.0.1:99999' is not host:port"),
+    ('[":0"]', "worker address ':0' is not host:port"),
+    ('["::1:5000"]', "write an IPv6 host in brackets"),
+    ('["h:1", "h:1"]', "worker h:1 is named twice"),
+    ('[""]', "empty worker address"),
+    ('"10.0.0.2:50052"', "rpc: Input should be a valid list"),
+])
+def test_a_preset_with_a_broken_worker_list_names_the_file_the_preset_and_the_key(
+        agent_home: Path, rpc: str, said: str):
+    # Checked when the file is read, like every other key: the file named, no --rpc (the
+    # user gave none), no pattern, the exit of a broken presets file (3) for every case.
     (agent_home / "config").mkdir(parents=True)
-    (agent_home / "config" / "presets.toml").write_text(
-        '[split]\nmodel = "m.gguf"\nrpc = ["10.0.0.2"]\n')
+    path = agent_home / "config" / "presets.toml"
+    path.write_text(f'[split]\nmodel = "m.gguf"\nrpc = {rpc}\n')
     proc = _agent("backend", "up", "--preset", "split", "--print-cmd", home=agent_home)
     assert proc.returncode == 3, proc.stderr
-    assert "preset 'split': rpc.0:" in proc.stderr and "should match pattern" in proc.stderr
+    assert proc.stderr.startswith(f"error: {path}: preset 'split': rpc")
+    assert said in proc.stderr, proc.stderr
+    assert "--rpc" not in proc.stderr and "pattern" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 

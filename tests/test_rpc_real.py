@@ -10,9 +10,12 @@ import json
 import os
 import queue
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +26,7 @@ import pytest
 
 from agent.client import ServerClient, ServerUnavailable
 from backend.engine.build import Engine
+from backend.serve import rpc
 from backend.serve.server import crash_report, current, pick_port, stop
 from tests.conftest import home_env
 from tests.rpc_standin import StandinWorker
@@ -276,3 +280,42 @@ def test_a_worker_with_cache_gives_rpc_server_its_file_cache(rpc_home: Path, tmp
         assert f"local cache    : {tmp_path / 'llama-cache' / 'rpc'}" in log.read_text()
     finally:
         assert worker.end()[0] == 0
+
+
+def _hello_bytes() -> bytes:
+    """A HELLO (plain TCP) then a device count request, as ggml-rpc frames them."""
+    hello = struct.pack("<BQ", rpc._CMD_HELLO, rpc._CONN_CAPS) + bytes(rpc._CONN_CAPS)
+    return hello + struct.pack("<BQ", rpc._CMD_DEVICE_COUNT, 0)
+
+
+def test_a_client_gone_before_the_worker_answers_it_does_not_kill_the_worker(rpc_home: Path):
+    """What a launch's probe leaves when the worker is busy: its HELLO waits in the worker's
+    queue and the probe gives up. Once the busy client leaves, rpc-server takes the dead
+    connection and writes its answer into it: with SIGPIPE's default action that killed the
+    worker (a user met it running `agent backend down` after a refused `up`)."""
+    with workers(rpc_home, count=1) as (worker,):
+        host, port = worker.address.rsplit(":", 1)
+        busy = socket.create_connection((host, int(port)), timeout=10)
+        rpc._call(busy, rpc._CMD_HELLO, bytes(rpc._CONN_CAPS), 4 + rpc._CONN_CAPS)
+        # a probe that queues behind it and gives up (rpc-server's backlog holds one)
+        gone = socket.create_connection((host, int(port)), timeout=10)
+        gone.sendall(_hello_bytes())
+        gone.close()
+        busy.close()
+        time.sleep(2)
+        assert worker.proc.poll() is None, worker.seen
+        assert worker.rpc_server().is_running()
+        assert rpc.probe(worker.address).protocol is not None
+
+
+def test_a_worker_killed_outright_takes_its_rpc_server_with_it(rpc_home: Path):
+    worker = Worker(rpc_home, "--threads", "1")
+    child = worker.rpc_server()
+    worker.proc.kill()
+    code, _ = worker.end()  # reaps it and closes its output
+    assert code == -signal.SIGKILL
+    gone, alive = psutil.wait_procs([child], timeout=15)
+    for leftover in alive:
+        leftover.kill()
+    assert gone and not alive, "rpc-server outlived its worker process"
+    assert not rpc.probe(worker.address).reachable

@@ -68,13 +68,13 @@ from backend.models.convert import ConvertError
 from backend.models.drafts import DraftError, swa_quant_warning
 from backend.models.ggufinfo import GgufError
 from backend.models.hfdraft import resolve_draft
-from backend.models.presets import PresetError, UnknownPreset, get_preset
+from backend.models.presets import PresetError, UnknownPreset, get_preset, parse_workers
 from backend.models.sources import ModelError, resolve_model
 from backend.serve import server
 from backend.serve.fit import FitError, check_fit
 from backend.serve.launch import ensure_engine, plan_for, preset_workers
 from backend.serve.preview import preview_command
-from backend.serve.rpc import RpcError, parse_workers
+from backend.serve.rpc import RpcError
 from backend.serve.server import ServerError
 from backend.serve.tuning import TuningError, stale_note, tune
 from backend.serve.worker import WorkerError

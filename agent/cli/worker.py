@@ -8,9 +8,9 @@ import typer
 
 from agent.errors import UsageError
 from agent.ui import Reporter, echo
+from backend.models.presets import DEFAULT_RPC_PORT
 from backend.serve import worker
 from backend.serve.launch import ensure_engine
-from backend.serve.rpc import DEFAULT_RPC_PORT
 from backend.serve.server import interrupt_on_termination
 
 

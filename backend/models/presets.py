@@ -9,17 +9,17 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.home import home
 
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"]
 DEFAULT_PRESET = "smollm2-135m"
-RPC_ADDRESS = r"^(\[[0-9A-Fa-f:.]+\]|[^\s:,\[\]]+):[0-9]{1,5}$"
-"""A worker address: ``host:port``, an IPv6 host in brackets."""
+DEFAULT_RPC_PORT = 50052
+"""The port ``rpc-server`` listens on unless told otherwise."""
 
 
 class PresetError(ValueError):
@@ -28,6 +28,31 @@ class PresetError(ValueError):
 
 class UnknownPreset(PresetError):
     """The preset name is not defined in any presets file (a usage mistake)."""
+
+
+def parse_workers(text: str) -> tuple[str, ...]:
+    """``host:port,host:port`` (spaces allowed) as a tuple of ``host:port`` addresses.
+
+    A missing port is an error rather than a guess (``rpc-server`` listens on 50052 unless
+    told otherwise, and a second worker on one machine does not). IPv6 hosts go in brackets
+    (``[::1]:50052``). Raises ``ValueError`` naming the first broken entry.
+    """
+    found: list[str] = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            raise ValueError(f"empty worker address in {text!r}; give host:port,host:port")
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"worker address {entry!r} is not host:port (a port from 1 to "
+                             f"65535, e.g. 192.168.1.20:{DEFAULT_RPC_PORT})")
+        if host.startswith("[") != host.endswith("]") or (":" in host and "[" not in host):
+            raise ValueError(f"worker address {entry!r}: write an IPv6 host in brackets, like "
+                             f"[::1]:{DEFAULT_RPC_PORT}")
+        if entry in found:
+            raise ValueError(f"worker {entry} is named twice")
+        found.append(entry)
+    return tuple(found)
 
 
 class Sampling(BaseModel):
@@ -133,10 +158,15 @@ class Preset(BaseModel):
     server: ServerOptions = Field(default_factory=ServerOptions)
     extra_flags: list[str] = Field(default_factory=list,
                                    description="Extra llama-server arguments, appended verbatim.")
-    rpc: list[Annotated[str, Field(pattern=RPC_ADDRESS)]] = Field(
+    rpc: list[str] = Field(
         default_factory=list, description="RPC workers (host:port, each an `agent backend "
         "worker`) the server spreads the model's layers over; `agent backend up --rpc` "
         "overrides it.")
+
+    @field_validator("rpc")
+    @classmethod
+    def _workers(cls, value: list[str]) -> list[str]:
+        return list(parse_workers(",".join(value))) if value else value
 
 
 def _read(text: str, origin: str) -> dict[str, Preset]:
@@ -153,7 +183,8 @@ def _read(text: str, origin: str) -> dict[str, Preset]:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise PresetError(f"{origin}: preset '{name}': {where}: {first['msg']}") from exc
+            message = first["msg"].removeprefix("Value error, ")
+            raise PresetError(f"{origin}: preset '{name}': {where}: {message}") from exc
     return presets
 
 

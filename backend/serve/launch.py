@@ -14,7 +14,6 @@ from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
-from backend.serve.rpc import parse_workers
 from backend.serve.server import (
     DEFAULT_PORT,
     ServerState,
@@ -107,12 +106,9 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
 
 
 def preset_workers(preset: Preset) -> tuple[str, ...]:
-    """The preset's RPC workers, checked (:func:`backend.serve.rpc.parse_workers`); raises
-    ``PresetError`` naming the preset."""
-    try:
-        return parse_workers(",".join(preset.rpc)) if preset.rpc else ()
-    except ValueError as exc:
-        raise PresetError(f"preset '{preset.name}': rpc: {exc}") from exc
+    """The preset's RPC workers (checked when the preset was read:
+    :func:`backend.models.presets.parse_workers`)."""
+    return tuple(preset.rpc)
 
 
 def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int | None = None,

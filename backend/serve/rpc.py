@@ -24,7 +24,6 @@ from pathlib import Path
 
 from backend.engine.build import read_engine
 
-DEFAULT_RPC_PORT = 50052
 """``rpc-server``'s own default port (``tools/rpc/rpc-server.cpp``)."""
 PROBE_TIMEOUT = 5.0
 """Seconds a worker gets to answer each step of the probe (connect, each reply)."""
@@ -72,31 +71,6 @@ class WorkerInfo:
     def total_mib(self) -> float:
         """Total memory summed over its devices, MiB."""
         return sum(d.total_mib for d in self.devices)
-
-
-def parse_workers(text: str) -> tuple[str, ...]:
-    """``host:port,host:port`` (spaces allowed) as a tuple of ``host:port`` addresses.
-
-    A missing port is an error rather than a guess (``rpc-server`` listens on 50052 unless
-    told otherwise, and a second worker on one machine does not). IPv6 hosts go in brackets
-    (``[::1]:50052``). Raises ``ValueError`` naming the first broken entry.
-    """
-    found: list[str] = []
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            raise ValueError(f"empty worker address in {text!r}; give host:port,host:port")
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"worker address {entry!r} is not host:port (a port from 1 to "
-                             f"65535, e.g. 192.168.1.20:{DEFAULT_RPC_PORT})")
-        if host.startswith("[") != host.endswith("]") or (":" in host and "[" not in host):
-            raise ValueError(f"worker address {entry!r}: write an IPv6 host in brackets, like "
-                             f"[::1]:{DEFAULT_RPC_PORT}")
-        if entry in found:
-            raise ValueError(f"worker {entry} is named twice")
-        found.append(entry)
-    return tuple(found)
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -188,8 +162,8 @@ def check_workers(infos: list[WorkerInfo], protocol: str | None) -> list[str]:
     for info in infos:
         if not info.reachable:
             raise RpcError(f"RPC worker {info.address} is {info.problem}; start it there with "
-                           "`agent backend worker --host ADDRESS --port PORT`, or drop it from "
-                           "--rpc")
+                           "`agent backend worker --host ADDRESS --port PORT`, or leave it out "
+                           "(--rpc, or the preset's rpc)")
         if info.protocol is None:
             raise RpcError(f"RPC worker {info.address} {info.problem}; stop the server using "
                            "it (`agent backend down` there) or start another worker")

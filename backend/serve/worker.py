@@ -10,6 +10,8 @@ from asking the worker itself once it listens.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import ipaddress
 import os
@@ -95,6 +97,25 @@ def _exit_line(code: int, log: Path) -> str:
     return f"rpc-server exited with status {code}: {cause} (log: {log})"
 
 
+_PR_SET_PDEATHSIG = 1
+"""``prctl`` option: the signal a process gets when its parent dies (Linux)."""
+
+
+def _as_worker_child() -> None:
+    """Run in the forked child before ``rpc-server`` starts (``preexec_fn``).
+
+    SIGPIPE ignored: rpc-server writes to a client that may have gone (a probe that gave up
+    while another server held the worker is accepted later, after that server left), and
+    with the default action the write killed the worker; ignored, the write fails with EPIPE
+    and rpc-server drops that connection. SIGTERM when this worker process dies, even by
+    SIGKILL: rpc-server runs in a session of its own (a terminal's Ctrl-C must reach only
+    the worker, which stops it cleanly) and would otherwise live on, holding the port."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def start(argv: list[str], host: str, port: int) -> tuple[subprocess.Popen, Path, WorkerInfo]:
     """Start ``rpc-server`` in a session of its own and wait until it answers; returns the
     process, its log and what it said about itself. Raises :class:`WorkerError` when it exits
@@ -105,7 +126,7 @@ def start(argv: list[str], host: str, port: int) -> tuple[subprocess.Popen, Path
         out.flush()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, env=server_env(),
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_as_worker_child)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "::", "[::]") else host
     target = f"[{probe_host.strip('[]')}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
