@@ -18,14 +18,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from pathlib import Path
 
 import httpx2
 
-from backend.measure.bench import machine_info, sample_from_response
-from backend.measure.prompts import load_prompts
-from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, interrupt_on_termination, pick_port, stop, up
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from backend.measure.bench import machine_info  # noqa: E402
+from backend.measure.prompts import load_prompts  # noqa: E402
+from backend.serve.profiles import LaunchPlan  # noqa: E402
+from backend.serve.server import (  # noqa: E402
+    ServerState,
+    interrupt_on_termination,
+    pick_port,
+    stop,
+    up,
+)
+from benchmarks.side_by_side import interleaved, summary_rows, warm_up  # noqa: E402
 
 
 def _parse_server(spec: str) -> tuple[str, Path, tuple[str, ...]]:
@@ -34,12 +45,6 @@ def _parse_server(spec: str) -> tuple[str, Path, tuple[str, ...]]:
     if not name or not binary:
         raise SystemExit(f"--server {spec!r}: expected NAME=BINARY[:FLAG,FLAG...]")
     return name, Path(binary), tuple(f for f in flags.split(",") if f)
-
-
-def _post(client: httpx2.Client, state: ServerState, body: dict) -> dict:
-    resp = client.post(state.base_url + "/v1/chat/completions", json=body)
-    resp.raise_for_status()
-    return resp.json()
 
 
 def main() -> None:
@@ -52,7 +57,6 @@ def main() -> None:
     args = parser.parse_args()
     servers = [_parse_server(s) for s in args.server]
     _, prompts = load_prompts("seed")
-    samples: dict[str, list] = {name: [] for name, _, _ in servers}
     states: dict[str, ServerState] = {}
     with interrupt_on_termination(), contextlib.ExitStack() as cleanup, \
             httpx2.Client(timeout=httpx2.Timeout(600.0)) as client:
@@ -61,36 +65,10 @@ def main() -> None:
             plan = LaunchPlan(binary=binary, model=args.model, profile="baseline",
                               ctx_size=4096, extra_flags=flags)
             states[name], _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
-            warm = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
-                    "temperature": 0.0}
-            _post(client, states[name], warm)
-        order = [name for name, _, _ in servers]
-        turn = 0
-        for repeat in range(args.repeats):
-            for prompt in prompts:
-                shift = turn % len(order)
-                turn += 1
-                for name in order[shift:] + order[:shift]:
-                    body = {"messages": [{"role": "user", "content": prompt.text}],
-                            "max_tokens": args.max_tokens, "temperature": 0.0,
-                            "cache_prompt": False}
-                    data = _post(client, states[name], body)
-                    samples[name].append(sample_from_response(
-                        data, index=len(samples[name]), profile=name, prompt=prompt.name,
-                        temperature=0.0, repeat=repeat))
-        argvs = {name: states[name].argv for name in order}
-    rows = []
-    for name in order:
-        tokens = sum(s.completion_tokens for s in samples[name])
-        ms = sum(s.decode_ms for s in samples[name])
-        p_tokens = sum(s.prompt_tokens for s in samples[name])
-        p_ms = sum(s.prompt_ms for s in samples[name])
-        rows.append({"name": name, "argv": argvs[name], "requests": len(samples[name]),
-                     "completion_tokens": tokens, "decode_tok_s": tokens / ms * 1000,
-                     "prefill_tok_s": p_tokens / p_ms * 1000 if p_ms else None})
-    ref = rows[0]["decode_tok_s"]
-    for row in rows:
-        row["decode_ratio"] = row["decode_tok_s"] / ref
+            warm_up(client, states[name])
+        samples, _ = interleaved(client, states, prompts, args.repeats, args.max_tokens)
+    rows = summary_rows(samples, states)
+    order = list(states)
     result = {"machine": machine_info().model_dump(), "model": str(args.model),
               "max_tokens": args.max_tokens, "repeats": args.repeats,
               "prompts": [p.name for p in prompts], "servers": rows,

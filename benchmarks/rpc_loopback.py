@@ -19,22 +19,27 @@ import argparse
 import contextlib
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
 
-from backend.engine.build import default_engine
-from backend.measure.bench import machine_info, sample_from_response
-from backend.measure.prompts import load_prompts
-from backend.serve import worker
-from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, interrupt_on_termination, pick_port, stop, up
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def _post(client: httpx2.Client, state: ServerState, body: dict) -> dict:
-    resp = client.post(state.base_url + "/v1/chat/completions", json=body)
-    resp.raise_for_status()
-    return resp.json()
+from backend.engine.build import default_engine  # noqa: E402
+from backend.measure.bench import machine_info  # noqa: E402
+from backend.measure.prompts import load_prompts  # noqa: E402
+from backend.serve import worker  # noqa: E402
+from backend.serve.profiles import LaunchPlan  # noqa: E402
+from backend.serve.server import (  # noqa: E402
+    ServerState,
+    interrupt_on_termination,
+    pick_port,
+    stop,
+    up,
+)
+from benchmarks.side_by_side import interleaved, summary_rows, warm_up  # noqa: E402
 
 
 def main() -> None:
@@ -69,39 +74,11 @@ def main() -> None:
             update={"rpc": tuple(addresses)})}
         for name, plan in plans.items():
             states[name], _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
-            _post(client, states[name], {"messages": [{"role": "user", "content": "Hi"}],
-                                         "max_tokens": 4, "temperature": 0.0})
-        order = list(plans)
-        samples: dict[str, list] = {name: [] for name in order}
-        texts: dict[str, list[str]] = {name: [] for name in order}
-        turn = 0
-        for repeat in range(args.repeats):
-            for prompt in prompts:
-                shift = turn % len(order)
-                turn += 1
-                for name in order[shift:] + order[:shift]:
-                    data = _post(client, states[name], {
-                        "messages": [{"role": "user", "content": prompt.text}],
-                        "max_tokens": args.max_tokens, "temperature": 0.0,
-                        "cache_prompt": False})
-                    texts[name].append(f"{repeat}/{prompt.name}: "
-                                       f"{data['choices'][0]['message']['content']}")
-                    samples[name].append(sample_from_response(
-                        data, index=len(samples[name]), profile=name, prompt=prompt.name,
-                        temperature=0.0, repeat=repeat))
-        argvs = {name: states[name].argv for name in order}
-    rows = []
-    for name in order:
-        tokens = sum(s.completion_tokens for s in samples[name])
-        ms = sum(s.decode_ms for s in samples[name])
-        p_tokens = sum(s.prompt_tokens for s in samples[name])
-        p_ms = sum(s.prompt_ms for s in samples[name])
-        rows.append({"name": name, "argv": argvs[name], "requests": len(samples[name]),
-                     "completion_tokens": tokens, "decode_tok_s": tokens / ms * 1000,
-                     "prefill_tok_s": p_tokens / p_ms * 1000 if p_ms else None,
-                     "same_text_as_local": sorted(texts[name]) == sorted(texts["local"])})
+            warm_up(client, states[name])
+        samples, texts = interleaved(client, states, prompts, args.repeats, args.max_tokens)
+    rows = summary_rows(samples, states)
     for row in rows:
-        row["decode_ratio"] = row["decode_tok_s"] / rows[0]["decode_tok_s"]
+        row["same_text_as_local"] = sorted(texts[row["name"]]) == sorted(texts["local"])
     result = {"machine": machine_info().model_dump(), "engine": engine.key,
               "model": str(args.model), "max_tokens": args.max_tokens,
               "repeats": args.repeats, "workers": addresses,

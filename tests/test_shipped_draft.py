@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx2
 import pytest
 from gguf import GGUFReader
 
@@ -17,7 +16,7 @@ from backend.engine.build import Engine
 from backend.models.presets import get_preset
 from backend.models.sources import ModelError, packaged_file, resolve_model
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import pick_port, stop, up
+from tests.conftest import greedy_timings
 from tests.test_presets_cli import OFFLINE, listed
 
 SHIPPED = "packaged://smollm2-135m-dflash-v2.gguf"
@@ -74,19 +73,10 @@ def test_the_preset_downloads_offline_and_lists_its_shipped_draft(agent_home: Pa
 
 
 def test_the_real_server_accepts_the_shipped_drafts_tokens(engine: Engine, smollm2: Path):
-    """Drafting 15 tokens a step on a coding request at temperature 0: the trained draft gets
-    some of them accepted (a random draft of the same shape gets next to none)."""
-    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="dflash-fixed",
-                      draft=resolve_model(SHIPPED), ctx_size=2048)
-    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
-    try:
-        resp = httpx2.post(state.base_url + "/v1/chat/completions", timeout=600, json={
-            "messages": [{"role": "user", "content": "Write a Python function `is_prime(n)` "
-                          "that returns True when n is prime. Return only the code."}],
-            "max_tokens": 64, "temperature": 0})
-        resp.raise_for_status()
-        timings = resp.json()["timings"]
-    finally:
-        stop(state)
+    """Drafting 15 tokens a step at temperature 0: the trained draft gets some of them
+    accepted (a random draft of the same shape gets next to none)."""
+    timings = greedy_timings(LaunchPlan(binary=engine.binary, model=smollm2,
+                                        profile="dflash-fixed", draft=resolve_model(SHIPPED),
+                                        ctx_size=2048))
     assert timings["draft_n"] > 0
     assert timings["draft_n_accepted"] >= 0.04 * timings["draft_n"], timings
