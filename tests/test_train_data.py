@@ -242,8 +242,8 @@ def test_a_torch_stage_without_torch_says_how_to_install_it(tmp_path: Path):
     assert proc.stderr.strip().endswith("not installed; run: pip install -e '.[train]'")
 
 
-DEVICE_SAFE = ("hf_gen", "fit", "accept", "target", "draft", "batches", "export", "config",
-               "seqs", "gen_stats", "errors", "runlog")
+DEVICE_SAFE = ("hf_gen", "fast_decode", "fit", "features", "head_loss", "accept", "target",
+               "draft", "batches", "export", "config", "seqs", "gen_stats", "errors", "runlog")
 """The modules the torch stages run on: the device image has torch, transformers and numpy,
 and a gguf wheel travels; the product's own dependencies (pydantic, httpx2, psutil…) do not."""
 

@@ -10,6 +10,7 @@ training computes them per batch as before (:func:`store_fits`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -33,10 +34,8 @@ def store_fits(need: int, device: torch.device, share: float = 0.6) -> tuple[boo
     available RAM (CPU); (answer, the figures as words)."""
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
-    else:
-        import psutil
-
-        free = psutil.virtual_memory().available
+    else:  # the stdlib's view of free RAM: the device image's torch stages need no psutil
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     words = f"{need / 1e9:.1f} GB of features, {free / 1e9:.1f} GB free on {device.type}"
     return need <= share * free, words
 
