@@ -125,7 +125,8 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT) -> WorkerInfo:
         what = "its memory" if protocol else "the handshake"
         return WorkerInfo(address, protocol, tuple(devices), problem=(
             f"did not answer {what} within {timeout:g} s: an rpc-server serves one client at a "
-            "time, so another llama-server may be using it"))
+            "time, so another llama-server may be using it (or what listens there is not an "
+            "rpc-server)"))
     except (OSError, ValueError) as exc:
         step = "memory query" if protocol else "handshake"
         return WorkerInfo(address, protocol, tuple(devices), problem=(
