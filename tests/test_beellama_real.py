@@ -319,8 +319,13 @@ def test_calibrate_times_the_real_draft_at_each_length_on_bee_old(bee_old: Engin
         f'[smol-cal]\nmodel = "{smollm2}"\ndraft = "{TRAINED}"\nprofile = "dflash"\n'
         'ctx_size = 2048\n', "utf-8")
     out = bee_home / "cal-bee.json"
-    proc = _agent("backend", "calibrate", "--preset", "smol-cal", "--lengths", "1,7",
-                  "--tokens", "48", "--repeats", "1", "--json", str(out), home=bee_home)
+    args = ("backend", "calibrate", "--preset", "smol-cal", "--lengths", "1,7", "--tokens",
+            "48", "--repeats", "1", "--json", str(out))
+    proc = _agent(*args, home=bee_home)
+    if proc.returncode == 3 and "do not hold together" in proc.stderr:
+        # The drift check refused a run on a busy machine (plain measured first and last
+        # differed): what it tells the user to do is calibrate again.
+        proc = _agent(*args, home=bee_home)
     assert proc.returncode == 0, proc.stderr
     assert "timing the real draft at each length" in proc.stderr + proc.stdout
     rows = {r["n_max"]: r for r in json.loads(out.read_text("utf-8"))["rows"]}

@@ -81,7 +81,8 @@ def test_calibrate_measures_stores_and_charts_the_cost_model(engine: Engine, tin
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     assert any(line.split()[:1] == ["3"] and ("never" in line or "p>" in line)
                for line in lines)
-    assert any(line.startswith("draft loaded, drafting off: ") for line in lines), lines
+    assert any(line.startswith("draft loaded, off: ") and "x plain): off " in line
+               for line in lines), lines
     png = plot_calibration(cal, tmp_path / "cal.png")
     assert png.read_bytes().startswith(PNG_MAGIC)
     # Its servers were its own: no "current" server is left pointing at one of them.

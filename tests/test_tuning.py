@@ -278,6 +278,9 @@ def test_drafting_off_keeps_the_draft_loaded_only_where_that_was_measured_free(
     plan, sent = tuning._launch(_capped(tmp_path), off, 15, free)
     assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 0
     assert sent.line().startswith("drafting off per request")
+    # Shown before the probe that decides (--print-cmd): the drafting command, per request.
+    plan, sent = tuning._launch(_capped(tmp_path), off, 15, unmeasured, pending=True)
+    assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 0
     for costs in (unmeasured, costly):  # drafting on: the length goes with each request
         plan, sent = tuning._launch(_capped(tmp_path), on, 15, costs)
         assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 3

@@ -315,9 +315,9 @@ def table_lines(cal: Calibration) -> list[str]:
     lines.append("break-even: the acceptance above which drafting that length beats plain "
                  "decoding")
     if c.idle_ratio is not None:
-        kept = "kept loaded" if c.idle_is_free() else "a server without it"
-        lines.append(f"draft loaded, drafting off: {c.idle_ratio * base.step_ms:.2f} ms a token "
-                     f"({1 / c.idle_ratio:.2f}x plain): off is {kept}")
+        kept = "keeps it loaded" if c.idle_is_free() else "starts without it"
+        lines.append(f"draft loaded, off: {c.idle_ratio * base.step_ms:.2f} ms a token "
+                     f"({1 / c.idle_ratio:.2f}x plain): off {kept}")
     if not c.synthetic:
         lines.append("(real draft timed: no synthetic acceptance in this engine)")
     return lines

@@ -741,11 +741,12 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         return plan.model_copy(update={"draft_n_max": 0}), off
     choice = choose(costs, p, observations, max_n=longest)
     choice = choice.model_copy(update={"off_label": off_label})
-    if probe_due(observations) and not allow_probe:
+    pending = probe_due(observations) and not allow_probe
+    if pending:
         choice = choice.model_copy(update={
             "reason": choice.reason + "; the launch probes the draft first and may choose "
                                       "otherwise"})
-    return _launch(plan, choice, longest, costs)
+    return _launch(plan, choice, longest, costs, pending=pending)
 
 
 def _is_bee_old(binary: Path) -> bool:
@@ -756,8 +757,8 @@ def _is_bee_old(binary: Path) -> bool:
         return False
 
 
-def _launch(plan: LaunchPlan, choice: Tuning, longest: int,
-            costs: CostModel) -> tuple[LaunchPlan, Tuning]:
+def _launch(plan: LaunchPlan, choice: Tuning, longest: int, costs: CostModel,
+            pending: bool = False) -> tuple[LaunchPlan, Tuning]:
     """The plan to launch for ``choice``: the chosen length, or, on a server that takes the
     length per request (:func:`per_request_cap`), the draft loaded at ``longest`` with the
     choice carried by each request — except drafting off where calibration did not measure a
@@ -765,8 +766,10 @@ def _launch(plan: LaunchPlan, choice: Tuning, longest: int,
     A loaded draft costs even when no request drafts (its feature injection runs after every
     target batch): requests at ``speculative.n_max`` 0 decoded at 0.90x of a server without
     the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x for the 7.4 B
-    shape; 0.97-1.01x on the 2-core CPU with v1, 1.02x with v2 (benchmarks/RESULTS.md)."""
-    if per_request_cap(plan) and (choice.n_max > 0 or costs.idle_is_free()):
+    shape; 0.97-1.01x on the 2-core CPU with v1, 1.02x with v2 (benchmarks/RESULTS.md).
+    ``pending``: a command shown before the probe that decides (``--print-cmd``) is the
+    drafting one, the draft loaded per request: the launch itself probes first."""
+    if per_request_cap(plan) and (choice.n_max > 0 or pending or costs.idle_is_free()):
         return (plan.model_copy(update={"draft_n_max": longest}),
                 choice.model_copy(update={"per_request": True}))
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
