@@ -147,11 +147,16 @@ def test_chat_status_names_the_served_model_and_its_context(
     assert f"n_ctx {MAX_MODEL_LEN}, model {SERVED}" in ran.stdout + ran.stderr
 
 
+def _say_done(server: Any, cwd: Path, home: Path, *extra: str) -> Any:
+    """``agent run "say done" --no-git --base-url SERVER [extra]`` in ``cwd``."""
+    return agent("run", "say done", "--no-git", "--base-url", server.url, *extra, home=home,
+                 cwd=cwd)
+
+
 def test_a_server_without_tokenize_gets_estimated_counts_and_says_so(
         tmp_path: Path, agent_home: Path, vllm: Any):
     server = vllm([{"content": FINISH}], mode="no-tokenize")
-    ran = agent("run", "say done", "--no-git", "--base-url", server.url, home=agent_home,
-                cwd=tmp_path)
+    ran = _say_done(server, tmp_path, agent_home)
     assert ran.returncode == 0, ran.stderr
     assert "token counts estimated (~3 characters a token: no /tokenize)" in ran.stderr
 
@@ -159,14 +164,12 @@ def test_a_server_without_tokenize_gets_estimated_counts_and_says_so(
 def test_a_models_list_without_max_model_len_needs_ctx_size_then_uses_it(
         tmp_path: Path, agent_home: Path, vllm: Any):
     server = vllm([{"content": FINISH}], mode="no-max-len")
-    refused = agent("run", "say done", "--no-git", "--base-url", server.url, home=agent_home,
-                    cwd=tmp_path)
+    refused = _say_done(server, tmp_path, agent_home)
     assert refused.returncode == 2
     line = _one_error_line(refused.stderr)
     assert "no max_model_len in /v1/models" in line and "--ctx-size" in line
     assert server.requests() == []
-    ran = agent("run", "say done", "--no-git", "--base-url", server.url, "--ctx-size", "4096",
-                home=agent_home, cwd=tmp_path)
+    ran = _say_done(server, tmp_path, agent_home, "--ctx-size", "4096")
     assert ran.returncode == 0, ran.stderr
     assert "context 4096 tokens from --ctx-size" in ran.stderr
 
@@ -174,13 +177,11 @@ def test_a_models_list_without_max_model_len_needs_ctx_size_then_uses_it(
 def test_a_models_list_that_is_not_json_is_refused_in_one_line(
         tmp_path: Path, agent_home: Path, vllm: Any):
     server = vllm([{"content": FINISH}], mode="garbage-models")
-    refused = agent("run", "say done", "--no-git", "--base-url", server.url, home=agent_home,
-                    cwd=tmp_path)
+    refused = _say_done(server, tmp_path, agent_home)
     assert refused.returncode == 2
     assert "does not report its context size" in _one_error_line(refused.stderr)
     # With --ctx-size it gets as far as the model name, which it could not read: said so.
-    named = agent("run", "say done", "--no-git", "--base-url", server.url, "--ctx-size",
-                  "4096", home=agent_home, cwd=tmp_path)
+    named = _say_done(server, tmp_path, agent_home, "--ctx-size", "4096")
     assert named.returncode == 3
     line = _one_error_line(named.stderr)
     assert "does not serve model 'local'" in line and "/v1/models" in line
@@ -189,8 +190,7 @@ def test_a_models_list_that_is_not_json_is_refused_in_one_line(
 def test_a_models_list_answering_500_is_a_server_error_in_one_line(
         tmp_path: Path, agent_home: Path, vllm: Any):
     server = vllm([], mode="models-500")
-    ran = agent("run", "say done", "--no-git", "--base-url", server.url, home=agent_home,
-                cwd=tmp_path)
+    ran = _say_done(server, tmp_path, agent_home)
     assert ran.returncode == 3
     assert "answered 500 on /v1/models" in _one_error_line(ran.stderr)
 
@@ -198,8 +198,7 @@ def test_a_models_list_answering_500_is_a_server_error_in_one_line(
 def test_a_completion_answering_500_ends_the_task_in_one_line(
         tmp_path: Path, agent_home: Path, vllm: Any):
     server = vllm([{"status": 500, "body": {"error": {"message": "CUDA error", "code": 500}}}])
-    ran = agent("run", "say done", "--no-git", "--base-url", server.url, home=agent_home,
-                cwd=tmp_path)
+    ran = _say_done(server, tmp_path, agent_home)
     assert ran.returncode == 3, ran.stderr
     assert "CUDA error" in _one_error_line(ran.stderr)
 
