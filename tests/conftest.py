@@ -123,7 +123,7 @@ def bee_prebuild(bee_home: Path, tmp_path_factory: pytest.TempPathFactory
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agent", "backend", "build", "--engine", "beellama",
-             "--source", str(BEELLAMA_ARCHIVE), "--cpu"],
+             "--source", str(BEELLAMA_ARCHIVE), "--cpu", "--rpc"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, preexec_fn=lambda: os.nice(19))
     yield proc
@@ -152,7 +152,9 @@ def bee_old(bee_home: Path, bee_prebuild: subprocess.Popen | None) -> Engine:
         if not (CI or _bee_built() or os.environ.get(BEELLAMA_ENV) == "1"):
             pytest.skip(f"BeeLlama v0.3.1 is not built in {bee_home}; run with "
                         f"{BEELLAMA_ENV}=1 to build it (about 19 min cold on 2 cores)")
-        return build_beellama(source=BEELLAMA_ARCHIVE, cuda=False)
+        # With RPC: its rpc-server (protocol 4) is the real worker of another build that
+        # upstream's server (7) must refuse (tests/test_rpc_real.py).
+        return build_beellama(source=BEELLAMA_ARCHIVE, cuda=False, rpc=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -221,14 +223,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def greedy_timings(plan: LaunchPlan) -> dict:
-    """Start a real server of ``plan``, send one greedy 48-token request (a counting prompt a
-    draft can follow), stop it; returns the response's ``timings``."""
+def greedy_timings(plan: LaunchPlan, max_tokens: int = 48) -> dict:
+    """Start a real server of ``plan``, send one greedy request of ``max_tokens`` (a counting
+    prompt a draft can follow), stop it; returns the response's ``timings``."""
     state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=180)
     try:
         body = httpx2.post(f"{state.base_url}/v1/chat/completions", timeout=120, json={
             "messages": [{"role": "user", "content": "count: 1 2 3 4 5 6 7 8"}],
-            "max_tokens": 48, "temperature": 0}).json()
+            "max_tokens": max_tokens, "temperature": 0}).json()
     finally:
         stop(state)
     return body["timings"]

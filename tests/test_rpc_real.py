@@ -240,6 +240,31 @@ def test_a_worker_of_another_rpc_protocol_is_refused_before_the_launch(rpc_home:
     assert json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout) == []
 
 
+@pytest.mark.beellama
+def test_a_real_worker_of_another_build_is_refused_naming_both_protocols(
+        bee_old: Engine, rpc_home: Path, tmp_path: Path):
+    """BeeLlama v0.3.1's own rpc-server (built with --rpc: RPC protocol 4) as the worker, the
+    upstream engine (7) as the server: refused before the launch, as with the stand-in."""
+    assert bee_old.rpc_server is not None and bee_old.rpc_server.is_file()
+    bee_home = tmp_path / "bee-home"
+    (bee_home / "cache" / "engines").mkdir(parents=True)
+    (bee_home / "cache" / "engines" / bee_old.key).symlink_to(bee_old.binary.parent.parent)
+    worker = Worker(bee_home, "--threads", "1")
+    address = worker.address
+    try:
+        assert "(RPC protocol 4.0.0)" in worker.seen[-1], worker.seen
+        proc = _agent("backend", "up", "--preset", "smol", "--rpc", address, home=rpc_home)
+    finally:
+        code, rest = worker.end()
+    assert proc.returncode == 3, proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert line.startswith(f"error: RPC worker {address} speaks RPC protocol 4.0.0 and "
+                           "this engine speaks 7.0.0"), line
+    assert json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout) == []
+    assert code == 0 and "worker stopped" in rest, rest
+
+
 def test_a_worker_that_is_not_there_is_refused_naming_it(rpc_home: Path):
     address = f"127.0.0.1:{pick_port('127.0.0.1', 0)}"
     proc = _agent("backend", "up", "--preset", "smol", "--rpc", address, home=rpc_home)

