@@ -187,8 +187,8 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
     assert not any("converting" in n for n in notes)
 
 
-NEW_PRESETS = ("qwen3-coder-30b-a3b-dflash", "qwen36-27b-dflash", "gpt-oss-20b-dflash",
-               "qwen3-8b-dflash", "llama31-8b-dflash")
+NEW_PRESETS = ("qwen3-coder-30b-a3b-dflash", "qwen3-coder-next-dflash", "qwen36-27b-dflash",
+               "gpt-oss-20b-dflash", "qwen3-8b-dflash", "llama31-8b-dflash")
 
 
 def test_each_zlab_preset_prints_a_command_the_real_engine_accepts(engine: Engine,
@@ -204,3 +204,8 @@ def test_each_zlab_preset_prints_a_command_the_real_engine_accepts(engine: Engin
         assert "--spec-draft-model hf://z-lab/" in proc.stdout, name
         thinking_off = name in ("qwen36-27b-dflash", "qwen3-8b-dflash")
         assert ("--reasoning off" in proc.stdout) == thinking_off, (name, proc.stdout)
+        # b11434 has no draft-window flag: a drafter's training context is a note, not a flag.
+        past_training = name == "qwen3-coder-next-dflash"
+        assert ("trained on 4096 tokens of context" in proc.stderr) == past_training, (
+            name, proc.stderr)
+        assert "window" not in proc.stdout, (name, proc.stdout)

@@ -261,6 +261,41 @@ def test_a_context_past_the_drafts_training_context_gets_a_note():
     assert draft_context_note(Preset(name="q", model="/m.gguf"), 10**6) is None
 
 
+
+def test_the_qwen3_coder_next_preset_pairs_z_labs_drafter_with_its_target():
+    from backend.models.presets import get_preset
+
+    preset = get_preset("qwen3-coder-next-dflash")
+    assert preset.draft == "hf://z-lab/Qwen3-Coder-Next-DFlash"
+    assert preset.target_tokenizer == "hf://Qwen/Qwen3-Coder-Next"
+    assert preset.model.startswith("hf://unsloth/Qwen3-Coder-Next-GGUF/")
+    assert preset.profile == "dflash" and preset.draft_train_ctx == 4096
+    # A non-thinking-only target: nothing to turn off, so the template is left as it is.
+    assert preset.server.reasoning is None
+
+
+def test_only_the_drafter_with_a_stated_training_context_carries_one():
+    from backend.models.presets import load_presets
+
+    with_ctx = {name for name, p in load_presets().items() if p.draft_train_ctx is not None}
+    assert with_ctx == {"qwen3-coder-next-dflash"}
+
+
+def test_print_cmd_notes_a_context_past_the_drafts_training_context_before_any_download():
+    from backend.models.presets import get_preset
+    from backend.serve.preview import preview_command
+
+    preset = get_preset("qwen3-coder-next-dflash")
+    notes = preview_command(preset, None, "127.0.0.1", 8642).notes
+    assert any("trained on 4096 tokens of context and this launch has 32768" in n
+               for n in notes), notes
+    short = preview_command(preset, None, "127.0.0.1", 8642, ctx_size=4096).notes
+    assert not any("trained on" in n for n in short), short
+    # No draft in the command, no draft note.
+    base = preview_command(preset, None, "127.0.0.1", 8642, profile="baseline").notes
+    assert not any("trained on" in n for n in base), base
+
+
 def test_the_converter_venv_takes_the_sdists_requirements_with_its_own_gguf_py(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from backend.models.converter import TORCH_ENV, requirements

@@ -54,9 +54,14 @@ def profile_for(preset: Preset, profile: str | None = None) -> Profile:
 
 def draft_context_note(preset: Preset, ctx_size: int) -> str | None:
     """A note when ``ctx_size`` runs past the context the preset's draft was trained on
-    (``draft_train_ctx``): llama.cpp b11434 offers no draft attention window (its ``--help`` has
-    no such flag; z-lab recommends one for long agentic sessions on vLLM and SGLang), so the
-    draft sees the whole context and its acceptance may fall on long sessions."""
+    (``draft_train_ctx``): llama.cpp b11434 has no server flag for a draft attention window (its
+    ``--help`` has none; z-lab's cards recommend SGLang's ``--speculative-dflash-draft-window-size``
+    for long agentic sessions), so the draft sees the whole context and its acceptance may fall
+    on long sessions. b11434 can window a draft only through its GGUF: its converter writes
+    ``dflash.attention.sliding_window`` when the drafter's ``dflash_config`` has ``use_swa`` and
+    ``swa_window_size``, and the loader honours it. The product does not write that into a
+    drafter that was trained without it: that a b11434 DFlash draft windowed on every layer loads
+    and drafts has not been checked here, so a note is what the user gets."""
     if preset.draft_train_ctx is None or ctx_size <= preset.draft_train_ctx:
         return None
     return (f"the draft was trained on {preset.draft_train_ctx} tokens of context and this "

@@ -20,7 +20,7 @@ from backend.engine.helpfacts import check_argv
 from backend.models.convert import NEW_ARCH, OLD_ARCH
 from backend.models.drafts import DraftError, converted_path, gguf_architecture
 from backend.models.presets import Preset
-from backend.serve.launch import preset_workers, profile_for
+from backend.serve.launch import draft_context_note, preset_workers, profile_for
 from backend.serve.preset_status import ModelFile, cached_file, draft_file
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
@@ -79,6 +79,11 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
                 draft = converted_path(draft, wanted)
         except DraftError as exc:
             notes.append(str(exc))
+    if draft is not None:
+        # Known before anything is fetched, and a reason to pick a smaller --ctx-size now.
+        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size)
+        if long_ctx:
+            notes.append(long_ctx)
     plan = LaunchPlan(binary=engine.binary if engine else Path("llama-server"), model=paths[0],
                       profile=chosen.name, ctx_size=ctx_size or preset.ctx_size, draft=draft,
                       parallel=parallel, idle_timeout=idle_timeout, options=preset.server,
