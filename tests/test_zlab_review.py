@@ -213,3 +213,45 @@ def test_a_tokenizer_folder_with_custom_code_is_refused_and_its_code_never_runs(
     assert len(errors) == 1 and "tokenizer_config.json names custom tokenizer code" in errors[0]
     assert "Traceback" not in proc.stderr and not marker.exists()
 
+
+def test_the_engine_sdist_fetch_never_gives_pip_the_hf_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``pip download`` of the engine's sdist runs the sdist's build backend (for its metadata):
+    that code, and pip's /proc/PID/environ, must not get HF_TOKEN or the agent's other secrets;
+    a private index's credentials (PIP_INDEX_URL) still reach pip."""
+    import io
+    import tarfile
+
+    from backend.engine.build import SDIST_DIST, SDIST_VERSION, BuildError, fetch_sdist
+
+    links = tmp_path / "links"
+    links.mkdir()
+    root = f"{SDIST_DIST.replace('-', '_')}-{SDIST_VERSION}"
+    files = {"pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "probe_backend"\n'
+                               'backend-path = ["."]\n[project]\n'
+                               f'name = "{SDIST_DIST}"\nversion = "{SDIST_VERSION}"\n',
+             "probe_backend.py": _BACKEND,
+             "PKG-INFO": f"Metadata-Version: 2.1\nName: {SDIST_DIST}\nVersion: {SDIST_VERSION}\n"}
+    with tarfile.open(links / f"{root}.tar.gz", "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dump = tmp_path / "env.json"
+    monkeypatch.setenv("REVIEW_ENV_DUMP", str(dump))
+    private = "https://user:pw@index.invalid/simple"
+    monkeypatch.setenv("PIP_INDEX_URL", "https://index.invalid/simple")  # as start() leaves it
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing from the network: the sdist above only
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setattr(secret_store, "_values", {"HF_TOKEN": SECRET, "OPENAI_API_KEY": "sk-x",
+                                                  "PIP_INDEX_URL": private})
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BuildError, match="pip could not download"):
+        fetch_sdist(out, tmp_path / "fetch.log")
+    env = json.loads(dump.read_text())
+    assert SECRET not in json.dumps(env) and "sk-x" not in json.dumps(env)
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
+    assert env["PIP_INDEX_URL"] == private  # pip's own credentials are pip's to use
