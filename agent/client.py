@@ -128,13 +128,21 @@ class ServerClient:
         self.openai.close()
 
     def props(self) -> dict[str, Any]:
-        """``GET /props`` (cached); an empty dict for servers without it (not llama.cpp)."""
+        """``GET /props`` (cached once the server answered); an empty dict for servers without
+        it (not llama.cpp), and, not cached, while the server cannot answer (a network error,
+        a 5xx while it is still loading)."""
         if self._props is None:
             try:
                 resp = self.http.get(self.base_url + "/props", timeout=10.0)
-                self._props = resp.json() if resp.status_code == 200 else {}
-            except (httpx2.HTTPError, ValueError):
-                self._props = {}
+            except httpx2.HTTPError:
+                return {}  # not the server's answer: a later call asks again
+            if resp.status_code >= 500:
+                return {}
+            try:
+                data = resp.json() if resp.status_code == 200 else {}
+            except ValueError:
+                data = {}
+            self._props = data if isinstance(data, dict) else {}
         return self._props
 
     def is_llama_server(self) -> bool:

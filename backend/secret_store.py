@@ -16,7 +16,8 @@ full-auto is not a sandbox).
 Where the store lives: here, in ``backend``, because both ``backend`` (``HF_TOKEN`` for hub
 downloads, credentials for ``pip download``) and ``tools`` (``${VAR}`` in MCP configs, the bash
 tool's filter) need it and neither may import ``agent``. Code that legitimately needs a secret
-asks :func:`get` (or :func:`original_environ` for a fetch subprocess the agent itself runs);
+asks :func:`get` (or :func:`original_environ` for a fetch subprocess the agent itself runs,
+:func:`pip_environ` for pip);
 nothing is ever put back into ``os.environ``.
 """
 
@@ -87,6 +88,21 @@ def clean_environ() -> dict[str, str]:
     ``llama-server``: explicit, so no secret reaches them even when :func:`start` was not run
     (the library used in-process)."""
     return {k: v for k, v in scrub(os.environ)[0].items() if k != FD_ENV}
+
+
+_PIP_NAMES = re.compile(r"^(PIP_.*|(HTTPS?|ALL|NO)_PROXY|NETRC)$", re.IGNORECASE)
+"""What pip itself reads for its index and network: kept with their credentials."""
+
+
+def pip_environ() -> dict[str, str]:
+    """The environment of a pip the agent runs (``pip download``, ``pip install``): the
+    scrubbed one (:func:`clean_environ`) with only pip's own settings given back whole
+    (``PIP_*``, the proxies, ``NETRC``: a private index or proxy keeps its credentials).
+    Never ``HF_TOKEN`` or the agent's other secrets: pip runs the build code of the sdists it
+    fetches or installs, and any same-user process can read pip's ``/proc/PID/environ``."""
+    env = clean_environ()
+    env.update({k: v for k, v in original_environ().items() if _PIP_NAMES.match(k)})
+    return env
 
 
 def remember(values: Mapping[str, str]) -> None:

@@ -104,3 +104,40 @@ def test_version_from_a_source_tree_that_was_never_installed(monkeypatch: pytest
     assert result.exit_code == 0, result.output
     assert result.output.startswith("dflash-agent ") and "source tree, not installed" in \
         result.output
+
+
+_CTRL_C_CHILD = '''
+import os, signal, sys
+
+
+class CtrlC:
+    """A real SIGINT to this process the moment {module} starts to import."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["agent", "--help"]
+{start}
+'''
+_STARTS = {"console-script": "from agent.entry import main\nsys.exit(main())",
+           "python-m-agent": "import runpy\nrunpy.run_module('agent', run_name='__main__', "
+                             "alter_sys=True)"}
+
+
+@pytest.mark.parametrize("start", sorted(_STARTS))
+@pytest.mark.parametrize("module", ["backend.secret_store", "typer"])
+def test_ctrl_c_while_the_cli_imports_exits_130_without_a_traceback(start: str,
+                                                                    module: str) -> None:
+    """Ctrl-C in the first ~0.3 s of any command (the CLI's modules loading, before its own
+    handler runs) printed a Python traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_CHILD.format(module=module, start=_STARTS[start])],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted"
+    assert "backend" not in proc.stdout  # stopped before the help

@@ -20,7 +20,13 @@ import pytest
 from agent.loop import LoopResult
 from agent.newproject import runners
 from agent.newproject.environment import project_env
-from agent.newproject.flow import ProjectResult, commit_message, module_name, time_for_tests
+from agent.newproject.flow import (
+    ProjectResult,
+    commit_message,
+    module_name,
+    slugify,
+    time_for_tests,
+)
 from agent.newproject.plan import executables, outside_project, parse_plan
 from agent.newproject.runners import TestReport, run_project_tests
 from agent.sessions.log import list_sessions
@@ -314,3 +320,14 @@ def test_a_repository_the_model_broke_is_a_stated_error_not_a_crash(tmp_path: Pa
     assert (target / "Makefile").read_text("utf-8") == makefile
     [session] = list_sessions()
     assert session.ended == "failed" and "could not take the commit" in session.end_detail
+
+
+def test_a_slug_too_long_for_its_limit_drops_filler_words_before_real_ones():
+    """Before, the simple recipe's module for "a CLI todo app with tests" (24 characters at
+    most) was a_cli_todo_app_with: cut at the limit, "tests" went and "with" stayed."""
+    assert slugify("a CLI todo app with tests", 24) == "cli-todo-app-tests"
+    assert module_name("a CLI todo app with tests") == "cli_todo_app_tests"
+    assert slugify("a CLI todo app with tests") == "a-cli-todo-app-with-tests"  # fits whole
+    text = "a web server for the notes of a team with a REST API and a SQLite database"
+    assert slugify(text) == "web-server-notes-team-rest-api-sqlite"  # whole words only
+    assert slugify("x" * 50, 24) == "x" * 24  # one word longer than the limit is cut

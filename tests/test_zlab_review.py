@@ -5,6 +5,7 @@ conversions that are not trusted blindly."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ SECRET = "hf_review_secret_token_123"
 
 _BACKEND = '''"""An in-tree PEP 517 backend that records the environment its build runs in."""
 import json
+import os
 import os
 from pathlib import Path
 
@@ -146,3 +148,110 @@ def test_a_shard_name_that_is_no_plain_file_name_is_refused_in_one_line(
         assert "sub/" not in asked and "other-rev" not in asked and ".hidden" not in asked
     with pytest.raises(DraftSourceError, match="shard name"):
         fetch_folder(str(drafter), "drafter", weights=True)
+
+
+_EVIL = '''from pathlib import Path
+Path({marker!r}).write_text("ran")
+
+
+class EvilTokenizer:
+    pass
+'''
+
+
+def _fake_converter(python: Path, tree: Path, draft_dir: Path, tokenizer_dir: Path, out: Path,
+                    outtype: str, log: Path) -> None:
+    """What llama.cpp's converter does to the tokenizer folder that matters here:
+    ``AutoTokenizer.from_pretrained(dir, trust_remote_code=True)`` imports the module its
+    ``auto_map`` names from the folder."""
+    import importlib.util
+
+    auto = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())["auto_map"]
+    module = auto["AutoTokenizer"][0].split(".")[0]
+    spec = importlib.util.spec_from_file_location(module, tokenizer_dir / f"{module}.py")
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    raise AssertionError("the converter ran on a tokenizer folder with custom code")
+
+
+def test_a_tokenizer_folder_with_custom_code_is_refused_and_its_code_never_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent_home: Path):
+    """The converter loads the target tokenizer with trust_remote_code=True: a folder whose
+    tokenizer_config.json names its own .py (auto_map) is refused in one line before any
+    conversion, and the .py never runs."""
+    import subprocess
+    import sys
+
+    from backend.models import hfdraft
+    from tests.zlab_fixture import write_zlab_drafter
+
+    drafter = write_zlab_drafter(tmp_path / "drafter", 49152)
+    tok = tmp_path / "tokenizer"
+    tok.mkdir()
+    marker = tmp_path / "code-ran"
+    (tok / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    (tok / "tokenizer_config.json").write_text(json.dumps(
+        {"auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}}))
+    (tok / "tokenization_evil.py").write_text(_EVIL.format(marker=str(marker)))
+    monkeypatch.setattr(hfdraft, "ensure_tree", lambda sdist, note: tmp_path / "tree")
+    monkeypatch.setattr(hfdraft, "ensure_python", lambda tree, note: Path(sys.executable))
+    monkeypatch.setattr(hfdraft, "run_converter", _fake_converter)
+    with pytest.raises(hfdraft.DraftSourceError,
+                       match="tokenizer_config.json names custom tokenizer code"):
+        hfdraft.prepare_draft(str(drafter), str(tok), None)
+    assert not marker.exists()
+
+    # The CLI says so in one line, no traceback, and still runs nothing.
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "backend", "convert-draft", str(drafter),
+         str(tmp_path / "o.gguf"), "--target-tokenizer", str(tok)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        env={**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1",
+             "COLUMNS": "200"})
+    assert proc.returncode == 3, proc.stderr
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "tokenizer_config.json names custom tokenizer code" in errors[0]
+    assert "Traceback" not in proc.stderr and not marker.exists()
+
+
+def test_the_engine_sdist_fetch_never_gives_pip_the_hf_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``pip download`` of the engine's sdist runs the sdist's build backend (for its metadata):
+    that code, and pip's /proc/PID/environ, must not get HF_TOKEN or the agent's other secrets;
+    a private index's credentials (PIP_INDEX_URL) still reach pip."""
+    import io
+    import tarfile
+
+    from backend.engine.build import SDIST_DIST, SDIST_VERSION, BuildError, fetch_sdist
+
+    links = tmp_path / "links"
+    links.mkdir()
+    root = f"{SDIST_DIST.replace('-', '_')}-{SDIST_VERSION}"
+    files = {"pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "probe_backend"\n'
+                               'backend-path = ["."]\n[project]\n'
+                               f'name = "{SDIST_DIST}"\nversion = "{SDIST_VERSION}"\n',
+             "probe_backend.py": _BACKEND,
+             "PKG-INFO": f"Metadata-Version: 2.1\nName: {SDIST_DIST}\nVersion: {SDIST_VERSION}\n"}
+    with tarfile.open(links / f"{root}.tar.gz", "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dump = tmp_path / "env.json"
+    monkeypatch.setenv("REVIEW_ENV_DUMP", str(dump))
+    private = "https://user:pw@index.invalid/simple"
+    monkeypatch.setenv("PIP_INDEX_URL", "https://index.invalid/simple")  # as start() leaves it
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing from the network: the sdist above only
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setattr(secret_store, "_values", {"HF_TOKEN": SECRET, "OPENAI_API_KEY": "sk-x",
+                                                  "PIP_INDEX_URL": private})
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BuildError, match="pip could not download"):
+        fetch_sdist(out, tmp_path / "fetch.log")
+    env = json.loads(dump.read_text())
+    assert SECRET not in json.dumps(env) and "sk-x" not in json.dumps(env)
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
+    assert env["PIP_INDEX_URL"] == private  # pip's own credentials are pip's to use

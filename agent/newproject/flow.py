@@ -90,16 +90,28 @@ def _git_reason(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
+_FILLER = frozenset({"a", "an", "the", "with", "and", "or", "for", "of", "to", "in", "on",
+                     "that", "which", "using", "from", "by", "into", "my", "some"})
+"""Words a slug loses first when the whole description does not fit."""
+
+
 def slugify(description: str, limit: int = 40) -> str:
-    """A directory name from a description: lowercase words joined by hyphens."""
+    """A directory name from a description: lowercase words joined by hyphens, at most
+    ``limit`` characters. When all the words do not fit, the filler words (:data:`_FILLER`) go
+    first, then whole words from the end; a first word longer than ``limit`` is cut."""
     words = re.findall(r"[a-z0-9]+", description.lower())
+    if not words:
+        return "new-project"
+    if len("-".join(words)) > limit:
+        # Cutting at the limit alone kept "with" and dropped "tests" ("a CLI todo app with tests").
+        words = [w for w in words if w not in _FILLER] or words
     slug = ""
     for word in words:
         candidate = f"{slug}-{word}" if slug else word
         if len(candidate) > limit:
             break
         slug = candidate
-    return slug or "new-project"
+    return slug or words[0][:limit]
 
 
 def module_name(description: str) -> str:

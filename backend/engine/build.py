@@ -399,7 +399,8 @@ def fetch_sdist(dest: Path, log: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_DIST,
            "--disable-pip-version-check", f"{SDIST_DIST}=={SDIST_VERSION}", "-d", str(dest)]
     try:
-        _run_logged("fetch", cmd, log, cwd=dest, env=secret_store.original_environ())
+        # pip runs the sdist's build backend to read its metadata: no agent secrets there.
+        _run_logged("fetch", cmd, log, cwd=dest, env=secret_store.pip_environ())
     except BuildError as exc:
         errors = [line for line in exc.tail.splitlines() if line.startswith("ERROR:")]
         cause = errors[-1] if errors else str(exc)

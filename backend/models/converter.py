@@ -181,20 +181,10 @@ def _tail(log: Path, lines: int = 1) -> str:
     return " | ".join(text[-lines:]) or "no output"
 
 
-_PIP_NAMES = re.compile(r"^(PIP_.*|(HTTPS?|ALL|NO)_PROXY|NETRC)$", re.IGNORECASE)
-"""What pip itself reads for its index and network: kept with their credentials."""
-
-
 def install_environ() -> dict[str, str]:
-    """The environment of the converter venv's ``pip install``: the scrubbed one
-    (:func:`backend.secret_store.clean_environ`) with only pip's own settings given back whole
-    (``PIP_*``, the proxies, ``NETRC``: a private index or proxy keeps its credentials).
-    Never ``HF_TOKEN`` or the agent's other secrets: pip runs the build code of the packages
-    it installs (any sdist), and any same-user process can read pip's ``/proc/PID/environ``."""
-    env = secret_store.clean_environ()
-    env.update({k: v for k, v in secret_store.original_environ().items()
-                if _PIP_NAMES.match(k)})
-    return env
+    """The environment of the converter venv's ``pip install``:
+    :func:`backend.secret_store.pip_environ` (no ``HF_TOKEN``, pip's own settings whole)."""
+    return secret_store.pip_environ()
 
 
 def ensure_python(tree: Path, note: Note | None = None) -> Path:

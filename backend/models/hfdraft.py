@@ -168,6 +168,32 @@ def read_config(path: Path, source: str) -> dict[str, Any]:
     return config
 
 
+REMOTE_CODE_FILES = ("tokenizer_config.json", "config.json")
+"""The tokenizer folder's files whose ``auto_map`` makes ``transformers`` import the folder's
+own Python code (the converter loads the tokenizer with ``trust_remote_code=True``)."""
+
+
+def refuse_remote_code(files: dict[str, Path], source: str) -> None:
+    """Refuse a target tokenizer folder that names its own Python code (an ``auto_map`` in
+    :data:`REMOTE_CODE_FILES`). Raises :class:`DraftSourceError` naming the file.
+
+    llama.cpp's converter loads the target tokenizer with ``trust_remote_code=True``: such a
+    folder would run its ``.py`` files (from a download, or any local folder) as the user."""
+    for name in REMOTE_CODE_FILES:
+        path = files.get(name)
+        if path is None:
+            continue
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # not JSON: transformers fails on it before importing anything
+        if isinstance(data, dict) and data.get("auto_map"):
+            raise DraftSourceError(
+                f"{source}: {name} names custom tokenizer code (auto_map), which the converter "
+                "would run; refused: set target_tokenizer to a tokenizer folder without "
+                "custom code")
+
+
 def _target_facts(target: Path) -> dict[str, Any]:
     """n_embd, n_layer and vocabulary of the target GGUF (header only)."""
     try:
@@ -309,6 +335,7 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
         return out
     draft_files = fetch_folder(draft, "drafter", weights=True, note=note)
     tok_files = fetch_folder(tokenizer, "target tokenizer", weights=False, note=note)
+    refuse_remote_code(tok_files, tokenizer)
     config = read_config(draft_files["config.json"], draft)
     inputs = {"draft": _fingerprint(draft_files), "tokenizer": _fingerprint(tok_files)}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -329,6 +356,8 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
             for sub, files in (("draft", draft_files), ("tokenizer", tok_files)):
                 (work / sub).mkdir()
                 for name, path in files.items():
+                    if name.endswith(".py"):
+                        continue  # code is never converter input: nothing there to import
                     (work / sub / name).symlink_to(path.resolve())
             part = work / "draft.gguf"
             log = out.with_suffix(".log")
