@@ -608,8 +608,18 @@ def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every
 def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False
                ) -> None:
     """Running managed servers: binary, flavour, model, profile, port, uptime, context
-    size."""
-    infos = [server.describe(s) for s in server.running()]
+    size, and a line for a server whose RPC worker went away; a server whose process is gone
+    is said in one line and its state file removed."""
+    alive, gone = server.sweep(explain=True)
+    for state, why in gone:
+        # --json keeps stdout the list of running servers; the line goes to stderr there.
+        line = (f"removed the stale state file of llama-server pid {state.pid} "
+                f"({state.base_url}): {why}")
+        if json_out:
+            err.print(f"note: {line}", markup=False)
+        else:
+            echo(line)
+    infos = [server.describe(s) for s in alive]
     if json_out:
         typer.echo(json.dumps(infos, indent=2))
         return
@@ -624,6 +634,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
             echo(f"  speculation {info['speculation']}")
         if info["rpc"]:
             echo(f"  RPC workers {', '.join(info['rpc'])}")
+        if info["problem"]:
+            echo(f"  problem {info['problem']}")
 
 
 @backend_app.command("bench", epilog=EXIT_CODES_HELP)
