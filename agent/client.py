@@ -151,17 +151,23 @@ class ServerClient:
         return bool(self.props())
 
     def models(self) -> dict[str, Any]:
-        """The first entry of ``GET /v1/models`` (cached); an empty dict when the server has
-        none, answers an error or something that is not an OpenAI model list."""
+        """The first entry of ``GET /v1/models`` (cached once the server answered); an empty
+        dict when the server has none, answers an error or something that is not an OpenAI
+        model list, and, not cached, while the server cannot answer (a network error, a 5xx
+        while it is still loading)."""
         if self._models is None:
-            self._models = {}
             try:
                 resp = self.http.get(self.base_url + "/v1/models", timeout=10.0)
+            except httpx2.HTTPError:
+                return {}  # not the server's answer: a later call asks again
+            if resp.status_code >= 500:
+                return {}
+            try:
                 data = resp.json().get("data") if resp.status_code == 200 else None
-            except (httpx2.HTTPError, ValueError, AttributeError):
+            except (ValueError, AttributeError):
                 data = None
-            if isinstance(data, list) and data and isinstance(data[0], dict):
-                self._models = data[0]
+            ok = isinstance(data, list) and data and isinstance(data[0], dict)
+            self._models = data[0] if ok else {}
         return self._models
 
     def model_id(self) -> str:

@@ -117,6 +117,39 @@ def test_backend_up_status_down_through_the_cli(engine, smollm2, shared_home: Pa
     assert json.loads(run("backend", "status", "--json", home=home).stdout) == []
 
 
+def test_new_project_says_the_managed_server_it_leaves_running(engine, smollm2, tmp_path: Path):
+    """After new-project the managed server keeps running (the next command reuses it): the
+    summary says so, with its pid and how to stop it, in text and in --json."""
+    import psutil
+
+    home = tmp_path / "home"
+    assert run("backend", "build", "--server-bin", str(engine.binary), home=home).returncode == 0
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "presets.toml").write_text(
+        f'[tiny]\nmodel = "{smollm2}"\nprofile = "baseline"\nctx_size = 4096\n')
+    args = ("--preset", "tiny", "--recipe", "simple", "--max-steps", "1")
+    try:
+        text = run("new-project", "add two numbers", "--dir", str(tmp_path / "p1"), *args,
+                   home=home)
+        as_json = run("new-project", "add two numbers", "--dir", str(tmp_path / "p2"), *args,
+                      "--json", home=home)
+        [state] = json.loads(run("backend", "status", "--json", home=home).stdout)
+    finally:
+        down = run("backend", "down", "--all", home=home)
+    assert text.returncode in (0, 1), text.stderr
+    line = next((x for x in text.stdout.splitlines() if x.startswith("Server:")), None)
+    assert line == (f"Server: llama-server pid {state['pid']} is still running at "
+                    f"{state['url']} (the next command reuses it); stop it with "
+                    "`agent backend down`")
+    summary = json.loads(as_json.stdout.splitlines()[-1])
+    assert summary["type"] == "summary"
+    assert summary["server"] == {"pid": state["pid"], "url": state["url"],
+                                 "stop": "agent backend down"}
+    assert f"stopped llama-server pid {state['pid']}" in down.stdout
+    assert not psutil.pid_exists(state["pid"]) or \
+        psutil.Process(state["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
 def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_home: Path,
                                                         tmp_path: Path):
     """The README's main job: real server, real SmolLM2, a commit holding a model-written

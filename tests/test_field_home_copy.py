@@ -127,6 +127,12 @@ def test_a_copied_home_neither_lists_adopts_nor_stops_the_servers_of_the_origina
                         .read_text())
     assert record["log"] == f"{state.config_hash}.log"  # relative to the record's folder
     copy = _copy(original, tmp_path / "copy")
+    status = agent("backend", "status", home=copy, cwd=tmp_path)
+    assert status.stdout.splitlines() == [
+        f"removed the stale state file of llama-server pid {state.pid} (http://127.0.0.1:1): "
+        "its process still runs but writes another home's log (this home is a copy): it is "
+        "not this home's server",
+        "no managed server is running (start one with `agent backend up`)"], status.stdout
     with home_env(copy):
         assert server.current() is None
         assert server.running() == []

@@ -80,6 +80,7 @@ def test_new_project_offers_the_skill_catalog_and_activates_a_forced_skill(tmp_p
              "--base-url", model.url, "--skill", "no-such-skill"],
             capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode in (0, 1), proc.stderr  # 1: the scripted project has no tests
+    assert "Server:" not in proc.stdout  # no managed server with --base-url
     first = model.requests[0]["messages"]
     assert first[0]["role"] == "system"
     for name in ("python-project", "test-before-done", "focused-commit"):

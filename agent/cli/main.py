@@ -202,7 +202,8 @@ def new_project_cmd(
                "tests": result.tests.status, "test_runner": result.tests.runner,
                "recipe": result.recipe.name if result.recipe else None,
                "plan": result.plan.model_dump() if result.plan else None,
-               "unwritten": result.unwritten, **stats}
+               "unwritten": result.unwritten, **stats,
+               "server": _left_running(result.server)}
     if json_out:
         print(json.dumps({"type": "summary", **summary}))
     else:
@@ -233,10 +234,25 @@ def new_project_cmd(
                       f"{stats['draft_tokens']} drafted tokens accepted")
         out.print(f"Commit: {result.commit or '(nothing to commit)'}; session log: "
                   f"{result.log}")
+        left = summary["server"]
+        if left is not None:
+            # The managed server outlives the command (the next one reuses it, loaded and
+            # warm): holding the model's memory unannounced is what a user would not expect.
+            out.print(f"Server: llama-server pid {left['pid']} is still running at "
+                      f"{left['url']} (the next command reuses it); stop it with "
+                      "`agent backend down`", markup=False)
     if result.loop.reason == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)
     ok = result.loop.reason == "done" and result.tests.status == "passed"
     raise typer.Exit(EXIT_OK if ok else EXIT_TASK_FAILED)
+
+
+def _left_running(state: server.ServerState | None) -> dict[str, object] | None:
+    """The summary's ``server``: pid and URL of the managed server a session used, when it is
+    still running after the session (None with ``--base-url`` or once it has exited)."""
+    if state is None or not server.is_ours(state):
+        return None
+    return {"pid": state.pid, "url": state.base_url, "stop": "agent backend down"}
 
 
 Repo = Annotated[Path, typer.Option("--repo", metavar="DIR", help="Repository to work in "
@@ -592,8 +608,18 @@ def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every
 def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON output.")] = False
                ) -> None:
     """Running managed servers: binary, flavour, model, profile, port, uptime, context
-    size."""
-    infos = [server.describe(s) for s in server.running()]
+    size, and a line for a server whose RPC worker went away; a server whose process is gone
+    is said in one line and its state file removed."""
+    alive, gone = server.sweep(explain=True)
+    for state, why in gone:
+        # --json keeps stdout the list of running servers; the line goes to stderr there.
+        line = (f"removed the stale state file of llama-server pid {state.pid} "
+                f"({state.base_url}): {why}")
+        if json_out:
+            err.print(f"note: {line}", markup=False)
+        else:
+            echo(line)
+    infos = [server.describe(s) for s in alive]
     if json_out:
         typer.echo(json.dumps(infos, indent=2))
         return
@@ -608,6 +634,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
             echo(f"  speculation {info['speculation']}")
         if info["rpc"]:
             echo(f"  RPC workers {', '.join(info['rpc'])}")
+        if info["problem"]:
+            echo(f"  problem {info['problem']}")
 
 
 @backend_app.command("bench", epilog=EXIT_CODES_HELP)

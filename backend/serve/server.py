@@ -45,6 +45,7 @@ from backend.serve.rpc import (
     RpcError,
     check_workers,
     engine_protocol,
+    gone_workers,
     lost_worker_cause,
     probe_all,
 )
@@ -132,6 +133,17 @@ def is_ours(state: ServerState) -> bool:
                 or proc.status() == psutil.STATUS_ZOMBIE:
             return False
         return proc.exe() == os.path.realpath(state.plan.binary) and _writes_to(proc, state.log)
+    except psutil.Error:
+        return False
+
+
+def _still_running(state: ServerState) -> bool:
+    """True when the record's process runs (same pid and start time) even though it is not
+    ours (:func:`is_ours`): the record of a copied home names the original's server."""
+    try:
+        proc = psutil.Process(state.pid)
+        return abs(proc.create_time() - state.create_time) < 1.0 \
+            and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -330,12 +342,19 @@ def crash_report(state: ServerState, wait: float = 5.0) -> str | None:
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.1)
-    record = read_exit(state)
     text = _tail(state.log, 200)
     lines = "\n".join(f"  {line}" for line in meaningful_lines(text))
-    why = lost_worker_cause(state.plan.rpc, text) or explain_exit(
-        record.returncode if record else None, text, bool(record and record.oom_killed))
-    return f"{why}\nlast lines of its log ({state.log}):\n{lines}"
+    return f"{_why_gone(state, text)}\nlast lines of its log ({state.log}):\n{lines}"
+
+
+def _why_gone(state: ServerState, log_text: str, wait: float = 10.0) -> str:
+    """Why the server of ``state`` (known to be gone) ended and what to do, one line."""
+    if _still_running(state):
+        return ("its process still runs but writes another home's log (this home is a copy): "
+                "it is not this home's server")
+    record = read_exit(state, wait)
+    return lost_worker_cause(state.plan.rpc, log_text) or explain_exit(
+        record.returncode if record else None, log_text, bool(record and record.oom_killed))
 
 
 def _tail(path: Path, lines: int = 12) -> str:
@@ -472,7 +491,10 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
     with FileLock(str(root / f"{digest}.lock")):
         existing = _read_state(_state_path(digest))
         if existing is not None:
-            if is_ours(existing) and _healthy_same_model(existing):
+            # A server whose RPC worker went away answers /health while idle and aborts at
+            # its next request: it is launched again (the worker check below then names it).
+            if is_ours(existing) and _healthy_same_model(existing) \
+                    and not lost_workers(existing):
                 (root / "current").write_text(digest, "utf-8")
                 return existing, True
             stop(existing)
@@ -621,14 +643,41 @@ def _wait_healthy(state: ServerState, timeout: float,
 
 def running() -> list[ServerState]:
     """States of servers we started that are still alive; stale state files are removed."""
-    alive = []
+    return sweep()[0]
+
+
+def sweep(explain: bool = False) -> tuple[list[ServerState], list[tuple[ServerState, str]]]:
+    """(alive, gone): the servers we started whose process runs, and those whose process is
+    gone, each with one line saying why it ended (with ``explain``; else empty) and what to do.
+    The state files of the gone ones are removed (their logs stay, for the diagnosis)."""
+    alive: list[ServerState] = []
+    gone: list[tuple[ServerState, str]] = []
     for path in sorted(home().servers.glob("*.json")):
         state = _read_state(path)
         if state is not None and is_ours(state):
             alive.append(state)
-        else:
-            path.unlink(missing_ok=True)
-    return alive
+            continue
+        if state is not None:
+            why = _why_gone(state, _tail(state.log, 200), wait=1.0) if explain else ""
+            gone.append((state, why))
+        path.unlink(missing_ok=True)
+    return alive, gone
+
+
+def lost_workers(state: ServerState) -> list[str]:
+    """The RPC workers of a running server that nothing listens at any more: llama-server
+    notices only at its next request (and then aborts), so an idle server looks healthy."""
+    return gone_workers(state.plan.rpc) if state.plan.rpc else []
+
+
+def lost_workers_line(state: ServerState, lost: list[str]) -> str:
+    """One line for a running server whose RPC workers ``lost`` went away: what fails and
+    what to do."""
+    names = ", ".join(lost)
+    return (f"RPC worker {names} of llama-server pid {state.pid} does not listen any more: "
+            "the server fails at its next request; start the worker again (`agent backend "
+            "worker` on that machine), then `agent backend down` and `agent backend up --rpc "
+            f"{','.join(state.plan.rpc)}`")
 
 
 SLOT_FIELDS = ("parallel", "idle_timeout", "rpc")
@@ -665,7 +714,8 @@ def current() -> ServerState | None:
 
 def down(all_servers: bool = False) -> list[ServerState]:
     """Stop the current server (or every server we started); returns the stopped states."""
-    targets = running() if all_servers else [s for s in [current()] if s is not None]
+    alive = running()  # also removes the state files of servers that are gone
+    targets = alive if all_servers else [s for s in [current()] if s is not None]
     for state in targets:
         with FileLock(str(home().servers / f"{state.config_hash}.lock")):
             stop(state)
@@ -675,7 +725,8 @@ def down(all_servers: bool = False) -> list[ServerState]:
 
 def describe(state: ServerState) -> dict:
     """Status fields: pid, binary, flavour, model, profile, preset, url, uptime (s), log,
-    n_ctx (tokens, from ``/props``) and build info."""
+    n_ctx (tokens, from ``/props``), build info, its RPC workers, those of them nothing
+    listens at any more (``rpc_lost``) and ``problem``, one line saying so (else None)."""
     try:
         flavour: str = detect_flavour(state.plan.binary)
     except (OSError, subprocess.SubprocessError):
@@ -685,6 +736,9 @@ def describe(state: ServerState) -> dict:
             "profile": state.plan.profile, "preset": state.preset, "url": state.base_url,
             "uptime_s": round(time.time() - state.started_at), "log": str(state.log),
             "speculation": state.speculation, "rpc": list(state.plan.rpc)}
+    lost = lost_workers(state)
+    info["rpc_lost"] = lost
+    info["problem"] = lost_workers_line(state, lost) if lost else None
     try:
         props = get_json(state.base_url, "/props")
         info["n_ctx"] = props.get("default_generation_settings", {}).get("n_ctx")
