@@ -11,11 +11,17 @@ bee-old crash workaround of backend.serve.quirks is applied as in a session). Mo
 - ``json``: the agent's json tool protocol (``response_format`` json_schema over every tool:
   a grammar active from the first token);
 - ``native``: ``tools`` with a chat template that has a tool-call format (Hermes 2 Pro, passed by
-  ``--chat-template-file``), so BeeLlama's *lazy* tool-call grammar starts at ``<tool_call>``.
+  ``--chat-template-file``), so BeeLlama's *lazy* tool-call grammar starts at ``<tool_call>``;
+- with ``--more-native`` also ``native-shot`` (the same after one earlier exchange in which the
+  assistant called the tool) and ``required`` (``tool_choice: required``): SmolLM2 asked
+  plainly never opens ``<tool_call>``; these try to make it (on a 2-core CPU, 2026-12-03,
+  neither did: both engines log ``Chat format: peg-native`` for that template and did not
+  enforce ``required``).
 
 Usage (repo root): python benchmarks/beellama_toolcall.py --home DIR [--repeats 2] [--json OUT]
-[--model GGUF] [--draft GGUF] [--ngl all] where DIR is a dflash-agent home holding the bee-old
-engine (tests use ``~/.cache/dflash-agent-tests-beellama``); ``--ngl all`` on a GPU.
+[--model GGUF] [--draft GGUF] [--ngl all] [--more-native] where DIR is a dflash-agent home
+holding the bee-old engine (tests use ``~/.cache/dflash-agent-tests-beellama``); ``--ngl all``
+on a GPU.
 """
 
 from __future__ import annotations
@@ -53,6 +59,17 @@ ASKS = {
               "and three tests for it."),
 }
 TOOL_HINT = " Write it with the create tool to utils.py."
+# One earlier exchange in which the assistant called the tool (the ``native-shot`` mode).
+SHOT = [
+    {"role": "user", "content": "Write `def add(a, b): return a + b` to add.py with the create "
+                                "tool."},
+    {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "call_0", "type": "function", "function": {
+            "name": "create",
+            "arguments": json.dumps({"path": "add.py",
+                                     "file_text": "def add(a, b):\n    return a + b\n"})}}]},
+    {"role": "tool", "tool_call_id": "call_0", "content": "created add.py (2 lines)"},
+]
 
 
 def _timings(turn: Any) -> dict[str, float]:
@@ -66,14 +83,21 @@ def measure(client: ServerClient, mode: str, ask: str, max_tokens: int) -> dict[
     tools = default_registry(Workspace(Path("."))).openai_tools()
     text = ask + (TOOL_HINT if mode != "plain" else "")
     messages = [{"role": "system", "content": "You are a coding agent."},
+                *(SHOT if mode == "native-shot" else []),
                 {"role": "user", "content": text}]
     kwargs: dict[str, Any] = {}
     if mode == "json":
         kwargs["response_format"] = json_response_format(tools)
-    elif mode == "native":
+    elif mode in ("native", "native-shot", "required"):
         kwargs["tools"] = [t for t in tools if t["function"]["name"] == "create"]
-    turn = client.complete(messages, max_tokens=max_tokens, sampling={"temperature": 0.0},
-                           **kwargs)
+    extra = client.request_extra
+    if mode == "required":
+        client.request_extra = {**extra, "tool_choice": "required"}
+    try:
+        turn = client.complete(messages, max_tokens=max_tokens, sampling={"temperature": 0.0},
+                               **kwargs)
+    finally:
+        client.request_extra = extra
     out = _timings(turn)
     out["reply"] = (turn.content or json.dumps(turn.tool_calls))[:120]
     out["tool_calls"] = len(turn.tool_calls)
@@ -118,6 +142,8 @@ def run() -> None:
     parser.add_argument("--draft", type=Path, default=TRAINED,
                         help="DFlash draft (either format; converted for bee-old)")
     parser.add_argument("--ngl", default=None, help="gpu_layers for target and draft (a GPU)")
+    parser.add_argument("--more-native", action="store_true",
+                        help="also the native-shot and required modes (module docstring)")
     args = parser.parse_args()
     os.environ["DFLASH_AGENT_HOME"] = str(args.home)
     engine = bee_old_engine()
@@ -145,7 +171,8 @@ def run() -> None:
             state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
             stack.callback(stop, state)
             client = ServerClient(state.base_url, 600, request_extra=state.request_extra)
-            modes = ("native",) if server.endswith("hermes") else ("plain", "json")
+            modes = ((("native", "native-shot", "required") if args.more_native
+                      else ("native",)) if server.endswith("hermes") else ("plain", "json"))
             for ask_name, ask in ASKS.items():
                 for mode in modes:
                     runs = [measure(client, mode, ask, args.max_tokens)
