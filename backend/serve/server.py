@@ -72,6 +72,10 @@ class ServerState(BaseModel):
 
     pid: int
     create_time: float
+    start_ticks: int | None = None
+    """The process's start in clock ticks after boot (``/proc/PID/stat``), unlike
+    ``create_time`` unaffected by changes of the wall clock; None in records written before it
+    was recorded, and where there is no ``/proc``."""
     host: str
     port: int
     config_hash: str
@@ -122,6 +126,28 @@ def _write_state(state: ServerState) -> None:
     (home().servers / "current").write_text(state.config_hash, "utf-8")
 
 
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/PID/stat`` field 22),
+    or None where that cannot be read. psutil's ``create_time`` adds the boot time, which the
+    kernel derives from the wall clock in whole seconds: a clock step (NTP, a virtual machine
+    resumed) moves it, and so the create time of a running process, by a second or more."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text("ascii", errors="replace")
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _same_start(proc: psutil.Process, state: ServerState) -> bool:
+    """True when ``proc`` started when the record says its process did (pid reuse aside): by
+    the boot-relative start where the record has it, else by the wall-clock create time."""
+    if state.start_ticks is not None:
+        ticks = _start_ticks(proc.pid)
+        if ticks is not None:
+            return ticks == state.start_ticks
+    return abs(proc.create_time() - state.create_time) < 1.0
+
+
 def is_ours(state: ServerState) -> bool:
     """True when the recorded pid is alive and provably the server this record describes: the
     same start time, running the plan's binary and writing to the record's log. The pid and
@@ -129,8 +155,7 @@ def is_ours(state: ServerState) -> bool:
     processes are alive, but their output goes to the original's logs, not to the copy's."""
     try:
         proc = psutil.Process(state.pid)
-        if abs(proc.create_time() - state.create_time) >= 1.0 \
-                or proc.status() == psutil.STATUS_ZOMBIE:
+        if not _same_start(proc, state) or proc.status() == psutil.STATUS_ZOMBIE:
             return False
         return proc.exe() == os.path.realpath(state.plan.binary) and _writes_to(proc, state.log)
     except psutil.Error:
@@ -142,10 +167,43 @@ def _still_running(state: ServerState) -> bool:
     ours (:func:`is_ours`): the record of a copied home names the original's server."""
     try:
         proc = psutil.Process(state.pid)
-        return abs(proc.create_time() - state.create_time) < 1.0 \
-            and proc.status() != psutil.STATUS_ZOMBIE
+        return _same_start(proc, state) and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _writes_another_homes_log(state: ServerState) -> bool:
+    """True when the record's process (same pid and start time, see :func:`_still_running`)
+    provably is another home's server: it has a log of the record's name open in another
+    folder (the original's log, in a copied home). Only then may its record be forgotten
+    while it runs; a process that is neither this nor :func:`is_ours` (its log unreadable,
+    replaced or gone, an error reading its files) keeps its record, so a server of ours is
+    never left running unrecorded."""
+    try:
+        proc = psutil.Process(state.pid)
+        if not _same_start(proc, state):
+            return False
+        for opened in proc.open_files():
+            path = Path(opened.path)
+            if path.name == state.log.name and path.parent != state.log.parent \
+                    and not _same_file(path, state.log):
+                return True
+    except psutil.Error:
+        pass
+    return False
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _forgettable(state: ServerState) -> bool:
+    """True when the record of a process that is not ours may be removed: the process is gone
+    (or the pid now names another process), or it is provably another home's server."""
+    return not _still_running(state) or _writes_another_homes_log(state)
 
 
 def _writes_to(proc: psutil.Process, log: Path) -> bool:
@@ -405,9 +463,11 @@ def keep_current_marker() -> Iterator[None]:
             marker.write_text(before, "utf-8")
 
 
-def stop(state: ServerState, timeout: float = 15.0) -> None:
-    """SIGTERM (then SIGKILL after ``timeout`` s) the server's process group, only if ours."""
-    if not is_ours(state):
+def stop(state: ServerState, timeout: float = 15.0, spawned: bool = False) -> None:
+    """SIGTERM (then SIGKILL after ``timeout`` s) the server's process group, only if ours
+    (:func:`is_ours`; ``spawned``: this call's own launch, which needs only the same pid and
+    start time)."""
+    if not (_still_running(state) if spawned else is_ours(state)):
         return
     try:
         proc = psutil.Process(state.pid)
@@ -497,6 +557,15 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
                     and not lost_workers(existing):
                 (root / "current").write_text(digest, "utf-8")
                 return existing, True
+            if not is_ours(existing) and not _forgettable(existing):
+                # Its process runs, and may be ours: forgetting its record would leave it
+                # running unrecorded (holding its memory and port) beside a second server.
+                raise ServerError(
+                    f"llama-server pid {existing.pid} ({existing.base_url}) of this home's "
+                    "record still runs but cannot be proven to be this home's server (its "
+                    f"log {existing.log} is not the file it writes to); stop it (`kill "
+                    f"{existing.pid}`) if it is yours, or remove {_state_path(digest)} to "
+                    "leave it running, then try again", plain=True)
             stop(existing)
             _state_path(digest).unlink(missing_ok=True)
         chosen = pick_port(host, port)
@@ -527,7 +596,8 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             created = psutil.Process(pid).create_time()
         except psutil.Error:
             created = 0.0
-        state = ServerState(pid=pid, create_time=created, host=host, port=chosen,
+        state = ServerState(pid=pid, create_time=created, start_ticks=_start_ticks(pid),
+                            host=host, port=chosen,
                             config_hash=digest, plan=plan, argv=argv, log=log,
                             started_at=time.time(), preset=preset, request_extra=extra,
                             speculation=speculation)
@@ -536,7 +606,7 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
         try:
             _wait_healthy(state, timeout, progress)
         except BaseException:
-            stop(state)
+            stop(state, spawned=True)
             _state_path(digest).unlink(missing_ok=True)
             raise
     return state, False
@@ -649,7 +719,9 @@ def running() -> list[ServerState]:
 def sweep(explain: bool = False) -> tuple[list[ServerState], list[tuple[ServerState, str]]]:
     """(alive, gone): the servers we started whose process runs, and those whose process is
     gone, each with one line saying why it ended (with ``explain``; else empty) and what to do.
-    The state files of the gone ones are removed (their logs stay, for the diagnosis)."""
+    The state files of the gone ones are removed (their logs stay, for the diagnosis). A record
+    whose process still runs and is neither provably ours nor provably another home's server is
+    in neither list, and stays (see :func:`_writes_another_homes_log`)."""
     alive: list[ServerState] = []
     gone: list[tuple[ServerState, str]] = []
     for path in sorted(home().servers.glob("*.json")):
@@ -657,6 +729,8 @@ def sweep(explain: bool = False) -> tuple[list[ServerState], list[tuple[ServerSt
         if state is not None and is_ours(state):
             alive.append(state)
             continue
+        if state is not None and not _forgettable(state):
+            continue  # runs and may be ours: the record stays (see _writes_another_homes_log)
         if state is not None:
             why = _why_gone(state, _tail(state.log, 200), wait=1.0) if explain else ""
             gone.append((state, why))

@@ -1,0 +1,95 @@
+"""A live server this home started stays recognised as its own (:func:`server.is_ours`), and a
+record whose process runs is never silently forgotten: forgetting it left a llama-server
+running unrecorded, holding its memory and port, and the next command started a second one
+for the same plan beside it."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from backend.home import home
+from backend.serve import server
+from backend.serve.profiles import LaunchPlan
+from tests.conftest import home_env
+
+
+def _ticks(pid: int) -> int:
+    """The process's start in clock ticks after boot, as ``up`` records it."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
+    """A live server of the home ``home``, started the way the product starts one (launcher,
+    watcher, output into the home's server log) and recorded as ``up`` records it; ``sleep``
+    stands in for llama-server, which the record's plan names as its binary."""
+    root = tmp_path / "home"
+    with home_env(root):
+        servers = home().ensure().servers
+        sleep = Path(shutil.which("sleep") or "/bin/sleep")
+        plan = LaunchPlan(binary=sleep, model=tmp_path / "model.gguf", profile="baseline",
+                          ctx_size=1024)
+        digest = server.config_hash(plan)
+        log = servers / f"{digest}.log"
+        log.write_text("")
+        pid = server._spawn_detached([str(sleep), "300"], log)
+        state = server.ServerState(pid=pid, create_time=psutil.Process(pid).create_time(),
+                                   start_ticks=_ticks(pid), host="127.0.0.1",
+                                   port=1, config_hash=digest, plan=plan,
+                                   argv=[str(sleep), "300"], log=log, started_at=time.time())
+        server._write_state(state)
+    try:
+        yield root, state
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+
+
+def test_a_wall_clock_step_does_not_disown_a_running_server(
+        stand_in: tuple[Path, server.ServerState], monkeypatch: pytest.MonkeyPatch):
+    """psutil's create time is the boot time (``btime``, whole seconds derived from the wall
+    clock) plus the start after boot: a clock step (NTP, a resumed virtual machine) moves the
+    create time of a running process by a second or more."""
+    root, state = stand_in
+    stepped = psutil.boot_time() + 1.0
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+    with home_env(root):
+        assert abs(psutil.Process(state.pid).create_time() - state.create_time) >= 1.0
+        assert server.is_ours(state)
+        assert [s.pid for s in server.running()] == [state.pid]
+        assert [s.pid for s in server.down(all_servers=True)] == [state.pid]
+    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
+
+
+def test_a_pid_reused_by_another_process_is_still_not_ours(
+        stand_in: tuple[Path, server.ServerState]):
+    _, state = stand_in
+    other = state.model_copy(update={"start_ticks": state.start_ticks + 100})
+    assert not server.is_ours(other)
+    assert server._start_ticks(state.pid) == state.start_ticks
+
+
+def test_a_running_server_that_cannot_be_proven_ours_keeps_its_record(
+        stand_in: tuple[Path, server.ServerState]):
+    """Its log removed (the process writes to a deleted file): not provably ours, not provably
+    another home's either. Its record stays, and ``up`` for its plan refuses to start a second
+    server beside it, saying how to stop it."""
+    root, state = stand_in
+    record = root / "state" / "servers" / f"{state.config_hash}.json"
+    state.log.unlink()
+    with home_env(root):
+        assert not server.is_ours(state)
+        assert server.running() == []
+        assert record.is_file()
+        with pytest.raises(server.ServerError, match=f"kill {state.pid}"):
+            server.up(state.plan, port=0, timeout=5)
+        assert record.is_file()
+    assert psutil.Process(state.pid).is_running()
