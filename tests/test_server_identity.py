@@ -18,6 +18,7 @@ from backend.home import home
 from backend.serve import server
 from backend.serve.profiles import LaunchPlan
 from tests.conftest import home_env
+from tests.test_cli_ux import agent
 
 
 def _ticks(pid: int) -> int:
@@ -92,4 +93,12 @@ def test_a_running_server_that_cannot_be_proven_ours_keeps_its_record(
         with pytest.raises(server.ServerError, match=f"kill {state.pid}"):
             server.up(state.plan, port=0, timeout=5)
         assert record.is_file()
+    for verb in (("backend", "status"), ("backend", "status", "--json"),
+                 ("backend", "down", "--all")):
+        proc = agent(*verb, home=root, cwd=root.parent)
+        said = " ".join((proc.stdout + proc.stderr).split())
+        assert f"llama-server pid {state.pid} (http://127.0.0.1:1) of this home's record still " \
+            "runs but cannot be proven to be this home's server" in said, (verb, said)
+        assert f"`kill {state.pid}`" in said
+    assert record.is_file()
     assert psutil.Process(state.pid).is_running()

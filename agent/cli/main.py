@@ -602,6 +602,8 @@ def down_cmd(all_servers: Annotated[bool, typer.Option("--all", help="Stop every
         echo("no managed server is running")
     for state in stopped:
         echo(f"stopped llama-server pid {state.pid} ({state.base_url})")
+    for state in server.unproven():
+        echo(f"note: {server.unproven_line(state)}")
 
 
 @backend_app.command("status", epilog=EXIT_CODES_HELP)
@@ -619,6 +621,8 @@ def status_cmd(json_out: Annotated[bool, typer.Option("--json", help="JSON outpu
             err.print(f"note: {line}", markup=False)
         else:
             echo(line)
+    for state in server.unproven():
+        err.print(f"note: {server.unproven_line(state)}", markup=False)
     infos = [server.describe(s) for s in alive]
     if json_out:
         typer.echo(json.dumps(infos, indent=2))

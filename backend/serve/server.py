@@ -738,6 +738,26 @@ def sweep(explain: bool = False) -> tuple[list[ServerState], list[tuple[ServerSt
     return alive, gone
 
 
+def unproven() -> list[ServerState]:
+    """Records whose process still runs but is neither provably this home's server nor
+    provably another home's: :func:`sweep` keeps them and no verb stops them; ``backend
+    status`` and ``backend down`` name them, so a server is never left running unannounced."""
+    found = []
+    for path in sorted(home().servers.glob("*.json")):
+        state = _read_state(path)
+        if state is not None and not is_ours(state) and not _forgettable(state):
+            found.append(state)
+    return found
+
+
+def unproven_line(state: ServerState) -> str:
+    """One line for a record of :func:`unproven`: what runs and what to do."""
+    return (f"llama-server pid {state.pid} ({state.base_url}) of this home's record still runs "
+            f"but cannot be proven to be this home's server (its log {state.log} is not the "
+            f"file it writes to); it is left running: stop it (`kill {state.pid}`) if it is "
+            f"yours, or remove {_state_path(state.config_hash)}")
+
+
 def lost_workers(state: ServerState) -> list[str]:
     """The RPC workers of a running server that nothing listens at any more: llama-server
     notices only at its next request (and then aborts), so an idle server looks healthy."""
