@@ -285,6 +285,8 @@ def test_windowed_config_adds_the_converters_window_keys_unless_the_drafter_has_
     assert "use_swa" not in config["dflash_config"]  # the drafter's own config is untouched
     trained = drafter_config(49152, sliding_window=2048)
     assert own_window(trained) == 2048 and windowed_config(trained, 4096) is None
+    with pytest.raises(DraftSourceError, match="not longer than the drafter's block"):
+        windowed_config(config, 16)
 
 
 def test_a_windowed_conversion_has_its_own_cache_key(agent_home):

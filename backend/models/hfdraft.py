@@ -335,13 +335,22 @@ def windowed_config(config: dict[str, Any], window: int) -> dict[str, Any] | Non
     """``config`` with a draft window of ``window`` tokens on every layer, in the keys b11434's
     converter turns into ``dflash.attention.sliding_window`` (and an all-true layer pattern);
     None when the drafter already has a window of its own (trained with it: that one stays).
+    Raises :class:`DraftSourceError` for a window no longer than the drafter's block.
 
     The engine then limits what the draft's noise block attends to, on every layer, to the
     target context within ``window`` positions of it: z-lab's draft window (SGLang's
     ``--speculative-dflash-draft-window-size``) for contexts past the drafter's training."""
     if own_window(config) is not None:
         return None
-    dflash = dict(config["dflash_config"], use_swa=True, swa_window_size=int(window))
+    dflash_config = config["dflash_config"]
+    block = dflash_config.get("block_size", config.get("block_size", 16))
+    if isinstance(block, int) and window <= block:
+        # b11434 windows the noise block too (DFlash's non-causal type applies the window
+        # inside the batch): one shorter than a block would hide the block from itself.
+        raise DraftSourceError(f"a draft window of {window} tokens is not longer than the "
+                               f"drafter's block ({block}); set draft_train_ctx to the context "
+                               "the drafter was trained on")
+    dflash = dict(dflash_config, use_swa=True, swa_window_size=int(window))
     return {**config, "dflash_config": dflash}
 
 
