@@ -16,14 +16,18 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from backend.engine.build import Engine
 from backend.models.converter import TORCH_ENV, ensure_python, ensure_tree
+from backend.models.drafts import draft_window
+from backend.models.ggufinfo import gguf_metadata
 from backend.models.hfdraft import DraftSourceError, prepare_draft
 from backend.models.presets import get_preset
 from backend.serve.launch import plan_for
 from backend.serve.profiles import LaunchPlan
+from backend.serve.server import pick_port, stop, up
 from tests.conftest import greedy_timings, home_env
 from tests.hf_standin import HfStandin
 from tests.zlab_fixture import write_tokenizer_folder, write_zlab_drafter
@@ -133,6 +137,70 @@ def test_a_tokenizer_that_is_not_the_targets_fails_the_vocabulary_check(
                      "dflash-hf").glob("*.gguf"))
 
 
+WINDOW = 64
+"""The test's draft window: far below the 1024-token context, so prompts run past it."""
+
+
+def _long_chat(state_url: str, turns: int = 2) -> list[dict]:
+    """``turns`` greedy requests to a running server, each one the conversation so far plus a
+    counting prompt of a few hundred tokens (several times :data:`WINDOW`), so the second turn
+    reuses the first's cached prefix (and the draft's windowed cache); returns each
+    ``timings``."""
+    messages: list[dict] = []
+    timings = []
+    for turn in range(turns):
+        start = 1 + turn * 120
+        messages.append({"role": "user", "content": "count: " + " ".join(
+            str(i) for i in range(start, start + 120))})
+        body = httpx2.post(f"{state_url}/v1/chat/completions", timeout=120, json={
+            "messages": messages, "max_tokens": 48, "temperature": 0}).json()
+        timings.append(body["timings"])
+        messages.append({"role": "assistant",
+                         "content": body["choices"][0]["message"]["content"]})
+    return timings
+
+
+def test_a_draft_window_is_written_at_conversion_and_the_real_server_drafts_past_it(
+        converter: None, zlab: dict[str, Path], tiny_dflash: dict[str, Path], engine: Engine,
+        agent_home: Path):
+    target = tiny_dflash["target"]
+    plain = prepare_draft(str(zlab["drafter"]), str(zlab["tokenizer"]), target)
+    out = prepare_draft(str(zlab["drafter"]), str(zlab["tokenizer"]), target, window=WINDOW)
+    assert out != plain  # the window is part of the cache key
+    meta = gguf_metadata(out)
+    # The key b11434's DFlash loader reads, on every layer of the drafter.
+    assert meta["dflash.attention.sliding_window"] == WINDOW
+    assert draft_window(out) == WINDOW and draft_window(plain) is None
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["draft_window"]["tokens"] == WINDOW
+    assert record["draft_window"]["from"] == "product"
+    assert record["checks"]["sliding_window"] == WINDOW
+    assert json.loads(plain.with_suffix(".json").read_text())["draft_window"] is None
+    # The drafter's own files are untouched (the converter read a copy of its config).
+    assert "use_swa" not in json.loads((zlab["drafter"] / "config.json").read_text())[
+        "dflash_config"]
+    assert prepare_draft(str(zlab["drafter"]), str(zlab["tokenizer"]), target,
+                         window=WINDOW) == out
+    # The real server loads it with the window and drafts with contexts past the window,
+    # twice in one conversation (the second turn reuses the cached prefix, past the size of
+    # the draft's sliding cache). Trace verbosity: the model loader's lines say what it read.
+    plan = LaunchPlan(binary=engine.binary, model=target, profile="dflash-fixed",
+                      ctx_size=1024, draft=out, extra_flags=("--log-verbosity", "4"))
+    state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=180)
+    try:
+        timings = _long_chat(state.base_url)
+        log = state.log.read_text(errors="replace")
+    finally:
+        stop(state)
+    for t in timings:
+        assert t["prompt_n"] > 0 and t.get("draft_n", 0) > 0, timings
+    assert timings[-1]["prompt_n"] + timings[-1].get("cache_n", 0) > 4 * WINDOW, timings
+    assert re.search(rf"n_swa\s*=\s*{WINDOW}\b", log), log[-3000:]
+    # The tiny target has no sliding window: this cache is the draft's windowed one.
+    assert "creating     SWA KV cache" in log, log[-3000:]
+    assert "draft-dflash" in log
+
+
 @pytest.fixture
 def hub(zlab: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[HfStandin]:
     """A loopback hub serving the drafter as ``z-lab/tiny-DFlash`` and the target's tokenizer
@@ -152,7 +220,8 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
     (agent_home / "config").mkdir(parents=True, exist_ok=True)
     (agent_home / "config" / "presets.toml").write_text(
         f'[zl]\nmodel = "{tiny_dflash["target"]}"\ndraft = "hf://z-lab/tiny-DFlash"\n'
-        'target_tokenizer = "hf://acme/tiny-target"\nprofile = "dflash"\nctx_size = 1024\n')
+        'target_tokenizer = "hf://acme/tiny-target"\nprofile = "dflash"\nctx_size = 1024\n'
+        f'draft_train_ctx = {WINDOW}\n')
     proc = _agent("backend", "download", "zl", home=agent_home)
     assert proc.returncode == 0, proc.stderr
     converted = Path(proc.stdout.split("hf://z-lab/tiny-DFlash -> ")[1].split()[0])
@@ -161,6 +230,8 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
     assert record["draft"] == "hf://z-lab/tiny-DFlash"
     assert record["target_tokenizer"] == "hf://acme/tiny-target"
     assert record["checks"]["target"] == str(tiny_dflash["target"])
+    # draft_train_ctx became the converted draft's window.
+    assert record["draft_window"]["tokens"] == WINDOW and draft_window(converted) == WINDOW
     # Only config and tokenizer files of the target's repository, never weights.
     assert {r.path.rsplit("/", 1)[1] for r in hub.gets() if "tiny-target" in r.path} == \
         {"config.json", "tokenizer.json", "tokenizer_config.json"}
@@ -175,6 +246,8 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
     assert proc.returncode == 0, proc.stderr
     assert str(converted) in proc.stdout and "draft-dflash" in proc.stdout
     assert "would reject" not in proc.stderr and "not downloaded" not in proc.stderr
+    assert f"carries a draft window of {WINDOW} tokens" in proc.stderr, proc.stderr
+    assert "no draft attention window" not in proc.stderr
     presets = json.loads(_agent("backend", "presets", "--json", home=agent_home,
                                 **offline).stdout)
     [zl] = [p for p in presets if p["name"] == "zl"]
@@ -185,6 +258,7 @@ def test_download_of_a_zlab_preset_converts_once_then_works_offline_and_prints_t
     plan = plan_for(get_preset("zl"), engine, note=notes.append)
     assert plan.draft == converted and len(hub.requests) == seen
     assert not any("converting" in n for n in notes)
+    assert any(f"carries a draft window of {WINDOW} tokens" in n for n in notes), notes
 
 
 NEW_PRESETS = ("qwen3-coder-30b-a3b-dflash", "qwen3-coder-next-dflash", "qwen36-27b-dflash",
@@ -204,8 +278,12 @@ def test_each_zlab_preset_prints_a_command_the_real_engine_accepts(engine: Engin
         assert "--spec-draft-model hf://z-lab/" in proc.stdout, name
         thinking_off = name in ("qwen36-27b-dflash", "qwen3-8b-dflash")
         assert ("--reasoning off" in proc.stdout) == thinking_off, (name, proc.stdout)
-        # b11434 has no draft-window flag: a drafter's training context is a note, not a flag.
+        # b11434 has no draft-window flag: past a drafter's training context the window is
+        # in the converted GGUF (said on stderr), never on the command line.
         past_training = name == "qwen3-coder-next-dflash"
         assert ("trained on 4096 tokens of context" in proc.stderr) == past_training, (
             name, proc.stderr)
-        assert "window" not in proc.stdout, (name, proc.stdout)
+        assert ("draft window of 4096 tokens" in proc.stderr) == past_training, (
+            name, proc.stderr)
+        # No flag names a window (paths may: a test home can be called "...-window").
+        assert not re.search(r"(^|\s)-\S*window", proc.stdout), (name, proc.stdout)

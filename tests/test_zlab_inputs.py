@@ -257,8 +257,46 @@ def test_a_context_past_the_drafts_training_context_gets_a_note():
     preset = Preset(name="p", model="/m.gguf", draft="/d.gguf", draft_train_ctx=4096)
     line = draft_context_note(preset, 32768)
     assert line and "trained on 4096 tokens of context and this launch has 32768" in line
+    assert "no draft attention window" in line
     assert draft_context_note(preset, 4096) is None
     assert draft_context_note(Preset(name="q", model="/m.gguf"), 10**6) is None
+
+
+def test_a_draft_with_a_window_says_the_window_is_in_force_instead_of_the_note():
+    from backend.models.presets import Preset
+    from backend.serve.launch import draft_context_note
+
+    preset = Preset(name="p", model="/m.gguf", draft="/d.gguf", draft_train_ctx=4096)
+    line = draft_context_note(preset, 32768, window=4096)
+    assert line and "carries a draft window of 4096 tokens" in line
+    assert "no draft attention window" not in line
+    assert draft_context_note(preset, 4096, window=4096) is None
+
+
+def test_windowed_config_adds_the_converters_window_keys_unless_the_drafter_has_its_own():
+    from backend.models.hfdraft import own_window, windowed_config
+
+    config = drafter_config(49152)
+    assert own_window(config) is None
+    windowed = windowed_config(config, 4096)
+    assert windowed is not None and own_window(windowed) == 4096
+    assert windowed["dflash_config"] == {**config["dflash_config"], "use_swa": True,
+                                         "swa_window_size": 4096}
+    assert "use_swa" not in config["dflash_config"]  # the drafter's own config is untouched
+    trained = drafter_config(49152, sliding_window=2048)
+    assert own_window(trained) == 2048 and windowed_config(trained, 4096) is None
+    with pytest.raises(DraftSourceError, match="not longer than the drafter's block"):
+        windowed_config(config, 16)
+
+
+def test_a_windowed_conversion_has_its_own_cache_key(agent_home):
+    from backend.models.hfdraft import cache_path
+
+    plain = cache_path("hf://z-lab/x", "hf://acme/t", "q8_0")
+    assert cache_path("hf://z-lab/x", "hf://acme/t", "q8_0", None) == plain
+    windowed = cache_path("hf://z-lab/x", "hf://acme/t", "q8_0", 4096)
+    assert windowed != plain and "-w4096-" in windowed.name
+    assert windowed != cache_path("hf://z-lab/x", "hf://acme/t", "q8_0", 2048)
 
 
 
@@ -281,7 +319,7 @@ def test_only_the_drafter_with_a_stated_training_context_carries_one():
     assert with_ctx == {"qwen3-coder-next-dflash"}
 
 
-def test_print_cmd_notes_a_context_past_the_drafts_training_context_before_any_download():
+def test_print_cmd_says_the_draft_window_past_the_drafts_training_context_before_any_download():
     from backend.models.presets import get_preset
     from backend.serve.preview import preview_command
 
@@ -289,6 +327,13 @@ def test_print_cmd_notes_a_context_past_the_drafts_training_context_before_any_d
     notes = preview_command(preset, None, "127.0.0.1", 8642).notes
     assert any("trained on 4096 tokens of context and this launch has 32768" in n
                for n in notes), notes
+    # Its drafter is a safetensors folder the product converts: with the window in force.
+    assert any("carries a draft window of 4096 tokens" in n for n in notes), notes
+    assert not any("no draft attention window" in n for n in notes), notes
+    # A GGUF draft made elsewhere (no window in it) keeps the note.
+    gguf_draft = preset.model_copy(update={"draft": "hf://someone/x-GGUF/draft-q8_0.gguf"})
+    notes = preview_command(gguf_draft, None, "127.0.0.1", 8642).notes
+    assert any("no draft attention window" in n for n in notes), notes
     short = preview_command(preset, None, "127.0.0.1", 8642, ctx_size=4096).notes
     assert not any("trained on" in n for n in short), short
     # No draft in the command, no draft note.

@@ -507,7 +507,7 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
         # A safetensors drafter is converted here, once (the converter's sdist: engine_sdist).
         draft = resolve_draft(chosen.draft, model, chosen.target_tokenizer, chosen.draft_type,
                               Path(settings.engine_sdist) if settings.engine_sdist else None,
-                              reporter.note)
+                              reporter.note, window=chosen.draft_train_ctx)
         echo(f"{chosen.draft} -> {draft}")
         warning = swa_quant_warning(draft)
         if warning:

@@ -84,6 +84,16 @@ FULL_PRECISION = frozenset({"F32", "F16", "BF16", "Q8_0"})
 reports of issue 24)."""
 
 
+def draft_window(draft: Path) -> int | None:
+    """The draft attention window a DFlash GGUF carries (``dflash.attention.sliding_window``,
+    which b11434's loader reads: ``src/models/dflash.cpp``), or None (none, or unreadable)."""
+    try:
+        value = gguf_metadata(draft).get("dflash.attention.sliding_window")
+    except GgufError:
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def swa_quant_warning(draft: Path) -> str | None:
     """A one-line warning when ``draft`` has sliding-window attention layers and its weight
     matrices are quantised below Q8_0 (field reports, Qwen3.6-27B's DFlash draft on an RTX 3090:

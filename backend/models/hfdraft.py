@@ -11,6 +11,13 @@ vocabulary size equal to the target's, every target layer inside the target. The
 is checked again (:func:`check_converted`) and cached under ``<cache>/models/dflash-hf/`` with a
 JSON record of how it was made (sources, input files, converter, package versions, checks);
 a later call with the same inputs, or any call offline (``HF_HUB_OFFLINE=1``), reuses it.
+
+A draft window (a preset's ``draft_train_ctx``) is written at conversion, as the converter's own
+``dflash_config.use_swa`` + ``swa_window_size`` (:func:`windowed_config`): b11434 has no server
+flag for one, and its DFlash graph then attends over the last ``window`` positions of the
+target's injected context only (``src/models/dflash.cpp``: the loader reads
+``dflash.attention.sliding_window``, the injected K/V go to the sliding cache). The window is
+part of the cache key and of the record.
 """
 
 from __future__ import annotations
@@ -259,7 +266,8 @@ def check_converted(path: Path, target: Path | None, n_target_layers: int | None
                                "vocabulary")
     facts: dict[str, Any] = {"architecture": "dflash", "block_size": block,
                              "target_layers": layers, "mask_token_id": mask,
-                             "n_vocab": tokens[0], "vocab_sha256": tokens[1]}
+                             "n_vocab": tokens[0], "vocab_sha256": tokens[1],
+                             "sliding_window": meta.get("dflash.attention.sliding_window")}
     if target is not None:
         want = _target_facts(target)
         if meta.get("dflash.embedding_length") != want["n_embd"]:
@@ -279,19 +287,25 @@ def _slug(source: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text.split("/")[-1] or "draft")[:60]
 
 
-def cache_path(draft: str, tokenizer: str, outtype: str) -> Path:
-    """Where the conversion of ``draft`` (with ``tokenizer``, to ``outtype``) is cached; its
-    record is the same name with ``.json``."""
-    key = hashlib.sha256("\n".join([draft, tokenizer, outtype, SDIST_VERSION]).encode())
+def cache_path(draft: str, tokenizer: str, outtype: str, window: int | None = None) -> Path:
+    """Where the conversion of ``draft`` (with ``tokenizer``, to ``outtype``, with a draft
+    ``window`` or none) is cached; its record is the same name with ``.json``."""
+    parts = [draft, tokenizer, outtype, SDIST_VERSION]
+    if window:
+        # Only a windowed conversion adds to the key: unwindowed ones made before keep theirs.
+        parts.append(f"window={window}")
+    key = hashlib.sha256("\n".join(parts).encode())
+    tail = f"-w{window}" if window else ""
     return home().cache / "models" / "dflash-hf" / \
-        f"{_slug(draft)}-{outtype}-{key.hexdigest()[:10]}.gguf"
+        f"{_slug(draft)}-{outtype}{tail}-{key.hexdigest()[:10]}.gguf"
 
 
-def cached_conversion(draft: str, tokenizer: str | None, outtype: str) -> Path | None:
+def cached_conversion(draft: str, tokenizer: str | None, outtype: str,
+                      window: int | None = None) -> Path | None:
     """The cached conversion (with its record), or None; reads no network."""
     if not tokenizer:
         return None
-    path = cache_path(draft, tokenizer, outtype)
+    path = cache_path(draft, tokenizer, outtype, window)
     return path if path.is_file() and path.with_suffix(".json").is_file() else None
 
 
@@ -306,15 +320,51 @@ def _fingerprint(files: dict[str, Path]) -> dict[str, list[Any]]:
     return out
 
 
+def own_window(config: dict[str, Any]) -> int | None:
+    """The sliding window the drafter was trained with, as b11434's converter reads it
+    (``conversion/qwen.py``, ``DFlashModel.set_gguf_parameters``: ``use_sliding_window`` or
+    ``dflash_config.use_swa``, with ``dflash_config.swa_window_size`` or ``sliding_window``);
+    None when it has none."""
+    dflash = config.get("dflash_config") or {}
+    on = config.get("use_sliding_window") or dflash.get("use_swa")
+    size = dflash.get("swa_window_size") or config.get("sliding_window")
+    return int(size) if on and isinstance(size, int) and size > 0 else None
+
+
+def windowed_config(config: dict[str, Any], window: int) -> dict[str, Any] | None:
+    """``config`` with a draft window of ``window`` tokens on every layer, in the keys b11434's
+    converter turns into ``dflash.attention.sliding_window`` (and an all-true layer pattern);
+    None when the drafter already has a window of its own (trained with it: that one stays).
+    Raises :class:`DraftSourceError` for a window no longer than the drafter's block.
+
+    The engine then limits what the draft's noise block attends to, on every layer, to the
+    target context within ``window`` positions of it: z-lab's draft window (SGLang's
+    ``--speculative-dflash-draft-window-size``) for contexts past the drafter's training."""
+    if own_window(config) is not None:
+        return None
+    dflash_config = config["dflash_config"]
+    block = dflash_config.get("block_size", config.get("block_size", 16))
+    if isinstance(block, int) and window <= block:
+        # b11434 windows the noise block too (DFlash's non-causal type applies the window
+        # inside the batch): one shorter than a block would hide the block from itself.
+        raise DraftSourceError(f"a draft window of {window} tokens is not longer than the "
+                               f"drafter's block ({block}); set draft_train_ctx to the context "
+                               "the drafter was trained on")
+    dflash = dict(dflash_config, use_swa=True, swa_window_size=int(window))
+    return {**config, "dflash_config": dflash}
+
+
 def _offline() -> bool:
     return (os.environ.get("HF_HUB_OFFLINE") or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
                   outtype: str = "q8_0", sdist: Path | None = None,
-                  note: Note | None = None) -> Path:
+                  note: Note | None = None, window: int | None = None) -> Path:
     """The converted upstream ``dflash`` GGUF for the safetensors drafter ``draft``: fetched,
-    checked, converted and recorded once (module docstring), then reused.
+    checked, converted and recorded once (module docstring), then reused. ``window``: a draft
+    window (tokens) written into the GGUF unless the drafter has its own
+    (:func:`windowed_config`).
 
     Raises :class:`DraftSourceError` (no ``tokenizer``, a malformed or mismatched drafter, a
     failed check), :class:`ModelError` (a download: gated, missing, offline) or
@@ -326,7 +376,7 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
         raise DraftSourceError(f"{draft} is a safetensors drafter: converting it needs the "
                                "target's tokenizer; set the preset's target_tokenizer to the "
                                "target model's repository (hf://OWNER/REPO) or folder")
-    out = cache_path(draft, tokenizer, outtype)
+    out = cache_path(draft, tokenizer, outtype, window)
     record_path = out.with_suffix(".json")
     if _offline() and out.is_file() and record_path.is_file():
         # The key names no target: the one given now is checked, as online.
@@ -337,6 +387,7 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
     tok_files = fetch_folder(tokenizer, "target tokenizer", weights=False, note=note)
     refuse_remote_code(tok_files, tokenizer)
     config = read_config(draft_files["config.json"], draft)
+    converted_config = windowed_config(config, window) if window else None
     inputs = {"draft": _fingerprint(draft_files), "tokenizer": _fingerprint(tok_files)}
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
@@ -358,21 +409,43 @@ def prepare_draft(draft: str, tokenizer: str | None, target: Path | None,
                 for name, path in files.items():
                     if name.endswith(".py"):
                         continue  # code is never converter input: nothing there to import
+                    if sub == "draft" and name == "config.json" and converted_config:
+                        # The converter reads the window from the drafter's config only.
+                        (work / sub / name).write_text(json.dumps(converted_config, indent=2))
+                        continue
                     (work / sub / name).symlink_to(path.resolve())
             part = work / "draft.gguf"
             log = out.with_suffix(".log")
             run_converter(python, tree, work / "draft", work / "tokenizer", part, outtype, log)
             facts = check_converted(part, target, _target_layers(tok_files, target))
+            wanted = window if converted_config else own_window(config)
+            if facts.get("sliding_window") != wanted:
+                raise DraftSourceError(f"the converted draft has draft window "
+                                       f"{facts.get('sliding_window')!r}, not {wanted!r}")
             record = {"version": RECORD_VERSION, "draft": draft, "target_tokenizer": tokenizer,
                       "outtype": outtype, "inputs": inputs, "checks": facts,
                       "converter": {"sdist": f"{SDIST_DIST}=={SDIST_VERSION}",
                                     "script": "convert_hf_to_gguf.py", "log": str(log),
                                     "packages": installed_versions(python)},
                       "architectures": config.get("architectures"),
+                      "draft_window": _window_record(window, converted_config, config),
                       "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             os.replace(part, out)
             record_path.write_text(json.dumps(record, indent=2) + "\n")
     return out
+
+
+def _window_record(window: int | None, converted: dict[str, Any] | None,
+                   config: dict[str, Any]) -> dict[str, Any] | None:
+    """How the converted draft got its window (the record's ``draft_window``): written by the
+    product (``window`` asked for, the drafter had none), the drafter's own, or none."""
+    if converted:
+        return {"tokens": window, "from": "product",
+                "how": "dflash_config.use_swa + swa_window_size added to the converter's copy "
+                       "of config.json (every layer)"}
+    if (own := own_window(config)) is not None:
+        return {"tokens": own, "from": "drafter", "asked": window}
+    return None
 
 
 def _recorded_inputs(record: Path) -> object:
@@ -397,7 +470,7 @@ def _target_layers(tok_files: dict[str, Path], target: Path | None) -> int | Non
 
 def convert_folder(src: Path, dst: Path, tokenizer: str, target: Path | None = None,
                    outtype: str = "q8_0", force: bool = False, sdist: Path | None = None,
-                   note: Note | None = None) -> dict[str, Any]:
+                   note: Note | None = None, window: int | None = None) -> dict[str, Any]:
     """``agent backend convert-draft FOLDER OUT``: convert a local safetensors drafter to
     ``dst`` (through the cache, so a second call is a copy); returns the record.
 
@@ -405,7 +478,7 @@ def convert_folder(src: Path, dst: Path, tokenizer: str, target: Path | None = N
     :func:`prepare_draft` does."""
     if dst.exists() and not force:
         raise DraftSourceError(f"{dst} exists; choose another output or pass --force")
-    cached = prepare_draft(str(src.resolve()), tokenizer, target, outtype, sdist, note)
+    cached = prepare_draft(str(src.resolve()), tokenizer, target, outtype, sdist, note, window)
     tmp = dst.with_name(dst.name + ".part")
     try:
         shutil.copyfile(cached, tmp)
@@ -418,9 +491,10 @@ def convert_folder(src: Path, dst: Path, tokenizer: str, target: Path | None = N
 
 def resolve_draft(draft: str, target: Path | None, tokenizer: str | None = None,
                   outtype: str = "q8_0", sdist: Path | None = None,
-                  note: Note | None = None) -> Path:
-    """A preset's draft as a local GGUF: a safetensors drafter converted (:func:`prepare_draft`),
-    any other source resolved as a model (:func:`backend.models.sources.resolve_model`)."""
+                  note: Note | None = None, window: int | None = None) -> Path:
+    """A preset's draft as a local GGUF: a safetensors drafter converted (:func:`prepare_draft`,
+    with the draft ``window`` if any), any other source resolved as a model
+    (:func:`backend.models.sources.resolve_model`; a GGUF keeps whatever window it has)."""
     if is_folder_source(draft):
-        return prepare_draft(draft, tokenizer, target, outtype, sdist, note)
+        return prepare_draft(draft, tokenizer, target, outtype, sdist, note, window)
     return resolve_model(draft, note)

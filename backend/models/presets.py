@@ -149,9 +149,12 @@ class Preset(BaseModel):
         "q8_0", description="GGUF type a safetensors drafter is converted to (Q8_0 keeps F16's "
         "acceptance at half the size).")
     draft_train_ctx: int | None = Field(None, ge=1, description="Context (tokens) the draft "
-                                        "was trained on, from its model card; a longer "
-                                        "ctx_size gets a note at launch (b11434 has no draft "
-                                        "attention window to bound it).")
+                                        "was trained on, from its model card: a safetensors "
+                                        "drafter is converted with it as its draft attention "
+                                        "window (dflash.attention.sliding_window, what b11434 "
+                                        "offers); a longer ctx_size gets a line at launch "
+                                        "saying the window is in force (a GGUF draft without "
+                                        "one: a note).")
     profile: ProfileName = Field("baseline", description="Default speculation profile.")
     sampling: Sampling = Field(default_factory=Sampling)
     ctx_size: int = Field(8192, ge=256, description="Context size in tokens (-c).")

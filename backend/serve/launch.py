@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
 from backend.engine.flavour import detect_flavour
-from backend.models.drafts import draft_for, swa_quant_warning
+from backend.models.drafts import draft_for, draft_window, swa_quant_warning
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.sources import resolve_model
@@ -52,22 +52,30 @@ def profile_for(preset: Preset, profile: str | None = None) -> Profile:
     return chosen
 
 
-def draft_context_note(preset: Preset, ctx_size: int) -> str | None:
-    """A note when ``ctx_size`` runs past the context the preset's draft was trained on
-    (``draft_train_ctx``): llama.cpp b11434 has no server flag for a draft attention window (its
-    ``--help`` has none; z-lab's cards recommend SGLang's ``--speculative-dflash-draft-window-size``
-    for long agentic sessions), so the draft sees the whole context and its acceptance may fall
-    on long sessions. b11434 can window a draft only through its GGUF: its converter writes
-    ``dflash.attention.sliding_window`` when the drafter's ``dflash_config`` has ``use_swa`` and
-    ``swa_window_size``, and the loader honours it. The product does not write that into a
-    drafter that was trained without it: that a b11434 DFlash draft windowed on every layer loads
-    and drafts has not been checked here, so a note is what the user gets."""
+def draft_context_note(preset: Preset, ctx_size: int, window: int | None = None) -> str | None:
+    """A line when ``ctx_size`` runs past the context the preset's draft was trained on
+    (``draft_train_ctx``); None otherwise.
+
+    ``window``: the draft attention window its GGUF carries (``dflash.attention.sliding_window``,
+    :func:`backend.models.drafts.draft_window`). b11434 has no server flag for a draft window
+    (z-lab's cards recommend SGLang's ``--speculative-dflash-draft-window-size`` for long agentic
+    sessions); its DFlash loader reads that GGUF key instead and its graph then attends over the
+    last ``window`` positions of the target's context only (``src/models/dflash.cpp``). A
+    safetensors drafter converted by the product gets ``draft_train_ctx`` as that window
+    (:func:`backend.models.hfdraft.windowed_config`), and the line says it is in force; a GGUF
+    draft made elsewhere without one gets a note that nothing bounds what the draft sees."""
     if preset.draft_train_ctx is None or ctx_size <= preset.draft_train_ctx:
         return None
+    if window:
+        return (f"the draft was trained on {preset.draft_train_ctx} tokens of context and this "
+                f"launch has {ctx_size}: its GGUF carries a draft window of {window} tokens "
+                "(dflash.attention.sliding_window), so it attends to the last "
+                f"{window} positions of the context only, as z-lab recommends for long sessions")
     return (f"the draft was trained on {preset.draft_train_ctx} tokens of context and this "
-            f"launch has {ctx_size}: past that its acceptance may fall, and this engine has no "
-            "draft attention window to bound it; watch the per-turn acceptance, or use a "
-            f"smaller --ctx-size")
+            f"launch has {ctx_size}: past that its acceptance may fall, and this draft GGUF has "
+            "no draft attention window to bound it (this engine sets one only in the GGUF: a "
+            "safetensors drafter converted by the product gets one); watch the per-turn "
+            "acceptance, or use a smaller --ctx-size")
 
 
 def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
@@ -93,14 +101,16 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     draft = None
     if chosen.needs_draft and preset.draft:
         # A safetensors drafter is converted once (``sdist``: the converter's, offline).
+        # draft_train_ctx becomes a draft window when the product converts the drafter.
         draft = resolve_draft(preset.draft, model, preset.target_tokenizer, preset.draft_type,
-                              sdist, note)
+                              sdist, note, window=preset.draft_train_ctx)
     if draft is not None:
         draft = draft_for(draft, detect_flavour(engine.binary), note)
         warning = swa_quant_warning(draft)
         if warning and note:
             note(warning)
-        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size)
+        # Read from the file that runs: a draft made elsewhere may or may not carry a window.
+        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size, draft_window(draft))
         if long_ctx and note:
             note(long_ctx)
     return with_ngram_lengths(LaunchPlan(

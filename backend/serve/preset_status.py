@@ -81,7 +81,8 @@ def draft_file(preset: Preset) -> ModelFile | None:
     if not preset.draft:
         return None
     if is_folder_source(preset.draft):
-        path = cached_conversion(preset.draft, preset.target_tokenizer, preset.draft_type)
+        path = cached_conversion(preset.draft, preset.target_tokenizer, preset.draft_type,
+                                 preset.draft_train_ctx)
         problem = None if preset.target_tokenizer else \
             "a safetensors drafter: set target_tokenizer to convert it"
         return ModelFile(preset.draft, path, path.stat().st_size if path else None, problem)

@@ -18,7 +18,8 @@ from backend.engine.build import Engine
 from backend.engine.flavour import Flavour, binary_devices, binary_facts, detect_flavour
 from backend.engine.helpfacts import check_argv
 from backend.models.convert import NEW_ARCH, OLD_ARCH
-from backend.models.drafts import DraftError, converted_path, gguf_architecture
+from backend.models.drafts import DraftError, converted_path, draft_window, gguf_architecture
+from backend.models.hfdraft import is_folder_source
 from backend.models.presets import Preset
 from backend.serve.launch import draft_context_note, preset_workers, profile_for
 from backend.serve.preset_status import ModelFile, cached_file, draft_file
@@ -81,7 +82,11 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
             notes.append(str(exc))
     if draft is not None:
         # Known before anything is fetched, and a reason to pick a smaller --ctx-size now.
-        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size)
+        # The converted file's own window when it is there; before a download, a drafter
+        # the product will convert gets draft_train_ctx as its window (hfdraft.windowed_config).
+        window = draft_window(draft) if Path(draft).is_file() else (
+            preset.draft_train_ctx if is_folder_source(preset.draft) else None)
+        long_ctx = draft_context_note(preset, ctx_size or preset.ctx_size, window)
         if long_ctx:
             notes.append(long_ctx)
     plan = LaunchPlan(binary=engine.binary if engine else Path("llama-server"), model=paths[0],
