@@ -4,20 +4,24 @@ build, the real SmolLM2 model and one real llama-server per (model, profile)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx2
+import psutil
 import pytest
 
 from backend.engine.build import Engine, build_beellama, build_llama_cpp, list_engines
-from backend.home import HOME_ENV
+from backend.home import HOME_ENV, home
 from backend.models.presets import get_preset
 from backend.models.sources import resolve_model
+from backend.serve import server
 from backend.serve.profiles import LaunchPlan
 from backend.serve.server import ServerState, pick_port, stop, up
 from tests.dflash_fixture import (
@@ -47,6 +51,32 @@ def home_env(path: Path) -> Iterator[None]:
             os.environ.pop(HOME_ENV, None)
         else:
             os.environ[HOME_ENV] = old
+
+
+@contextmanager
+def recorded_stand_in(root: Path, tmp_path: Path) -> Iterator[ServerState]:
+    """A live server of the home ``root``, started the way the product starts one (launcher,
+    watcher, output into the home's server log) and recorded as ``up`` records it; ``sleep``
+    stands in for llama-server, which the record's plan names as its binary. Killed after."""
+    with home_env(root):
+        servers = home().ensure().servers
+        sleep = Path(shutil.which("sleep") or "/bin/sleep")
+        plan = LaunchPlan(binary=sleep, model=tmp_path / "model.gguf", profile="baseline",
+                          ctx_size=1024)
+        digest = server.config_hash(plan)
+        log = servers / f"{digest}.log"
+        log.write_text("")
+        pid = server._spawn_detached([str(sleep), "300"], log)
+        state = ServerState(pid=pid, create_time=psutil.Process(pid).create_time(),
+                            start_ticks=server._start_ticks(pid), host="127.0.0.1", port=1,
+                            config_hash=digest, plan=plan, argv=[str(sleep), "300"], log=log,
+                            started_at=time.time())
+        server._write_state(state)
+    try:
+        yield state
+    finally:
+        with suppress(psutil.Error):
+            psutil.Process(pid).kill()
 
 
 @pytest.fixture(autouse=True)

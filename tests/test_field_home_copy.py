@@ -4,10 +4,8 @@ adopts nor stops the live servers of the home it was copied from."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,8 +18,7 @@ import pytest
 from backend.engine.build import Engine, _write_manifest, default_engine, list_engines
 from backend.home import home
 from backend.serve import server
-from backend.serve.profiles import LaunchPlan
-from tests.conftest import home_env
+from tests.conftest import home_env, recorded_stand_in
 from tests.test_cli_ux import agent
 
 KEY = "llama.cpp-11434-cpu-test-0123456789"
@@ -96,28 +93,11 @@ def test_a_system_engine_keeps_its_absolute_path(tmp_path: Path):
 
 @pytest.fixture
 def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
-    """A live server of the home ``original``, started the way the product starts one (its
-    launcher and watcher, output into that home's server log) and recorded there; ``sleep``
-    stands in for llama-server, which the record's plan names as its binary."""
+    """A live server of the home ``original``, recorded there as ``up`` records it
+    (:func:`tests.conftest.recorded_stand_in`)."""
     original = tmp_path / "original"
-    with home_env(original):
-        servers = home().ensure().servers
-        sleep = Path(shutil.which("sleep") or "/bin/sleep")
-        plan = LaunchPlan(binary=sleep, model=tmp_path / "model.gguf", profile="baseline",
-                          ctx_size=1024)
-        digest = server.config_hash(plan)
-        log = servers / f"{digest}.log"
-        log.write_text("")
-        pid = server._spawn_detached([str(sleep), "300"], log)
-        state = server.ServerState(pid=pid, create_time=psutil.Process(pid).create_time(),
-                                   host="127.0.0.1", port=1, config_hash=digest, plan=plan,
-                                   argv=[str(sleep), "300"], log=log, started_at=time.time())
-        server._write_state(state)
-    try:
+    with recorded_stand_in(original, tmp_path) as state:
         yield original, state
-    finally:
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).kill()
 
 
 def test_a_copied_home_neither_lists_adopts_nor_stops_the_servers_of_the_original(

@@ -5,53 +5,24 @@ for the same plan beside it."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from backend.home import home
 from backend.serve import server
-from backend.serve.profiles import LaunchPlan
-from tests.conftest import home_env
+from tests.conftest import home_env, recorded_stand_in
 from tests.test_cli_ux import agent
-
-
-def _ticks(pid: int) -> int:
-    """The process's start in clock ticks after boot, as ``up`` records it."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[19])
 
 
 @pytest.fixture
 def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
-    """A live server of the home ``home``, started the way the product starts one (launcher,
-    watcher, output into the home's server log) and recorded as ``up`` records it; ``sleep``
-    stands in for llama-server, which the record's plan names as its binary."""
+    """A live server of the home ``home``, recorded as ``up`` records it
+    (:func:`tests.conftest.recorded_stand_in`)."""
     root = tmp_path / "home"
-    with home_env(root):
-        servers = home().ensure().servers
-        sleep = Path(shutil.which("sleep") or "/bin/sleep")
-        plan = LaunchPlan(binary=sleep, model=tmp_path / "model.gguf", profile="baseline",
-                          ctx_size=1024)
-        digest = server.config_hash(plan)
-        log = servers / f"{digest}.log"
-        log.write_text("")
-        pid = server._spawn_detached([str(sleep), "300"], log)
-        state = server.ServerState(pid=pid, create_time=psutil.Process(pid).create_time(),
-                                   start_ticks=_ticks(pid), host="127.0.0.1",
-                                   port=1, config_hash=digest, plan=plan,
-                                   argv=[str(sleep), "300"], log=log, started_at=time.time())
-        server._write_state(state)
-    try:
+    with recorded_stand_in(root, tmp_path) as state:
         yield root, state
-    finally:
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).kill()
 
 
 def test_a_wall_clock_step_does_not_disown_a_running_server(
