@@ -232,12 +232,19 @@ def test_a_worker_killed_mid_request_is_named_in_one_line_and_nothing_hangs(rpc_
 def test_a_worker_of_another_rpc_protocol_is_refused_before_the_launch(rpc_home: Path):
     with StandinWorker(version=(4, 0, 0)) as old:
         proc = _agent("backend", "up", "--preset", "smol", "--rpc", old.address, home=rpc_home)
+    _refused_as_protocol_4(proc, old.address, rpc_home)
+
+
+def _refused_as_protocol_4(proc: subprocess.CompletedProcess, address: str,
+                           home: Path) -> None:
+    """``up --rpc address`` was refused in one line naming the worker's protocol (4) and the
+    engine's (7), and nothing was started."""
     assert proc.returncode == 3, proc.stderr
     line = proc.stderr.strip()
     assert len(line.splitlines()) == 1, line
-    assert line.startswith(f"error: RPC worker {old.address} speaks RPC protocol 4.0.0 and "
+    assert line.startswith(f"error: RPC worker {address} speaks RPC protocol 4.0.0 and "
                            "this engine speaks 7.0.0"), line
-    assert json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout) == []
+    assert json.loads(_agent("backend", "status", "--json", home=home).stdout) == []
 
 
 @pytest.mark.beellama
@@ -256,12 +263,7 @@ def test_a_real_worker_of_another_build_is_refused_naming_both_protocols(
         proc = _agent("backend", "up", "--preset", "smol", "--rpc", address, home=rpc_home)
     finally:
         code, rest = worker.end()
-    assert proc.returncode == 3, proc.stderr
-    line = proc.stderr.strip()
-    assert len(line.splitlines()) == 1, line
-    assert line.startswith(f"error: RPC worker {address} speaks RPC protocol 4.0.0 and "
-                           "this engine speaks 7.0.0"), line
-    assert json.loads(_agent("backend", "status", "--json", home=rpc_home).stdout) == []
+    _refused_as_protocol_4(proc, address, rpc_home)
     assert code == 0 and "worker stopped" in rest, rest
 
 
