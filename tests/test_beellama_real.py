@@ -105,12 +105,13 @@ def test_v031_is_built_from_the_archive_through_the_product(bee_old: Engine, bee
     assert "# flavour (from --help): bee-old" in log
     assert "Downloading" not in log
     # The CLI finds the same engine (a no-op) and says its key.
+    # (bee_old is built with RPC: tests/test_rpc_real.py uses its rpc-server)
     proc = _agent("backend", "build", "--engine", "beellama", "--source", str(BEELLAMA_ARCHIVE),
-                  "--cpu", home=bee_home)
+                  "--cpu", "--rpc", home=bee_home)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"engine {bee_old.key}: {bee_old.binary}"
+    assert proc.stdout.splitlines()[0].strip() == f"engine {bee_old.key}: {bee_old.binary}"
     with home_env(bee_home):
-        assert build_beellama(source=BEELLAMA_ARCHIVE, cuda=False) == bee_old
+        assert build_beellama(source=BEELLAMA_ARCHIVE, cuda=False, rpc=True) == bee_old
 
 
 def test_the_real_help_is_bee_old_and_has_every_flag_the_product_passes(bee_old: Engine,
