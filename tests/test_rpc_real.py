@@ -27,7 +27,7 @@ import pytest
 from agent.client import ServerClient, ServerUnavailable
 from backend.engine.build import Engine
 from backend.serve import rpc
-from backend.serve.server import crash_report, current, pick_port, stop
+from backend.serve.server import ServerState, crash_report, current, pick_port, stop
 from tests.conftest import home_env
 from tests.rpc_standin import StandinWorker
 
@@ -183,14 +183,21 @@ def test_two_loopback_workers_serve_the_local_servers_greedy_tokens_and_agent_ru
             _agent("backend", "down", "--all", home=rpc_home)
 
 
+def _up_over(home: Path, *over: Worker) -> ServerState:
+    """``agent backend up --preset smol --rpc`` over the workers ``over``; the started
+    server's state."""
+    up = _agent("backend", "up", "--preset", "smol", "--rpc",
+                ",".join(w.address for w in over), home=home)
+    assert up.returncode == 0, up.stderr
+    with home_env(home):
+        state = current()
+    assert state is not None
+    return state
+
+
 def test_a_worker_killed_mid_request_is_named_in_one_line_and_nothing_hangs(rpc_home: Path):
     with workers(rpc_home) as (a, b):
-        up = _agent("backend", "up", "--preset", "smol", "--rpc", f"{a.address},{b.address}",
-                    home=rpc_home)
-        assert up.returncode == 0, up.stderr
-        with home_env(rpc_home):
-            state = current()
-        assert state is not None
+        state = _up_over(rpc_home, a, b)
         try:
             client = ServerClient(state.base_url, idle_timeout=120,
                                   explain=lambda: crash_report(state))
@@ -351,12 +358,7 @@ def test_a_worker_killed_outright_takes_its_rpc_server_with_it(rpc_home: Path):
 def _up_then_lose_a_worker(home: Path, a: Worker, b: Worker):
     """``agent backend up`` over workers ``a`` and ``b``, then ``b`` crashes (its rpc-server
     killed) while the server is idle; returns the server's state."""
-    up = _agent("backend", "up", "--preset", "smol", "--rpc", f"{a.address},{b.address}",
-                home=home)
-    assert up.returncode == 0, up.stderr
-    with home_env(home):
-        state = current()
-    assert state is not None
+    state = _up_over(home, a, b)
     b.rpc_server().kill()
     b.proc.wait(timeout=60)
     code, rest = b.end()
