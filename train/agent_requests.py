@@ -10,16 +10,23 @@ writes calls in that protocol (``CallProtocol.injected``). The history is thus a
 session's, whatever the target would have written; the target's greedy reply to each request
 is what :mod:`train.server_gen` or :mod:`train.hf_gen` then generate as the label.
 
+Sessions are the fixtures, or files and folders of them (:mod:`train.agent_sessions` writes
+synthetic ones). A request's source is ``<group>:<session>``: ``agent-<protocol>`` for a
+fixture session, ``agent-synth-<protocol>`` for a synthetic one (its name starts ``synth-``),
+so the held-out ``agent-text`` figure stays the fixture session's alone.
+
 This is the one module of ``train`` that imports ``agent`` (through the benchmark script).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +35,7 @@ from typing import Any
 from agent.client import Turn
 from tools.registry import default_registry
 from tools.workspace import Workspace
+from train.agent_sessions import PREFIX
 from train.errors import InputError
 from train.requests import ChatRequest
 
@@ -79,34 +87,82 @@ def _reply(agent: Any, protocol: str, turn: Any, number: int) -> Turn:
     return Turn(content=text, finish_reason="stop")
 
 
-def session_requests(protocols: Sequence[str] = ("text",), holdout: Sequence[str] = (),
-                     sessions: Sequence[str] | None = None) -> list[ChatRequest]:
-    """One request per turn of each fixture session under each of ``protocols``; the
-    sessions named in ``holdout`` are flagged held out (all their turns).
+def group(session: str, protocol: str) -> str:
+    """The source group of a session's requests: ``agent-synth-<protocol>`` for a synthetic
+    session (named ``synth-…``), else ``agent-<protocol>``."""
+    return f"agent-synth-{protocol}" if session.startswith(PREFIX) else f"agent-{protocol}"
 
-    ``sessions``: paths or names of session files (default: every fixture). Raises
-    :class:`InputError` for an unknown protocol, a missing or invalid session file, or a
-    holdout name that is no loaded session.
+
+def synthetic_heldout(session: str, fraction: float) -> bool:
+    """Whether a synthetic session is held out at ``fraction``: a stable hash of its name, so
+    the same sessions are held out in every run."""
+    if not session.startswith(PREFIX) or fraction <= 0:
+        return False
+    digest = hashlib.sha1(session.encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % 10_000 < fraction * 10_000
+
+
+def session_files(specs: Sequence[str] | None) -> list[Path]:
+    """Session files for ``specs``: paths, names of fixtures, or folders (every ``*.json`` in
+    one); every fixture when empty. Raises :class:`InputError` for a missing one or a folder
+    without session files."""
+    at = agent_turns()
+    if not specs:
+        specs = None
+    paths: list[Path] = []
+    try:
+        for spec in specs or [None]:
+            if spec is not None and Path(spec).is_dir():
+                found = sorted(Path(spec).glob("*.json"))
+                if not found:
+                    raise InputError(f"no session files (*.json) in the folder {spec}")
+                paths += found
+            else:
+                paths += at.resolve_sessions([spec] if spec is not None else None)
+    except at.FixtureError as exc:
+        raise InputError(str(exc)) from exc
+    return paths
+
+
+def session_requests(protocols: Sequence[str] = ("text",), holdout: Sequence[str] = (),
+                     sessions: Sequence[str] | None = None,
+                     holdout_fraction: float = 0.0) -> list[ChatRequest]:
+    """One request per turn of each session under each of ``protocols``; the sessions named
+    in ``holdout`` are flagged held out (all their turns), and synthetic sessions at
+    ``holdout_fraction`` (:func:`synthetic_heldout`).
+
+    ``sessions``: paths or names of session files, or folders of them (default: every
+    fixture). Raises :class:`InputError` for an unknown protocol, a missing or invalid session
+    file, two sessions of one name, a fraction outside [0, 1) or a holdout name that is no
+    loaded session.
     """
     at = agent_turns()
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown or not protocols:
         raise InputError(f"protocols must be among {', '.join(PROTOCOLS)} (got "
                          f"{', '.join(protocols) or 'none'})")
+    if not 0 <= holdout_fraction < 1:
+        raise InputError(f"the held-out fraction must be in [0, 1) (got {holdout_fraction})")
+    paths = session_files(sessions)
     with tempfile.TemporaryDirectory(prefix="train-render-") as tmp:
         registry = default_registry(Workspace(Path(tmp)))
         try:
             try:
-                loaded = at.load_sessions(at.resolve_sessions(sessions), registry)
+                loaded = at.load_sessions(paths, registry)
             except at.FixtureError as exc:
                 raise InputError(str(exc)) from exc
-            names = {s.name for s in loaded}
-            missing = sorted(set(holdout) - names)
+            names = [s.name for s in loaded]
+            twice = sorted(n for n, k in Counter(names).items() if k > 1)
+            if twice:
+                raise InputError(f"session(s) given twice: {', '.join(twice[:5])}")
+            missing = sorted(set(holdout) - set(names))
             if missing:
                 raise InputError(f"held-out session(s) {', '.join(missing)} not among the "
-                                 f"sessions ({', '.join(sorted(names))})")
+                                 f"sessions ({', '.join(sorted(names)[:20])}"
+                                 f"{', …' if len(names) > 20 else ''})")
             return [r for s in loaded for p in protocols
-                    for r in _render(at, registry, s, p, s.name in holdout)]
+                    for r in _render(at, registry, s, p, s.name in holdout
+                                     or synthetic_heldout(s.name, holdout_fraction))]
         finally:
             registry.close()
 
@@ -125,6 +181,7 @@ def _render(at: ModuleType, registry: Any, session: Any, protocol: str,
         schema = (json.dumps(grammar["json_schema"]["schema"], sort_keys=True)
                   if grammar else None)
         out.append(ChatRequest(messages=request["messages"], tools=request["tools"],
-                               schema=schema, source=f"agent-{protocol}:{session.name}",
+                               schema=schema,
+                               source=f"{group(session.name, protocol)}:{session.name}",
                                heldout=heldout))
     return out

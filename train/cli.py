@@ -3,8 +3,10 @@
 Stages, each a separate command so GPU runs can be staged and resumed:
 
 - ``coding-prompts`` — coding prompts (.jsonl) built from Python source on this machine;
-- ``prompts``  — coding prompts (.jsonl) + the agent's fixture sessions → a prompt set (.npz),
-  rendered by a real llama-server's chat template (torch-free);
+- ``agent-sessions`` — synthetic agent sessions (fixture-format .json) over that source,
+  recorded with the agent's real tools;
+- ``prompts``  — coding prompts (.jsonl) + agent sessions (the fixtures, synthetic ones) → a
+  prompt set (.npz), rendered by a real llama-server's chat template (torch-free);
 - ``generate`` — a prompt set → target-greedy sequences (.npz shards), on llama-server with
   many slots (``--engine server``) or transformers batches (``--engine hf``); prints tokens
   per GPU minute;
@@ -48,8 +50,16 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def group_of(source: str) -> str:
-    """``coding:stdlib-func`` → ``coding``; ``agent-text:todo`` → ``agent-text``."""
+    """``coding:stdlib-func`` → ``coding``; ``agent-text:todo`` → ``agent-text``;
+    ``agent-synth-text:synth-shlex-3`` → ``agent-synth-text``."""
     return source.split(":", 1)[0]
+
+
+def repeated(group: str) -> bool:
+    """Whether ``fit --repeat-agent`` repeats a group: the fixture sessions' requests
+    (``agent-text``, ``agent-json``…: a few dozen), not the synthetic ``agent-synth-*`` ones
+    (thousands, already plentiful)."""
+    return group.startswith("agent-") and not group.startswith("agent-synth-")
 
 
 # --- prompts ---------------------------------------------------------------------------------
@@ -75,6 +85,29 @@ def cmd_coding_prompts(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_agent_sessions(a: argparse.Namespace) -> int:
+    from train.agent_sessions import build_sessions, check_out, write_sessions
+    from train.coding_prompts import stdlib_root
+
+    roots = a.source or [stdlib_root()]
+    missing = [str(r) for r in roots if not Path(r).is_dir()]
+    if missing:
+        raise InputError(f"no such source folder: {', '.join(missing)}")
+    if a.count < 1:
+        raise InputError(f"--count must be at least 1 (got {a.count})")
+    if a.max_lines < 20:
+        raise InputError(f"--max-lines must be at least 20 (got {a.max_lines})")
+    check_out(a.out)  # refuses a folder that already holds sessions, before the work
+    sessions, stats = build_sessions(roots, a.count, seed=a.seed, max_lines=a.max_lines,
+                                     jobs=a.jobs, progress=None if a.quiet else _say)
+    write_sessions(sessions, a.out)
+    turns = Counter(t["kind"] for s in sessions for t in s["turns"])
+    _say(f"wrote {len(sessions)} sessions to {a.out}: {sum(turns.values())} turns ("
+         + ", ".join(f"{k} {v}" for k, v in sorted(turns.items())) + "); "
+         + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+    return 0
+
+
 def cmd_prompts(a: argparse.Namespace) -> int:
     from train import llama
     from train.config import target_architecture
@@ -92,9 +125,15 @@ def cmd_prompts(a: argparse.Namespace) -> int:
     if a.protocols:
         from train.agent_requests import session_requests
 
-        agent = session_requests(a.protocols, a.holdout_sessions, a.sessions or None)
+        agent = session_requests(a.protocols, a.holdout_sessions, a.sessions or None,
+                                 a.holdout_fraction)
+        groups = Counter(group_of(r.source) for r in agent)
+        held = Counter(group_of(r.source) for r in agent if r.heldout)
         _say(f"{len(agent)} agent requests ({', '.join(a.protocols)}; held-out sessions: "
-             f"{', '.join(a.holdout_sessions) or 'none'})")
+             f"{', '.join(a.holdout_sessions) or 'none'}"
+             + (f", synthetic ones at {a.holdout_fraction:g}" if a.holdout_fraction else "")
+             + "): " + ", ".join(f"{g} {n} ({held[g]} held out)"
+                                 for g, n in sorted(groups.items())))
         requests += agent
     if not requests:
         raise InputError("no prompts: give --coding FILE and/or --protocols")
@@ -109,7 +148,10 @@ def cmd_prompts(a: argparse.Namespace) -> int:
                                       "coding": [str(p) for p in a.coding or []],
                                       "bench_prompts_dropped": dropped,
                                       "protocols": list(a.protocols),
+                                      "sessions": list(a.sessions),
                                       "heldout_sessions": list(a.holdout_sessions),
+                                      "heldout_fraction": a.holdout_fraction,
+                                      "max_prompt": a.max_prompt,
                                       "data": _data_record(prompts)})
     return 0
 
@@ -185,8 +227,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 def _split(seqs: Any, repeat_agent: int, eval_limit: int | None) -> tuple[list[int], list[int]]:
     train = [i for i in range(len(seqs)) if not seqs.heldout[i]]
-    train += [i for i in train if group_of(seqs.source(i)).startswith("agent-")] * (
-        repeat_agent - 1)
+    train += [i for i in train if repeated(group_of(seqs.source(i)))] * (repeat_agent - 1)
     held = [i for i in range(len(seqs)) if seqs.heldout[i]]
     return train, held[:eval_limit] if eval_limit else held
 
@@ -415,6 +456,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True)
     s.set_defaults(run=cmd_coding_prompts)
 
+    s = stage("agent-sessions", "synthetic agent sessions (.json, the fixtures' format) over "
+              "Python source, recorded with the agent's real tools")
+    s.add_argument("--source", type=Path, action="append",
+                   help="a folder of Python source (repeatable; default: the stdlib)")
+    s.add_argument("--count", type=int, default=100, help="sessions to write (default 100)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--max-lines", type=int, default=150,
+                   help="longest workspace module (lines; default 150)")
+    s.add_argument("--jobs", type=int, default=2, help="sessions recorded at once (default 2)")
+    s.add_argument("--out", type=Path, required=True,
+                   help="folder for the session files (new or without *.json)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    s.set_defaults(run=cmd_agent_sessions)
+
     s = stage("prompts", "coding prompts and agent sessions -> a prompt set (.npz)")
     s.add_argument("--target", type=Path, required=True, help="target GGUF")
     s.add_argument("--coding", type=Path, action="append",
@@ -423,10 +478,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--protocols", type=_names, default=("text",),
                    help="agent sessions rendered in these protocols (text,json,native; "
                    "'' for none; default text)")
-    s.add_argument("--sessions", nargs="*", default=[], help="session files or names "
-                   "(default: every benchmarks/agent_sessions fixture)")
+    s.add_argument("--sessions", nargs="*", default=[], help="session files, fixture names "
+                   "or folders of session files (default: every benchmarks/agent_sessions "
+                   "fixture)")
     s.add_argument("--holdout-sessions", type=_names, default=("textstats-errors",),
                    help="sessions held out whole (default textstats-errors)")
+    s.add_argument("--holdout-fraction", type=float, default=0.0,
+                   help="synthetic sessions (synth-*) held out whole at this fraction, by a "
+                   "stable hash of the name; their group is agent-synth-<protocol> "
+                   "(default 0)")
     s.add_argument("--max-prompt", type=int, default=8192, help="drop longer prompts (tokens)")
     s.add_argument("--out", type=Path, required=True)
     server(s)
@@ -473,7 +533,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--weight-decay", type=float, default=0.01)
     s.add_argument("--gamma", type=float, default=5.0, help="block position weight decay")
     s.add_argument("--repeat-agent", type=int, default=1,
-                   help="each agent-request sequence counts this many times per pass")
+                   help="each fixture agent-request sequence (agent-text, agent-json…; not "
+                   "the synthetic agent-synth-*) counts this many times per pass")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--ckpt-every", type=int, default=500)
     s.add_argument("--log-every", type=int, default=50)

@@ -30,7 +30,8 @@ class ChatRequest:
 
     messages: list[dict[str, Any]]
     source: str
-    """``coding:<src>`` or ``agent-<protocol>:<session>``."""
+    """``coding:<src>``, ``agent-<protocol>:<session>`` or, for a synthetic session,
+    ``agent-synth-<protocol>:<session>``."""
     heldout: bool = False
     tools: list[dict[str, Any]] | None = None
     """``native`` requests: the tools the template renders into the prompt."""
