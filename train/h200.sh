@@ -24,7 +24,8 @@
 #   bash train/h200.sh rpc       # the CUDA engine over one `agent backend worker` (up --rpc,
 #                                #   a completion, status) and benchmarks/rpc_loopback.py
 #   bash train/h200.sh trained   # waits for the fit; shards, logs, run records, the draft back
-#   bash train/h200.sh bench     # agent backend bench (edit, seed) and calibrate with it
+#   bash train/h200.sh bench     # agent backend bench (edit at 1,200 tokens, NGRAM_SETS, seed)
+#                                #   and calibrate with the draft
 #
 # A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
 # 12: a build failed; 75: still running (call the same stage again).
@@ -41,7 +42,7 @@ SITE=$T/site
 SMOL=$T/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HOME_UP=$T/home
 OUT=${OUT:-$T/out}
-PROMPTS=${PROMPTS:-train/data/prompts-v2.npz}
+PROMPTS=${PROMPTS:-train/data/prompts-v4.npz}
 INIT=${INIT:-backend/models/packaged/smollm2-135m-dflash-v3.gguf}
 NAME=${NAME:-smollm2-135m-dflash-v4}
 GEN_BUDGET=${GEN_BUDGET:-260}       # seconds of generation (no new batch after that)
@@ -51,6 +52,7 @@ FIT_STEPS=${FIT_STEPS:-3800}        # the schedule's length: the lr decays to it
 FIT_BUDGET=${FIT_BUDGET:-760}       # seconds of training at most
 FIT_ARGS=${FIT_ARGS:---batch-seqs 32 --anchors 128 --lr 4e-4 --warmup 100 --gamma 7}
 DEADLINE=${DEADLINE:-570}
+NGRAM_SETS=${NGRAM_SETS:-24,48,64,6,64 16,8,64 24,48,64}  # bench: more lengths, "M,MIN,MAX[,N,SIZE] ..."
 
 export PYTHONPATH=$SITE:$ROOT PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 mkdir -p "$OUT" "$T/done" "$T/kit"
@@ -114,6 +116,29 @@ gpu_layers = "all"
 draft_gpu_layers = "all"
 flash_attn = "on"
 EOF2
+}
+
+ngram_preset() {  # ngram_preset M,MIN,MAX[,N,SIZE]: SmolLM2 with these ngram-mod lengths, and
+  # with N,SIZE ngram-simple (key N, drafts up to SIZE) in front of it: b11434 appends a
+  # repeated --spec-type and tries ngram-simple first (benchmarks/cpu-ngram-grid-2026-12-03)
+  local m n x sn sm name extra=""
+  IFS=, read -r m n x sn sm <<< "$1"
+  name=smol-ng-$m-$n-$x${sn:+-s$sn-$sm}
+  [[ -n $sn ]] && extra="extra_flags = [\"--spec-type\", \"ngram-simple\", \"--spec-ngram-simple-size-n\", \"$sn\", \"--spec-ngram-simple-size-m\", \"$sm\"]"
+  cat >> "$HOME_UP/config/presets.toml" <<EOF2
+
+[$name]
+description = "SmolLM2-135M Q4_1 on the GPU, ngram-mod $m / $n / $x${sn:+, ngram-simple $sn / $sm}"
+model = "$SMOL"
+ctx_size = 4096
+$extra
+
+[$name.server]
+gpu_layers = "all"
+flash_attn = "on"
+ngram = { n_match = $m, n_min = $n, n_max = $x }
+EOF2
+  echo "$name"
 }
 
 A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
@@ -199,20 +224,31 @@ trained)
   grep -h "accept\]\|steps/s\|profiled\|features stored\|generated" "$T"/gen.log "$T"/fit.log
   [[ -f $T/fit.rc ]] || { tail -3 "$T/fit.log"; finish 75; }
   cat "$T/fit.rc"
-  (cd "$T/gen" && tar cf "$T/gen.tar" ./*.npz) && bring "$T/gen.tar" gen
-  bring "$T/run/draft.gguf" v3.gguf  # with `fit --init` a later run trains on from it
+  # the shards only when asked: 17 M tokens of them outweigh what one call brings back
+  [[ ${BRING_GEN:-0} == 1 ]] && (cd "$T/gen" && tar cf "$T/gen.tar" ./*.npz) && bring "$T/gen.tar" gen
+  bring "$T/run/draft.gguf" "$NAME.gguf"  # with `fit --init` a later run trains on from it
   touch "$T/trained.done"
   finish 0
   ;;
-bench)
+bench)  # the trained draft and n-gram lookup, each bench one run with its baseline beside
   require build
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
   presets "${DRAFT:-$T/run/draft.gguf}"
+  # the edit set at 1,200 tokens: its large file's copy is where lookup pays (512 cut it short)
   "${A[@]}" backend bench --preset smol-v3 --profiles baseline,ngram,dflash,dflash-fixed \
-    --prompts edit --temperatures 0,0.7 --max-tokens 512 --json "$OUT/bench-edit.json"
+    --prompts edit --temperatures 0 --max-tokens 1200 --repeats 2 --json "$OUT/bench-edit.json"
+  for c in $NGRAM_SETS; do  # other ngram-mod lengths (n_match,n_min,n_max), each beside baseline
+    (($(left) > 150)) || break
+    p=$(ngram_preset "$c")
+    "${A[@]}" backend bench --preset "$p" --profiles baseline,ngram --prompts edit \
+      --temperatures 0 --max-tokens 1200 --repeats 2 --json "$OUT/bench-edit-$p.json"
+  done
   (($(left) > 150)) && "${A[@]}" backend bench --preset smol-v3 \
     --profiles baseline,dflash,dflash-fixed --prompts seed --temperatures 0,0.7 \
     --max-tokens 512 --json "$OUT/bench-seed.json"
+  (($(left) > 120)) && "${A[@]}" backend bench --preset smol-v3 \
+    --profiles baseline,dflash --prompts edit --temperatures 0.7 --max-tokens 512 \
+    --json "$OUT/bench-edit-t07.json"
   (($(left) > 90)) && "${A[@]}" backend calibrate --preset smol-v3 --lengths 1,3,7,15 \
     --tokens 128 --json "$OUT/calibrate.json"
   finish 0
