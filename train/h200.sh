@@ -188,9 +188,15 @@ fi
 $PY -m train info '$T'/gen/*.npz >> '$T/gen.log' 2>&1
 $PY -m train fit --target '$SMOL' --data '$T/gen' --out '$T/run' --device cuda --draft-layers 2 \
   --init '$INIT' --steps $FIT_STEPS $FIT_ARGS --repeat-agent 8 --budget-s $FIT_BUDGET \
-  --ckpt-every 1000 --log-every 200 --profile-steps 20 --eval-seqs 300 --eval-blocks 64 \
+  --ckpt-every 1000 --log-every 200 --profile-steps 20 --eval-seqs 60 --eval-blocks 32 \
   --name $NAME --runs '$T/runs.jsonl' > '$T/fit.log' 2>&1
-echo \$? > '$T/fit.rc'" < /dev/null > "$T/chain.log" 2>&1
+rc=\$?
+# every held-out sequence, the new draft and INIT on the same ones
+for d in '$T/run/draft.gguf' '$INIT'; do
+  $PY -m train accept --target '$SMOL' --draft \$d --data '$T/gen' --device cuda --eval-blocks 64 \
+    --runs '$T/runs.jsonl' >> '$T/accept.log' 2>&1
+done
+echo \$rc > '$T/fit.rc'" < /dev/null > "$T/chain.log" 2>&1
   touch "$T/data.done"
   sleep 45; tail -3 "$T/gen.log"
   finish 0
@@ -220,8 +226,8 @@ trained)
   require data
   while [[ ! -f $T/fit.rc ]] && (($(left) > 40)); do sleep 10; done
   tail -c 20000 "$T/dmon.log" > "$T/dmon-tail.log"
-  tar -C "$T" -cf "$OUT/logs.tar" gen.log fit.log runs.jsonl dmon-tail.log chain.log 2>/dev/null
-  grep -h "accept\]\|steps/s\|profiled\|features stored\|generated" "$T"/gen.log "$T"/fit.log
+  tar -C "$T" -cf "$OUT/logs.tar" gen.log fit.log accept.log runs.jsonl dmon-tail.log chain.log 2>/dev/null
+  grep -h "accept\]\|steps/s\|profiled\|features stored\|generated" "$T"/gen.log "$T"/fit.log "$T"/accept.log
   [[ -f $T/fit.rc ]] || { tail -3 "$T/fit.log"; finish 75; }
   cat "$T/fit.rc"
   # the shards only when asked: 17 M tokens of them outweigh what one call brings back
