@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -38,6 +36,7 @@ from tools.workspace import Workspace
 from train.agent_sessions import PREFIX
 from train.errors import InputError
 from train.requests import ChatRequest
+from train.scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "agent_turns.py"
@@ -46,14 +45,7 @@ PROTOCOLS = ("text", "json", "native")
 
 def agent_turns() -> ModuleType:
     """``benchmarks/agent_turns.py`` as a module (it is a script, not a package)."""
-    if "agent_turns" in sys.modules:
-        return sys.modules["agent_turns"]
-    spec = importlib.util.spec_from_file_location("agent_turns", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["agent_turns"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("agent_turns", SCRIPT)
 
 
 class FixtureModel:

@@ -54,6 +54,7 @@ from typing import Any
 
 from train.coding_prompts import source_files
 from train.errors import InputError, TrainError
+from train.scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "agent_sessions" / "make_sessions.py"
@@ -86,14 +87,7 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def make_sessions() -> ModuleType:
     """``benchmarks/agent_sessions/make_sessions.py`` as a module (a script, not a package)."""
-    if "make_sessions" in sys.modules:
-        return sys.modules["make_sessions"]
-    spec = importlib.util.spec_from_file_location("make_sessions", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_sessions"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_sessions", SCRIPT)
 
 
 # --- the workspace module ----------------------------------------------------------------------
