@@ -5,7 +5,12 @@ Starts its own llama-server with the baseline profile's flags (as `agent backend
 then per prompt: the chat template (/apply-template), its tokens as the chat endpoint makes
 them (/tokenize, add_special + parse_special), and a greedy /completion of those tokens with
 return_tokens, max 1200 tokens, cache_prompt off."""
-import json, subprocess, sys, time, urllib.request
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
 sys.path.insert(0, "/work/main")
 from backend.measure.prompts import BUILT_IN
 
@@ -24,30 +29,32 @@ def post(path, body):
 
 argv = [ENGINE, "-m", MODEL, "--host", "127.0.0.1", "--port", str(PORT), "-c", "8192", "-np",
         "1", "--metrics", "--slots", "--jinja", "--fit", "off"]
-log = open("capture-server.log", "w")
-proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-try:
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(URL + "/health", timeout=2)
-            break
-        except Exception:
-            time.sleep(1)
-    out = {"argv": argv, "prompts": {}}
-    todo = [("warm-up", "Hi", 4)] + [(p.name, p.text, 1200) for s in ("edit", "seed")
-                                      for p in BUILT_IN[s]]
-    for name, text, n in todo:
-        tmpl = post("/apply-template", {"messages": [{"role": "user", "content": text}]})["prompt"]
-        ptoks = post("/tokenize", {"content": tmpl, "add_special": True,
-                                   "parse_special": True})["tokens"]
-        r = post("/completion", {"prompt": ptoks, "n_predict": n, "temperature": 0.0,
-                                 "cache_prompt": False, "return_tokens": True})
-        out["prompts"][name] = {"prompt_tokens": ptoks, "tokens": r["tokens"],
-                                "predicted_n": r["timings"]["predicted_n"],
-                                "stop_type": r.get("stop_type"), "content": r["content"]}
-        print(name, len(ptoks), len(r["tokens"]), r["timings"]["predicted_n"], r.get("stop_type"),
-              flush=True)
-        json.dump(out, open("tokens.json", "w"))
-finally:
-    proc.terminate()
-    proc.wait()
+with open("capture-server.log", "w") as log:
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(URL + "/health", timeout=2)
+                break
+            except Exception:
+                time.sleep(1)
+        out = {"argv": argv, "prompts": {}}
+        todo = [("warm-up", "Hi", 4)] + [(p.name, p.text, 1200) for s in ("edit", "seed")
+                                          for p in BUILT_IN[s]]
+        for name, text, n in todo:
+            msgs = [{"role": "user", "content": text}]
+            tmpl = post("/apply-template", {"messages": msgs})["prompt"]
+            ptoks = post("/tokenize", {"content": tmpl, "add_special": True,
+                                       "parse_special": True})["tokens"]
+            r = post("/completion", {"prompt": ptoks, "n_predict": n, "temperature": 0.0,
+                                     "cache_prompt": False, "return_tokens": True})
+            out["prompts"][name] = {"prompt_tokens": ptoks, "tokens": r["tokens"],
+                                    "predicted_n": r["timings"]["predicted_n"],
+                                    "stop_type": r.get("stop_type"), "content": r["content"]}
+            print(name, len(ptoks), len(r["tokens"]), r["timings"]["predicted_n"],
+                  r.get("stop_type"), flush=True)
+            with open("tokens.json", "w") as f:
+                json.dump(out, f)
+    finally:
+        proc.terminate()
+        proc.wait()

@@ -30,7 +30,8 @@ for sn, sm in ((4, 16), (4, 32), (6, 32), (6, 64), (8, 64), (12, 48)):
 if ONLY:
     configs = {k: v for k, v in configs.items() if k in ONLY}
 
-data = json.load(open("tokens.json"))
+with open("tokens.json") as f:
+    data = json.load(f)
 missing = [n for n in NAMES if n not in data["prompts"]]
 if missing:  # the capture had not finished them: the set without them, said in the output
     print(f"tokens.json lacks {missing}: simulated without them", flush=True)
@@ -41,7 +42,7 @@ out = {"set": SET, "prompts": NAMES, "missing": missing,
 for name, cfg in configs.items():
     rec = {"config": cfg}
     for mode, reps in (("one-at-a-time-r1", 1), ("side-by-side-r2", 2)):
-        tot, per = simulate(lambda: make_drafter(cfg), data, NAMES,
+        tot, per = simulate(lambda cfg=cfg: make_drafter(cfg), data, NAMES,
                             mode="side-by-side" if reps == 2 else "one-at-a-time",
                             repeats=reps)
         s = tot["steps"]
@@ -59,4 +60,5 @@ for name, cfg in configs.items():
           f"{r1['accepted']:5d} d/step {r1['drafted_per_step']:.2f} est {r1['h200_estimate']:.2f}"
           f" | r2 {r2['tokens_per_step']:.2f} dr {r2['drafted']:5d} est {r2['h200_estimate']:.2f}",
           flush=True)
-json.dump(out, open(f"grid-{SET}.json", "w"), indent=1)
+with open(f"grid-{SET}.json", "w") as f:
+    json.dump(out, f, indent=1)

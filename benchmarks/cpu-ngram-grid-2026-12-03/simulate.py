@@ -21,9 +21,6 @@ side-by-side mode (the H200 run) sends each prompt's repeats to one server in a 
 """
 from __future__ import annotations
 
-import json
-import sys
-
 MASK = (1 << 64) - 1
 POOL = 4 * 1024 * 1024
 MUL = 6364136223846793005
@@ -176,7 +173,7 @@ def simulate(make, data, names, mode="one-at-a-time", repeats=1, max_tokens=1200
         t, s, d, a, ds, _ = run_request(drafter, P[nm]["prompt_tokens"], P[nm]["tokens"],
                                         max_tokens)
         for key, v in zip(("tokens", "steps", "drafted", "accepted", "drafting_steps"),
-                          (t, s, d, a, ds)):
+                          (t, s, d, a, ds), strict=True):
             tot[key] += v
             per.setdefault(nm, dict(tokens=0, steps=0, drafted=0, accepted=0,
                                     drafting_steps=0))[key] += v
@@ -219,7 +216,9 @@ def make_drafter(cfg):
     """cfg: {"type": "ngram-mod", n_match, n_min, n_max} or {"type": "ngram-simple+ngram-mod",
     size_n, size_m, and the mod's lengths} (a preset's extra_flags add ngram-simple to the
     ngram profile's ngram-mod: --spec-type appends in b11434)."""
-    mod = lambda: NgramMod(cfg["n_match"], cfg["n_min"], cfg["n_max"])
+    def mod():
+        return NgramMod(cfg["n_match"], cfg["n_min"], cfg["n_max"])
+
     if cfg["type"] == "ngram-mod":
         return mod()
     if cfg["type"] == "ngram-simple+ngram-mod":

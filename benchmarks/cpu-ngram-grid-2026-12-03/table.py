@@ -8,7 +8,8 @@ SET = sys.argv[1] if len(sys.argv) > 1 else "edit"
 TOP = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 KEY = sys.argv[3] if len(sys.argv) > 3 else "r1"
 A, B = 1.15, 0.18
-g = json.load(open(f"grid-{SET}.json"))
+with open(f"grid-{SET}.json") as f:
+    g = json.load(f)
 
 
 def large(rec, mode):

@@ -2,15 +2,18 @@
 bench-cpu-ngram-edit.json: side by side, one repeat, ngram at 6/2/16 then, ngram-fixed at
 llama.cpp's 24/48/64): per prompt drafted / accepted, measured vs simulated."""
 import json
+
 from simulate import make_drafter, simulate
 
-data = json.load(open("tokens.json"))
-old = json.load(open("../cpu-ngram-2026-12-02/bench-cpu-ngram-edit.json"))
+with open("tokens.json") as f:
+    data = json.load(f)
+with open("../cpu-ngram-2026-12-02/bench-cpu-ngram-edit.json") as f:
+    old = json.load(f)
 names = ["rename-small", "rename-medium", "rename-large"]
 rows = []
 for prof, cfg in [("ngram", dict(type="ngram-mod", n_match=6, n_min=2, n_max=16)),
                   ("ngram-fixed", dict(type="ngram-mod", n_match=24, n_min=48, n_max=64))]:
-    _, per = simulate(lambda: make_drafter(cfg), data, names)
+    _, per = simulate(lambda cfg=cfg: make_drafter(cfg), data, names)
     for s in old["samples"]:
         if s["profile"] == prof:
             p = per[s["prompt"]]
@@ -19,4 +22,5 @@ for prof, cfg in [("ngram", dict(type="ngram-mod", n_match=6, n_min=2, n_max=16)
                        simulated=[p["tokens"], p["drafted"], p["accepted"]])
             rows.append(row)
             print(row)
-json.dump(rows, open("validation.json", "w"), indent=1)
+with open("validation.json", "w") as f:
+    json.dump(rows, f, indent=1)
