@@ -6,12 +6,12 @@ then per prompt: the chat template (/apply-template), its tokens as the chat end
 them (/tokenize, add_special + parse_special), and a greedy /completion of those tokens with
 return_tokens, max 1200 tokens, cache_prompt off."""
 import json
-import subprocess
 import sys
-import time
-import urllib.request
 
 sys.path.insert(0, "/work/main")
+from served import post as served_post
+from served import served
+
 from backend.measure.prompts import BUILT_IN
 
 ENGINE = "/tmp/testhome/cache/engines/llama.cpp-11434-cpu-avx512-6f16ea1fae/bin/llama-server"
@@ -21,40 +21,26 @@ URL = f"http://127.0.0.1:{PORT}"
 
 
 def post(path, body):
-    req = urllib.request.Request(URL + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=3600) as r:
-        return json.loads(r.read())
+    return served_post(URL, path, body)
 
 
 argv = [ENGINE, "-m", MODEL, "--host", "127.0.0.1", "--port", str(PORT), "-c", "8192", "-np",
         "1", "--metrics", "--slots", "--jinja", "--fit", "off"]
-with open("capture-server.log", "w") as log:
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(URL + "/health", timeout=2)
-                break
-            except Exception:
-                time.sleep(1)
-        out = {"argv": argv, "prompts": {}}
-        todo = [("warm-up", "Hi", 4)] + [(p.name, p.text, 1200) for s in ("edit", "seed")
-                                          for p in BUILT_IN[s]]
-        for name, text, n in todo:
-            msgs = [{"role": "user", "content": text}]
-            tmpl = post("/apply-template", {"messages": msgs})["prompt"]
-            ptoks = post("/tokenize", {"content": tmpl, "add_special": True,
-                                       "parse_special": True})["tokens"]
-            r = post("/completion", {"prompt": ptoks, "n_predict": n, "temperature": 0.0,
-                                     "cache_prompt": False, "return_tokens": True})
-            out["prompts"][name] = {"prompt_tokens": ptoks, "tokens": r["tokens"],
-                                    "predicted_n": r["timings"]["predicted_n"],
-                                    "stop_type": r.get("stop_type"), "content": r["content"]}
-            print(name, len(ptoks), len(r["tokens"]), r["timings"]["predicted_n"],
-                  r.get("stop_type"), flush=True)
-            with open("tokens.json", "w") as f:
-                json.dump(out, f)
-    finally:
-        proc.terminate()
-        proc.wait()
+with served(argv, URL, "capture-server.log"):
+    out = {"argv": argv, "prompts": {}}
+    todo = [("warm-up", "Hi", 4)] + [(p.name, p.text, 1200) for s in ("edit", "seed")
+                                      for p in BUILT_IN[s]]
+    for name, text, n in todo:
+        msgs = [{"role": "user", "content": text}]
+        tmpl = post("/apply-template", {"messages": msgs})["prompt"]
+        ptoks = post("/tokenize", {"content": tmpl, "add_special": True,
+                                   "parse_special": True})["tokens"]
+        r = post("/completion", {"prompt": ptoks, "n_predict": n, "temperature": 0.0,
+                                 "cache_prompt": False, "return_tokens": True})
+        out["prompts"][name] = {"prompt_tokens": ptoks, "tokens": r["tokens"],
+                                "predicted_n": r["timings"]["predicted_n"],
+                                "stop_type": r.get("stop_type"), "content": r["content"]}
+        print(name, len(ptoks), len(r["tokens"]), r["timings"]["predicted_n"],
+              r.get("stop_type"), flush=True)
+        with open("tokens.json", "w") as f:
+            json.dump(out, f)

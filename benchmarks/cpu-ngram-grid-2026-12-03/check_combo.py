@@ -3,11 +3,10 @@ the argv `agent backend up --preset smol-s6-64 --print-cmd` gives, the edit set'
 and rename-medium (greedy, max 1200, cache_prompt off) in a row after the warm-up; measured
 draft_n / accepted against simulate.py's. Writes check_combo.json."""
 import json
-import subprocess
 import sys
-import time
-import urllib.request
 
+from served import post as served_post
+from served import served
 from simulate import make_drafter, run_request
 
 ENGINE = "/tmp/testhome/cache/engines/llama.cpp-11434-cpu-avx512-6f16ea1fae/bin/llama-server"
@@ -24,41 +23,27 @@ names = sys.argv[1:] or ["rename-small"]
 
 
 def post(path, body):
-    req = urllib.request.Request(URL + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=3600) as r:
-        return json.loads(r.read())
+    return served_post(URL, path, body)
 
 
 with open("tokens.json") as f:
     data = json.load(f)
 rows = []
-with open("check_combo-server.log", "w") as log:
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(URL + "/health", timeout=2)
-                break
-            except Exception:
-                time.sleep(1)
-        drafter = make_drafter(cfg)
-        for name, n in [("warm-up", 4)] + [(x, 1200) for x in names]:
-            p = data["prompts"][name]
-            r = post("/completion", {"prompt": p["prompt_tokens"], "n_predict": n,
-                                     "temperature": 0.0, "cache_prompt": False,
-                                     "return_tokens": True})
-            t, s, d, a, ds, _ = run_request(drafter, p["prompt_tokens"], p["tokens"], n)
-            pairs = zip(r["tokens"], p["tokens"], strict=False)
-            first_diff = next((i for i, (x, y) in enumerate(pairs) if x != y), None)
-            row = dict(prompt=name, same_tokens=r["tokens"] == p["tokens"], first_diff=first_diff,
-                       tail=[r["tokens"][-6:], p["tokens"][-6:]],
-                       measured=[r["timings"]["predicted_n"], r["timings"].get("draft_n", 0),
-                                 r["timings"].get("draft_n_accepted", 0)], simulated=[t, d, a])
-            rows.append(row)
-            print(row, flush=True)
-    finally:
-        proc.terminate()
-        proc.wait()
+with served(argv, URL, "check_combo-server.log"):
+    drafter = make_drafter(cfg)
+    for name, n in [("warm-up", 4)] + [(x, 1200) for x in names]:
+        p = data["prompts"][name]
+        r = post("/completion", {"prompt": p["prompt_tokens"], "n_predict": n,
+                                 "temperature": 0.0, "cache_prompt": False,
+                                 "return_tokens": True})
+        t, s, d, a, ds, _ = run_request(drafter, p["prompt_tokens"], p["tokens"], n)
+        pairs = zip(r["tokens"], p["tokens"], strict=False)
+        first_diff = next((i for i, (x, y) in enumerate(pairs) if x != y), None)
+        row = dict(prompt=name, same_tokens=r["tokens"] == p["tokens"], first_diff=first_diff,
+                   tail=[r["tokens"][-6:], p["tokens"][-6:]],
+                   measured=[r["timings"]["predicted_n"], r["timings"].get("draft_n", 0),
+                             r["timings"].get("draft_n_accepted", 0)], simulated=[t, d, a])
+        rows.append(row)
+        print(row, flush=True)
 with open("check_combo.json", "w") as f:
     json.dump({"argv": argv, "rows": rows}, f, indent=1)
