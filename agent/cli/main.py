@@ -69,6 +69,7 @@ from backend.models.drafts import DraftError, swa_quant_warning
 from backend.models.ggufinfo import GgufError
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import PresetError, UnknownPreset, get_preset, parse_workers
+from backend.models.requant import requantized
 from backend.models.sources import ModelError, resolve_model
 from backend.serve import server
 from backend.serve.fit import FitError, check_fit
@@ -501,7 +502,8 @@ def download_cmd(preset: Annotated[str | None, typer.Argument(help="Preset name.
     settings = load_settings()
     chosen = get_preset(preset or settings.preset)
     reporter = Reporter()
-    model = resolve_model(chosen.model, reporter.note)
+    model = requantized(resolve_model(chosen.model, reporter.note), chosen.requantize,
+                        reporter.note)
     echo(f"{chosen.model} -> {model}")
     if chosen.draft:
         # A safetensors drafter is converted here, once (the converter's sdist: engine_sdist).

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.home import home
+from backend.models.requant import Requantize
 
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"]
@@ -155,6 +156,10 @@ class Preset(BaseModel):
                                         "offers); a longer ctx_size gets a line at launch "
                                         "saying the window is in force (a GGUF draft without "
                                         "one: a note).")
+    requantize: Requantize | None = Field(
+        None, description="Serve the target with its quantized weights rewritten once to this "
+        "type (backend.models.requant): Q8_0 has multi-row CPU kernels that Q4_1 lacks, so a "
+        "speculative step that verifies several tokens costs less.")
     profile: ProfileName = Field("baseline", description="Default speculation profile.")
     sampling: Sampling = Field(default_factory=Sampling)
     ctx_size: int = Field(8192, ge=256, description="Context size in tokens (-c).")

@@ -11,6 +11,7 @@ from backend.engine.flavour import detect_flavour
 from backend.models.drafts import draft_for, draft_window, swa_quant_warning
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset
+from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
@@ -97,7 +98,7 @@ def plan_for(preset: Preset, engine: Engine, profile: str | None = None,
     if workers and engine.rpc_server is None:
         raise PresetError(f"RPC workers need an engine built with RPC, and {engine.key} was "
                           "built without it; run `agent backend build --rpc`")
-    model = resolve_model(preset.model, note)
+    model = requantized(resolve_model(preset.model, note), preset.requantize, note)
     draft = None
     if chosen.needs_draft and preset.draft:
         # A safetensors drafter is converted once (``sdist``: the converter's, offline).

@@ -5,7 +5,8 @@ preferred port is shown as asked, with a note that the launch would take another
 
 Files not in the cache yet appear as their source (``hf://…``) with a note; a draft in the
 format the engine does not load (old ``dflash-draft`` for upstream and BeeLlama ≥0.4, upstream
-``dflash`` for BeeLlama ≤0.3) appears as the converted file it will become. With no engine
+``dflash`` for BeeLlama ≤0.3) appears as the converted file it will become, and so does a target
+whose preset asks for its weights in another type (``requantize``). With no engine
 built yet the upstream command is shown, for ``llama-server`` on PATH.
 """
 
@@ -21,6 +22,7 @@ from backend.models.convert import NEW_ARCH, OLD_ARCH
 from backend.models.drafts import DraftError, converted_path, draft_window, gguf_architecture
 from backend.models.hfdraft import is_folder_source
 from backend.models.presets import Preset
+from backend.models.requant import requantized_path
 from backend.serve.launch import draft_context_note, preset_workers, profile_for
 from backend.serve.preset_status import ModelFile, cached_file, draft_file
 from backend.serve.profiles import LaunchPlan, server_argv
@@ -69,6 +71,13 @@ def preview_command(preset: Preset, engine: Engine | None, host: str, port: int,
     if chosen.needs_draft and preset.draft:
         found.append(draft_file(preset))  # type: ignore[arg-type]
     paths = [_file(f, i, notes) for i, f in enumerate(found)]
+    if preset.requantize and not str(paths[0]).startswith(_PLACEHOLDER):
+        rewrite = requantized_path(paths[0], preset.requantize)
+        if not rewrite.is_file():
+            notes.append(f"the target's weights are rewritten once to "
+                         f"{preset.requantize.upper()} (the preset's `requantize`) at the path "
+                         "shown, by `up` or `agent backend download`")
+        paths[0] = rewrite
     draft = paths[1] if len(paths) > 1 else None
     if draft is not None and not str(draft).startswith(_PLACEHOLDER):
         wanted = OLD_ARCH if flavour == "bee-old" else NEW_ARCH
