@@ -80,13 +80,14 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     state, reused = ensure_server(preset.name, profile=settings.profile,
                                   ctx_size=settings.ctx_size, port=settings.port, sdist=sdist,
                                   timeout=settings.server_start_timeout,
-                                  progress=reporter.build_progress, note=reporter.note)
+                                  progress=reporter.build_progress, note=reporter.note,
+                                  temperature=sampling.get("temperature"))
     over = f", over RPC workers {','.join(state.plan.rpc)}" if state.plan.rpc else ""
     reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
                   f"(profile {state.plan.profile}{over})")
     if state.speculation:
         reporter.note(f"speculation: {state.speculation}")
-    draft_cap = request_control(state.plan, reporter.note)
+    draft_cap = request_control(state.plan, reporter.note, sampling.get("temperature"))
     client = ServerClient(state.base_url, settings.request_timeout,
                           explain=lambda: crash_report(state),
                           request_extra=state.request_extra, draft_cap=draft_cap)
@@ -138,7 +139,8 @@ def record_speculation(backend: Backend, timings: list[Any],
         if backend.draft_cap is not None:
             backend.draft_cap.save()
         elif timings:
-            record_turns(backend.state.plan, [t.model_dump() for t in timings])
+            record_turns(backend.state.plan, [t.model_dump() for t in timings],
+                         temperature=backend.sampling.get("temperature"))
     except TuningError as exc:
         if warn is not None:
             warn(f"could not record the draft's acceptance: {exc}")

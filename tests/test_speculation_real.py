@@ -317,3 +317,40 @@ def test_a_failing_probe_leaves_drafting_off_and_is_not_paid_for_again(
     assert "probed again after" in again.reason
 
 
+
+
+def test_bench_serves_each_temperature_the_length_its_own_acceptance_chose(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """One server, two temperatures: greedy requests carry the length greedy observations
+    chose, sampled ones the length (here off) sampled observations chose, and what the bench
+    saw is recorded with its temperature. Before, one record chose for both (an H200 ran the
+    edit set at 1.42x at temperature 0 and 0.84x at 0.7 with the same length)."""
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, tiny_dflash)
+    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
+                                       idle_ratio=1.0), plan)
+    now = datetime.now(UTC)
+    tuning.record(plan, [
+        tuning.Observation(source="bench", n_max=3, draft_n=30000, accepted=27000, at=now,
+                           temperature=0.0),
+        tuning.Observation(source="bench", n_max=3, draft_n=30000, accepted=0, at=now,
+                           temperature=0.7)])
+    out = tmp_path / "bench.json"
+    proc = run("backend", "bench", "--preset", "tinyd", "--profiles", "baseline,dflash",
+               "--prompts", "edit", "--temperatures", "0,0.7", "--max-tokens", "24", "--json",
+               str(out), home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "probing" not in proc.stderr  # both kinds were measured just now
+    result = BenchResult.model_validate_json(out.read_text("utf-8"))
+    line = {s.profile: s for s in result.servers}["dflash"].speculation
+    assert line.startswith("t=0: draft length 3 per request: acceptance 0.9"), line
+    assert "; t=0.7: drafting off per request: acceptance 0.00" in line
+    tuned = [s for s in result.samples if s.profile == "dflash"]
+    assert {s.temperature for s in tuned} == {0.0, 0.7}
+    assert all(s.draft_n > 0 for s in tuned if s.temperature == 0.0)
+    assert all(s.draft_n == 0 for s in tuned if s.temperature == 0.7)
+    recorded = tuning.load_observations(plan)[2:]
+    assert recorded and {(o.source, o.n_max, o.temperature) for o in recorded} == {
+        ("bench", 3, 0.0)}

@@ -321,3 +321,57 @@ def test_the_draft_cap_turns_drafting_off_and_on_between_requests(
     assert len(tuning.load_observations(plan)) == 2
     again = tuning.DraftCap(plan)  # the next session starts from what was stored
     assert again.choice.n_max == 0 and again.next_n_max() == 0
+
+
+def test_acceptance_is_read_per_kind_of_sampling(agent_home: Path, tmp_path: Path) -> None:
+    """One record, two temperatures: on an H200 the v4 draft drafting 5 tokens ran the edit
+    set at 1.42x plain at temperature 0 and at 0.84x at 0.7, because one record chose for
+    both (benchmarks/h200-q8-2026-12-03). Greedy observations now choose for greedy requests,
+    sampled ones for sampled requests; records from before temperatures were kept count for
+    both."""
+    plan = _plan(tmp_path)
+    tuning.save_costs(_costs({3: 2.0, 15: 8.0}), plan)
+    now = datetime.now(UTC)
+    greedy = Observation(source="bench", n_max=3, draft_n=3000, accepted=2700, at=now,
+                         temperature=0.0)
+    sampled = Observation(source="bench", n_max=3, draft_n=3000, accepted=300, at=now,
+                          temperature=0.7)
+    tuning.record(plan, [greedy, sampled])
+    chosen = {t: tuning.tune(plan, allow_probe=False, temperature=t)[1] for t in (0.0, 0.7, 1.2)}
+    assert chosen[0.0].n_max == 3 and chosen[0.0].p > 0.9
+    assert chosen[0.7].n_max == 0 and chosen[0.7].p < 0.3 and chosen[1.2].n_max == 0
+    assert tuning.tune(plan, allow_probe=False)[1].p == pytest.approx(
+        estimate_p([greedy, sampled]))  # no temperature asked: everything observed
+    assert [o.temperature for o in tuning.at_temperature([greedy, sampled], 0.3)] == [0.7]
+    # A record written before temperatures were kept: its observations speak for both.
+    path = tuning.acceptance_path(plan)
+    old = json.loads(path.read_text("utf-8"))
+    for o in old["observations"]:
+        del o["temperature"]
+    old["observations"][1]["accepted"] = 2700
+    path.write_text(json.dumps(old), "utf-8")
+    assert tuning.tune(plan, allow_probe=False, temperature=0.7)[1].n_max == 3
+    bad = Observation.model_validate
+    for value in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="temperature"):
+            bad({**greedy.model_dump(), "temperature": value})
+
+
+def test_turns_and_the_draft_cap_record_their_temperature(agent_home: Path,
+                                                          tmp_path: Path) -> None:
+    plan = _capped(tmp_path, draft_n_max=15)
+    tuning.save_costs(_costs({3: 2.0, 15: 8.0}, plain_ms=5.0), plan)
+    good = {"draft_n": 300, "draft_n_accepted": 270, "predicted_n": 400, "predicted_ms": 600.0}
+    assert tuning.record_turns(plan.model_copy(update={"profile": "dflash-fixed",
+                                                       "draft_n_max": 3}),
+                               [good], source="bench", temperature=0.0) == 1
+    assert tuning.DraftCap(plan, temperature=0.0).choice.n_max == 3
+    sampled = tuning.DraftCap(plan, temperature=0.8)
+    assert sampled.choice.n_max == 0  # nothing known of sampled requests yet: they probe
+    assert sampled.next_n_max() == tuning.TURN_PROBE_LENGTH
+    sampled.observe(3, {**good, "draft_n_accepted": 0})
+    sampled.save()
+    assert [(o.source, o.temperature) for o in tuning.load_observations(plan)] == [
+        ("bench", 0.0), ("session", 0.8)]
+    assert tuning.DraftCap(plan, temperature=0.0).choice.n_max == 3  # greedy still drafts
+    assert tuning.DraftCap(plan, temperature=0.8).choice.n_max == 0

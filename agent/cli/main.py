@@ -574,13 +574,14 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
     serving = server.compatible(plan)
     if serving is not None:
         # A server already runs this plan: keep its draft length (re-chosen at a new launch).
-        stale = stale_note(serving.plan, plan)
+        stale = stale_note(serving.plan, plan, chosen.sampling.temperature)
         if stale:
             reporter.note(stale)
         plan, line = plan.model_copy(update={"draft_n_max": serving.plan.draft_n_max}), \
             serving.speculation
     else:
-        plan, choice = tune(plan, timeout=settings.server_start_timeout, note=reporter.note)
+        plan, choice = tune(plan, timeout=settings.server_start_timeout, note=reporter.note,
+                            temperature=chosen.sampling.temperature)
         line = choice.line() if choice else None
     check_fit(plan, force=force, note=reporter.note)
     state, reused = server.up(plan, port=settings.port, preset=chosen.name,

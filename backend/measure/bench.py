@@ -323,14 +323,31 @@ def summarize(samples: list[Sample], profiles: list[str], prompts: list[str],
 
 def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
                 synth_accept: float | None, start_timeout: float,
-                note: Callable[[str], None] | None
-                ) -> tuple[LaunchPlan, str | None, int | None]:
+                note: Callable[[str], None] | None, temperatures: list[float]
+                ) -> tuple[LaunchPlan, str | None, dict[float, int] | None]:
     """The plan a profile is measured with (tuned as a launch would be, or for the synthetic
     acceptance), the tuning's line (None for untuned profiles) and, for a server that takes
-    its draft length per request, the length every request to it carries (else None)."""
-    plan = plan_for(preset, engine, profile, ctx_size, note)
-    plan, choice = tune(plan, synth_p=synth_accept, timeout=start_timeout, note=note)
-    per_request = choice.n_max if choice is not None and choice.per_request else None
+    its draft length per request, the length requests at each temperature carry (else None).
+
+    A tuned profile is tuned once per temperature: its acceptance record is read per kind of
+    sampling (:func:`backend.serve.tuning.same_sampling`). A server that takes the length per
+    request serves each temperature its own choice (0 where drafting is off there); another
+    server is launched with the first temperature's."""
+    base = plan_for(preset, engine, profile, ctx_size, note)
+    tuned = {t: tune(base, synth_p=synth_accept, timeout=start_timeout, note=note,
+                     temperature=t) for t in temperatures}
+    plan = tuned[temperatures[0]][0]
+    per_request = [t for t, (_, c) in tuned.items() if c is not None and c.per_request]
+    caps = None
+    if per_request:
+        plan = tuned[per_request[0]][0]
+        caps = {t: c.n_max if c is not None and c.per_request else 0
+                for t, (_, c) in tuned.items()}
+    lines = {t: c.line() for t, (_, c) in tuned.items() if c is not None}
+    line = None
+    if lines:
+        line = next(iter(lines.values())) if len(set(lines.values())) == 1 else "; ".join(
+            f"t={t:g}: {text}" for t, text in lines.items())
     flags: tuple[str, ...] = ("--alias", f"dflash-agent-bench-{profile}")
     k = effective_n_max(plan)
     if synth_accept is not None and k:
@@ -338,8 +355,7 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
             raise BenchUsage(f"--synth-accept needs an engine with --spec-synth-rates "
                              f"(upstream b11434 or later); {engine.key} has none")
         flags += ("--spec-synth-rates", synth_rates(synth_accept, k))
-    return (plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags)}),
-            choice.line() if choice else None, per_request)
+    return plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags)}), line, caps
 
 
 def _post(client: httpx2.Client, state: ServerState, profile: str, prompt: BenchPrompt,
@@ -430,7 +446,8 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
     started = datetime.now(UTC)
     with keep_current_marker():
-        tuned = {p: _bench_plan(preset, engine, p, ctx_size, synth_accept, start_timeout, note)
+        tuned = {p: _bench_plan(preset, engine, p, ctx_size, synth_accept, start_timeout, note,
+                                temperatures)
                  for p in profiles}
     plans = {p: plan for p, (plan, _, _) in tuned.items()}
     # The length a session starts with on a per-request server, sent with every request to it.
@@ -453,7 +470,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         body = {"messages": [{"role": "user", "content": prompt.text}],
                 "max_tokens": max_tokens, "temperature": temp, **request_extra}
         if profile in caps:
-            body["speculative.n_max"] = caps[profile]
+            body["speculative.n_max"] = caps[profile][temp]
         data = _post(client, states[profile], profile, prompt, body)
         sample = sample_from_response(data, index=len(samples), profile=profile,
                                       prompt=prompt.name, temperature=temp, repeat=repeat)
@@ -510,14 +527,19 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     if synth_accept is None:
         # The draft's acceptance on these prompts informs the next tuned launch.
         for profile, plan in plans.items():
-            try:
-                record_turns(plan, [{"draft_n": s.draft_n, "draft_n_accepted": s.draft_accepted,
-                                     "predicted_n": s.completion_tokens,
-                                     "predicted_ms": s.decode_ms}
-                                    for s in samples if s.profile == profile], source="bench",
-                             n_max=caps.get(profile))
-            except TuningError as exc:  # the measurements stand without it
-                say(f"could not record the draft's acceptance: {exc}")
+            for temp in temperatures:
+                try:
+                    record_turns(plan, [{"draft_n": s.draft_n,
+                                         "draft_n_accepted": s.draft_accepted,
+                                         "predicted_n": s.completion_tokens,
+                                         "predicted_ms": s.decode_ms}
+                                        for s in samples
+                                        if s.profile == profile and s.temperature == temp],
+                                 source="bench", n_max=caps[profile][temp]
+                                 if profile in caps else None, temperature=temp)
+                except TuningError as exc:  # the measurements stand without it
+                    say(f"could not record the draft's acceptance: {exc}")
+                    break
     per_prompt, overall = summarize(samples, profiles, [p.name for p in prompts],
                                     temperatures, reference)
     first = next(iter(plans.values()))

@@ -131,28 +131,32 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
                   port: int = DEFAULT_PORT, sdist: Path | None = None, timeout: float = 600.0,
                   progress: Progress | None = None,
                   note: Callable[[str], None] | None = None,
-                  force: bool = False) -> tuple[ServerState, bool]:
+                  force: bool = False,
+                  temperature: float | None = None) -> tuple[ServerState, bool]:
     """Engine, models and server for ``preset_name``; returns (state, reused).
 
     A tuned profile's draft length is chosen before the launch (:func:`backend.serve.tuning.
     tune`: a short acceptance probe when one is due; drafting off when it would not pay).
     Before a launch the fit check runs (:func:`backend.serve.fit.check_fit`); ``force`` launches a
-    plan it refuses. Raises ``BuildError``, ``ModelError``, ``PresetError``, ``FitError``,
-    ``GgufError`` or ``ServerError``.
+    plan it refuses. ``temperature``: what the session samples at (None: the preset's), whose
+    kind of acceptance the tuned length is chosen for. Raises ``BuildError``, ``ModelError``,
+    ``PresetError``, ``FitError``, ``GgufError`` or ``ServerError``.
     """
     preset = get_preset(preset_name)
     engine = ensure_engine(sdist, progress, note, rpc=bool(preset.rpc))
     plan = plan_for(preset, engine, profile, ctx_size, note, sdist=sdist)
+    if temperature is None:
+        temperature = preset.sampling.temperature
     serving = compatible(plan)
     if serving is not None:
         # The server that is up is the one sessions use, whatever its slot count; its draft
         # length changes only at a launch (never under a running session).
-        stale = stale_note(serving.plan, plan)
+        stale = stale_note(serving.plan, plan, temperature)
         if stale and note is not None:
             note(stale)
         return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note,
                   speculation=serving.speculation)
-    plan, choice = tune(plan, timeout=timeout, note=note)
+    plan, choice = tune(plan, timeout=timeout, note=note, temperature=temperature)
     for other in running():
         if other.preset == preset.name and note is not None:
             note(f"the {preset.name} server at {other.base_url} runs with another "

@@ -62,8 +62,11 @@ mid-turn, and off is a launch without the draft. BeeLlama <= 0.3 is tuned the sa
 its own ``profit`` controller (on by default) ran at 0.41-0.45x of plain decoding with the v1 draft
 on an H200 without ever turning drafting off, so a length the product chose is launched with that
 controller off (:func:`backend.serve.profiles.server_argv`), and ``dflash-fixed`` keeps the engine's
-defaults as the reference. Nothing is chosen per kind of turn: a turn's kind shows only in what it
-decodes, after its length was sent, so observations carry none. ``--spec-draft-p-min`` stays 0:
+defaults as the reference. Observations carry the sampling temperature of their requests, and
+a choice reads only those of its own kind, greedy (0) or sampled (above 0): on one H200 the v4 draft
+drafting 5 tokens ran the edit set at 1.42x plain at temperature 0 and 0.84x at 0.7, from one
+record (benchmarks/h200-q8-2026-12-03). Nothing else is chosen per kind of turn: a turn's kind
+shows only in what it decodes, after its length was sent. ``--spec-draft-p-min`` stays 0:
 choosing a cut needs the draft's confidence on real text, which synthetic acceptance cannot give,
 and a cut does not remove the draft pass's cost.
 """
@@ -234,6 +237,10 @@ class Observation(BaseModel):
     failed: str | None = Field(None, description="Why a probe failed (then nothing else is "
                                "measured): kept so that the next launches do not pay for a "
                                "failing probe again until it is due.")
+    temperature: float | None = Field(None, ge=0.0, allow_inf_nan=False, description="Sampling "
+                                      "temperature of the requests observed; None in records "
+                                      "made before it was kept (they count for every "
+                                      "temperature).")
 
     @field_validator("at")
     @classmethod
@@ -293,6 +300,22 @@ def acceptance_from_ratio(ratio: float, k: int) -> float:
         share = (tokens_per_step(mid, k) - 1.0) / k
         lo, hi = (mid, hi) if share < ratio else (lo, mid)
     return (lo + hi) / 2
+
+
+def same_sampling(observed: float | None, temperature: float | None) -> bool:
+    """True when an observation at temperature ``observed`` speaks for requests at
+    ``temperature``: both greedy (0) or both sampled (above 0); an unknown side (None) matches
+    either. A draft proposes its most likely tokens, which sampling at 0.7 keeps far less often
+    than greedy decoding does."""
+    if observed is None or temperature is None:
+        return True
+    return (observed == 0) == (temperature == 0)
+
+
+def at_temperature(observations: Iterable[Observation], temperature: float | None
+                   ) -> list[Observation]:
+    """The observations that speak for requests at ``temperature`` (:func:`same_sampling`)."""
+    return [o for o in observations if same_sampling(o.temperature, temperature)]
 
 
 def estimate_p(observations: Iterable[Observation]) -> float | None:
@@ -540,12 +563,13 @@ def record(plan: LaunchPlan, new: Iterable[Observation]) -> None:
 
 
 def record_turns(plan: LaunchPlan, timings: Iterable[dict], source: Literal[
-        "bench", "session"] = "session", n_max: int | None = None) -> int:
+        "bench", "session"] = "session", n_max: int | None = None,
+        temperature: float | None = None) -> int:
     """Record llama-server ``timings`` of requests served by ``plan`` (a server that drafted
     with length ``plan.draft_n_max``, or ``n_max`` when the requests carried that length
-    themselves: :func:`per_request_cap`); returns how many carried drafts. Requests that
-    drafted nothing count too (their tokens, at zero acceptance). Raises
-    :class:`TuningError`."""
+    themselves: :func:`per_request_cap`), sampled at ``temperature``; returns how many
+    carried drafts. Requests that drafted nothing count too (their tokens, at zero
+    acceptance). Raises :class:`TuningError`."""
     k = effective_n_max(plan) if n_max is None else n_max
     if not k:
         return 0
@@ -556,7 +580,8 @@ def record_turns(plan: LaunchPlan, timings: Iterable[dict], source: Literal[
             obs.append(Observation(source=source, n_max=k, draft_n=int(t.get("draft_n") or 0),
                                    accepted=int(t.get("draft_n_accepted") or 0),
                                    tokens=int(t.get("predicted_n") or 0),
-                                   decode_ms=float(t.get("predicted_ms") or 0.0), at=now))
+                                   decode_ms=float(t.get("predicted_ms") or 0.0), at=now,
+                                   temperature=temperature))
         except (TypeError, ValueError, ValidationError):
             continue  # a malformed timings object is not evidence either way
     record(plan, obs)
@@ -601,14 +626,15 @@ def takes_length_per_request(binary: Path) -> bool:
     return isinstance(patches, list) and PER_REQUEST_DRAFT_CAP in patches
 
 
-def request_control(plan: LaunchPlan, note: Callable[[str], None] | None = None
-                    ) -> DraftCap | NgramGuard | None:
+def request_control(plan: LaunchPlan, note: Callable[[str], None] | None = None,
+                    temperature: float | None = None) -> DraftCap | NgramGuard | None:
     """What chooses each request's draft length on a server of ``plan``: a :class:`DraftCap`
-    for the tuned ``dflash`` profile (:func:`per_request_cap`), an
+    for the tuned ``dflash`` profile (:func:`per_request_cap`; for requests sampled at
+    ``temperature``), an
     :class:`~backend.serve.ngram_guard.NgramGuard` for ``ngram`` on an engine with the patch
     (``ngram-fixed`` is the untouched reference), None elsewhere (the launch's length)."""
     if per_request_cap(plan):
-        return DraftCap(plan, note)
+        return DraftCap(plan, note, temperature)
     if plan.profile == "ngram" and takes_length_per_request(plan.binary):
         return NgramGuard(plan, note)
     return None
@@ -626,11 +652,12 @@ def probe_due(observations: list[Observation], now: datetime | None = None) -> b
 
 
 def probe(plan: LaunchPlan, n_max: int, timeout: float = 600.0,
-          note: Callable[[str], None] | None = None) -> list[Observation]:
+          note: Callable[[str], None] | None = None,
+          temperature: float = 0.0) -> list[Observation]:
     """Measure the draft's acceptance on :data:`PROBE_PROMPTS` at length ``n_max``.
 
     Starts a server of ``plan`` drafting ``n_max`` tokens (an alias of its own, so never the
-    user's server nor a concurrent probe's), sends each prompt once (temperature 0,
+    user's server nor a concurrent probe's), sends each prompt once (at ``temperature``,
     :data:`PROBE_TOKENS` tokens), stops it; the ``current`` server marker is left as it was.
     Returns one observation per prompt. Raises :class:`TuningError` when a request fails,
     ``ServerError`` when the server does not start.
@@ -646,7 +673,7 @@ def probe(plan: LaunchPlan, n_max: int, timeout: float = 600.0,
                 for text in PROBE_PROMPTS:
                     body = {**state.request_extra,
                             "messages": [{"role": "user", "content": text}],
-                            "max_tokens": PROBE_TOKENS, "temperature": 0.0,
+                            "max_tokens": PROBE_TOKENS, "temperature": temperature,
                             "cache_prompt": False}
                     try:
                         resp = client.post(state.base_url + "/v1/chat/completions", json=body)
@@ -663,7 +690,7 @@ def probe(plan: LaunchPlan, n_max: int, timeout: float = 600.0,
                             accepted=int(t.get("draft_n_accepted") or 0),
                             tokens=int(t.get("predicted_n") or 0),
                             decode_ms=float(t.get("predicted_ms") or 0.0),
-                            at=datetime.now(UTC)))
+                            at=datetime.now(UTC), temperature=temperature))
                     except (TypeError, ValueError) as exc:
                         raise TuningError(f"a probe request got malformed timings: "
                                           f"{exc}") from exc
@@ -677,8 +704,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = True,
-         timeout: float = 600.0,
-         note: Callable[[str], None] | None = None) -> tuple[LaunchPlan, Tuning | None]:
+         timeout: float = 600.0, note: Callable[[str], None] | None = None,
+         temperature: float | None = None) -> tuple[LaunchPlan, Tuning | None]:
     """``plan`` with the draft length of a tuned profile chosen (0 = off), and the choice.
 
     Untuned profiles, plans without a draft, plans whose length is already set and
@@ -687,8 +714,10 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
     synthetic acceptance) replaces measured acceptance. Otherwise a probe runs first when one is due
     (:func:`probe_due`) and ``allow_probe`` (``--print-cmd`` never launches: it shows what is
     stored); a probe plan the fit check refuses is not started. The choice reads the draft model's
-    own record (for ``dflash+ngram`` too: its n-gram drafts are not the draft's). A probe that fails
-    turns drafting off for this launch, said through ``note``; it never stops one.
+    own record (for ``dflash+ngram`` too: its n-gram drafts are not the draft's), only the
+    observations of requests sampled like ``temperature``'s (:func:`same_sampling`; None: all),
+    and a probe runs at that temperature. A probe that fails turns drafting off for this launch,
+    said through ``note``; it never stops one.
     """
     profile = get_profile(plan.profile)
     if not profile.tuned or plan.draft is None or plan.draft_n_max is not None:
@@ -707,7 +736,7 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
                                            "off_label": off_label})
         return _launch(plan, choice, longest, costs)
     draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
-    observations = load_observations(draft_only, note)
+    observations = at_temperature(load_observations(draft_only, note), temperature)
     if probe_due(observations) and allow_probe:
         k = max((k for k in costs.step_ratio if k <= longest), default=longest)
         failed = None
@@ -715,14 +744,14 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
             check_fit(draft_only.model_copy(update={"draft_n_max": k}), note=note)
             if note:
                 note(f"probing the draft's acceptance at length {k} (two short requests)")
-            new = probe(draft_only, k, timeout, note)
+            new = probe(draft_only, k, timeout, note, temperature=temperature or 0.0)
         except (TuningError, ServerError, FitError) as exc:
             failed = f"the acceptance probe failed ({_first_line(exc)})"
         if failed:
             with contextlib.suppress(TuningError):
                 record(draft_only, [Observation(source="probe", n_max=k, draft_n=0,
                                                 accepted=0, at=datetime.now(UTC),
-                                                failed=failed)])
+                                                failed=failed, temperature=temperature)])
             off = Tuning(n_max=0, costs=costs.source, reason=failed, off_label=off_label)
             return plan.model_copy(update={"draft_n_max": 0}), off
         try:
@@ -785,15 +814,18 @@ class DraftCap:
     While drafting is off no request drafts, so none says what the draft would do now: once a
     probe is due (:func:`probe_due`) the next request drafts :data:`TURN_PROBE_LENGTH` tokens
     and its acceptance decides again. The session's observations are recorded by whoever
-    ends a task (:meth:`save`).
+    ends a task (:meth:`save`). ``temperature``: the session's sampling temperature; only
+    observations sampled like it count (:func:`same_sampling`), and its own are stored with it.
     """
 
-    def __init__(self, plan: LaunchPlan, note: Callable[[str], None] | None = None):
+    def __init__(self, plan: LaunchPlan, note: Callable[[str], None] | None = None,
+                 temperature: float | None = None):
         self.plan = plan
+        self.temperature = temperature
         self.longest = effective_n_max(plan)
         self.costs = load_costs(plan, device_id(plan.binary), note)
         self._draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
-        self._stored = load_observations(self._draft_only, note)
+        self._stored = at_temperature(load_observations(self._draft_only, note), temperature)
         self._new: list[Observation] = []
         self._recorded = 0
         self.choice = self._choose()
@@ -823,7 +855,7 @@ class DraftCap:
                               accepted=int(timings.get("draft_n_accepted") or 0),
                               tokens=int(timings.get("predicted_n") or 0),
                               decode_ms=float(timings.get("predicted_ms") or 0.0),
-                              at=datetime.now(UTC))
+                              at=datetime.now(UTC), temperature=self.temperature)
         except (TypeError, ValueError, ValidationError):
             return  # a malformed timings object is not evidence either way
         self._new.append(obs)
@@ -841,11 +873,13 @@ def _length_text(n_max: int | None) -> str:
     return "no draft" if n_max == 0 else f"draft length {n_max}"
 
 
-def stale_note(serving: LaunchPlan, wanted: LaunchPlan) -> str | None:
+def stale_note(serving: LaunchPlan, wanted: LaunchPlan,
+               temperature: float | None = None) -> str | None:
     """A note when the running server (``serving``) drafts another length than the stored
-    measurements now choose for ``wanted`` (an untuned plan of the same preset): the length
-    changes only at a launch, so the user is told how to get one. None when they agree."""
-    choice = stored_choice(wanted)
+    measurements now choose for ``wanted`` (an untuned plan of the same preset) at
+    ``temperature``: the length changes only at a launch, so the user is told how to get one.
+    None when they agree."""
+    choice = stored_choice(wanted, temperature)
     if choice is None or choice.n_max == serving.draft_n_max or per_request_cap(serving):
         return None
     return (f"the running server has {_length_text(serving.draft_n_max)}; what is measured now "
@@ -853,8 +887,10 @@ def stale_note(serving: LaunchPlan, wanted: LaunchPlan) -> str | None:
             "with it)")
 
 
-def stored_choice(plan: LaunchPlan) -> Tuning | None:
-    """What a launch of ``plan`` would choose from what is stored (no probe); None for
-    untuned profiles. For ``backend status`` and for noticing that a running server's length
-    is no longer the one the measurements choose."""
-    return tune(plan.model_copy(update={"draft_n_max": None}), allow_probe=False)[1]
+def stored_choice(plan: LaunchPlan, temperature: float | None = None) -> Tuning | None:
+    """What a launch of ``plan`` would choose from what is stored (no probe) for requests at
+    ``temperature`` (None: whatever was observed); None for untuned profiles. For ``backend
+    status`` and for noticing that a running server's length is no longer the one the
+    measurements choose."""
+    return tune(plan.model_copy(update={"draft_n_max": None}), allow_probe=False,
+                temperature=temperature)[1]
