@@ -54,7 +54,7 @@ FIT_STEPS=${FIT_STEPS:-3800}        # the schedule's length: the lr decays to it
 FIT_BUDGET=${FIT_BUDGET:-760}       # seconds of training at most
 FIT_ARGS=${FIT_ARGS:---batch-seqs 32 --anchors 128 --lr 4e-4 --warmup 100 --gamma 7}
 DEADLINE=${DEADLINE:-570}
-NGRAM_SETS=${NGRAM_SETS:-24,48,64,6,64 16,8,64 24,48,64}  # bench: more lengths, "M,MIN,MAX[,N,SIZE] ..."
+NGRAM_SETS=${NGRAM_SETS-24,48,64,6,64 16,8,64 24,48,64}  # bench2 (empty: none): more lengths, "M,MIN,MAX[,N,SIZE] ..."
 
 export PYTHONPATH=$SITE:$ROOT PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 mkdir -p "$OUT" "$T/done" "$T/kit"
