@@ -20,7 +20,7 @@ from backend.models.requant import requantize_file, requantized, requantized_pat
 from backend.models.sources import ModelError
 from backend.serve.launch import plan_for
 from tests.conftest import greedy_timings
-from tests.test_presets_cli import OFFLINE
+from tests.test_presets_cli import OFFLINE, listed
 
 
 def _cached_like_a_download(home: Path, model: Path) -> None:
@@ -159,6 +159,8 @@ def test_download_and_print_cmd_give_the_rewritten_target(agent_home: Path, smol
     assert after.returncode == 0, after.stderr
     assert f"-m {made[0]}" in after.stdout and f"-m {made[0]}" in before.stdout
     assert "rewritten once" not in after.stderr
+    shown = listed(agent_home)["smollm2-135m-dflash"]["model"]  # the file the server loads
+    assert shown["size_bytes"] == made[0].stat().st_size > smollm2.stat().st_size
 
 
 def test_the_real_server_runs_the_rewritten_target_with_the_shipped_draft(

@@ -10,6 +10,7 @@ from backend.home import home
 from backend.models.ggufinfo import GgufError
 from backend.models.hfdraft import cached_conversion, is_folder_source
 from backend.models.presets import Preset, load_presets
+from backend.models.requant import requantized_path
 from backend.models.sources import PACKAGED, ModelError, packaged_file, parse_hf, parse_pypi
 from backend.serve.fit import FitReport, ctx_limit_note, preset_fit
 from backend.serve.profiles import get_profile
@@ -90,9 +91,15 @@ def draft_file(preset: Preset) -> ModelFile | None:
 
 
 def preset_status(preset: Preset) -> PresetStatus:
-    """Files, sizes and fit for ``preset`` (its own context, one slot)."""
+    """Files, sizes and fit for ``preset`` (its own context, one slot); a target the preset
+    serves rewritten (``requantize``) is shown as its rewrite once that is made."""
     uses_draft = get_profile(preset.profile).needs_draft
     model = cached_file(preset.model)
+    if preset.requantize and model.path is not None:
+        # What the server loads, once made (before that: the source, the best estimate there is).
+        rewrite = requantized_path(model.path, preset.requantize)
+        if rewrite.is_file():
+            model = ModelFile(preset.model, rewrite, rewrite.stat().st_size)
     draft = draft_file(preset)
     needed = [model] + ([draft] if uses_draft and draft else [])
     missing = [f for f in needed if f.path is None]
