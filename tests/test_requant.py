@@ -161,6 +161,9 @@ def test_download_and_print_cmd_give_the_rewritten_target(agent_home: Path, smol
     assert "rewritten once" not in after.stderr
     shown = listed(agent_home)["smollm2-135m-dflash"]["model"]  # the file the server loads
     assert shown["size_bytes"] == made[0].stat().st_size > smollm2.stat().st_size
+    assert shown["served_as"] == "Q8_0" and shown["path"] == str(made[0])
+    text = _agent("backend", "presets", home=agent_home).stdout
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf (138 MiB, served as Q8_0)" in text
 
 
 def test_the_real_server_runs_the_rewritten_target_with_the_shipped_draft(

@@ -28,7 +28,8 @@ def _file_text(f: ModelFile) -> str:
         return f"{f.source} ({f.problem})"
     if f.path is None:
         return f"{f.source} (not downloaded)"
-    return f"{f.source} ({(f.size_bytes or 0) / MIB:.0f} MiB)"
+    served = f", served as {f.served_as}" if f.served_as else ""
+    return f"{f.source} ({(f.size_bytes or 0) / MIB:.0f} MiB{served})"
 
 
 def _status_json(s: PresetStatus) -> dict:
@@ -36,6 +37,7 @@ def _status_json(s: PresetStatus) -> dict:
         if f is None:
             return None
         return {"source": f.source, "path": str(f.path) if f.path else None,
+                "served_as": f.served_as,
                 "size_bytes": f.size_bytes, "problem": f.problem}
 
     fit = None

@@ -26,6 +26,9 @@ class ModelFile:
     size_bytes: int | None
     problem: str | None = None
     """Why the source cannot be used (malformed, missing local file), or None."""
+    served_as: str | None = None
+    """The type the source's weights were rewritten to (a preset's ``requantize``): ``path``
+    is then that rewrite."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ def preset_status(preset: Preset) -> PresetStatus:
         # What the server loads, once made (before that: the source, the best estimate there is).
         rewrite = requantized_path(model.path, preset.requantize)
         if rewrite.is_file():
-            model = ModelFile(preset.model, rewrite, rewrite.stat().st_size)
+            model = ModelFile(preset.model, rewrite, rewrite.stat().st_size,
+                              served_as=preset.requantize.upper())
     draft = draft_file(preset)
     needed = [model] + ([draft] if uses_draft and draft else [])
     missing = [f for f in needed if f.path is None]
