@@ -327,8 +327,8 @@ def test_acceptance_is_read_per_kind_of_sampling(agent_home: Path, tmp_path: Pat
     """One record, two temperatures: on an H200 the v4 draft drafting 5 tokens ran the edit
     set at 1.42x plain at temperature 0 and at 0.84x at 0.7, because one record chose for
     both (benchmarks/h200-q8-2026-12-03). Greedy observations now choose for greedy requests,
-    sampled ones for sampled requests; records from before temperatures were kept count for
-    both."""
+    sampled ones for sampled requests; records from before temperatures were kept are read as
+    greedy."""
     plan = _plan(tmp_path)
     tuning.save_costs(_costs({3: 2.0, 15: 8.0}), plan)
     now = datetime.now(UTC)
@@ -343,14 +343,18 @@ def test_acceptance_is_read_per_kind_of_sampling(agent_home: Path, tmp_path: Pat
     assert tuning.tune(plan, allow_probe=False)[1].p == pytest.approx(
         estimate_p([greedy, sampled]))  # no temperature asked: everything observed
     assert [o.temperature for o in tuning.at_temperature([greedy, sampled], 0.3)] == [0.7]
-    # A record written before temperatures were kept: its observations speak for both.
+    # A record written before temperatures were kept (its probes ran at 0): read as greedy,
+    # so sampled requests have nothing measured and probe anew.
     path = tuning.acceptance_path(plan)
     old = json.loads(path.read_text("utf-8"))
     for o in old["observations"]:
         del o["temperature"]
-    old["observations"][1]["accepted"] = 2700
     path.write_text(json.dumps(old), "utf-8")
-    assert tuning.tune(plan, allow_probe=False, temperature=0.7)[1].n_max == 3
+    assert tuning.tune(plan, allow_probe=False, temperature=0.0)[1].p == pytest.approx(
+        estimate_p([greedy, sampled]))
+    sampled_choice = tuning.tune(plan, allow_probe=False, temperature=0.7)[1]
+    assert sampled_choice.n_max == 0 and sampled_choice.p is None
+    assert "probes the draft first" in sampled_choice.reason
     bad = Observation.model_validate
     for value in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="temperature"):
