@@ -11,7 +11,6 @@ with the cause and the fix.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from backend.engine.flavour import Flavour
 from backend.home import home
 from backend.models.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
 from backend.models.ggufinfo import GgufError, gguf_metadata, read_gguf_info
+from backend.models.sources import version_key
 
 
 class DraftError(ValueError):
@@ -39,11 +39,8 @@ def gguf_architecture(path: Path) -> str:
 
 def converted_path(draft: Path, to: str = NEW_ARCH) -> Path:
     """Where the ``to``-format conversion of ``draft`` is (or will be) kept in the cache."""
-    stat = draft.stat()
-    key = hashlib.sha256(f"{draft.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     suffix = "" if to == NEW_ARCH else f"-{to}"
-    return home().cache / "models" / "converted" / \
-        f"{draft.stem}-{key.hexdigest()[:10]}{suffix}.gguf"
+    return home().cache / "models" / "converted" / f"{draft.stem}-{version_key(draft)}{suffix}.gguf"
 
 
 def draft_for(draft: Path, flavour: Flavour,

@@ -17,7 +17,6 @@ which is set to the new type. Tensors are converted one at a time (memory: one t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from filelock import FileLock
 
 from backend.home import home
-from backend.models.sources import ModelError
+from backend.models.sources import ModelError, version_key
 
 if TYPE_CHECKING:
     import gguf
@@ -44,20 +43,16 @@ def requantized_path(model: Path, to: Requantize) -> Path:
     """Where the ``to`` rewrite of ``model`` is (or will be) kept: ``<cache>/models/requantized/``,
     keyed by the source's resolved path, size and modification time (a replaced file is
     rewritten again)."""
-    stat = model.stat()
-    key = hashlib.sha256(f"{model.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return home().models / "requantized" / f"{model.stem}-{key.hexdigest()[:10]}.{to}.gguf"
+    return home().models / "requantized" / f"{model.stem}-{version_key(model)}.{to}.gguf"
 
 
 def _rewritten(tensor: gguf.ReaderTensor, target: gguf.GGMLQuantizationType) -> bool:
-    """True for a quantized tensor of another type (floats and ``target`` stay as they are)."""
+    """True for a quantized tensor of another type: floats and integers (one value a block)
+    and ``target`` stay as they are."""
     import gguf  # deferred: numpy and gguf cost ~0.25 s at import
 
-    floats = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
-              gguf.GGMLQuantizationType.BF16, gguf.GGMLQuantizationType.F64,
-              gguf.GGMLQuantizationType.I8, gguf.GGMLQuantizationType.I16,
-              gguf.GGMLQuantizationType.I32, gguf.GGMLQuantizationType.I64)
-    return tensor.tensor_type not in floats and tensor.tensor_type != target
+    block, _ = gguf.GGML_QUANT_SIZES[tensor.tensor_type]
+    return block > 1 and tensor.tensor_type != target
 
 
 def requantize_file(src: Path, dst: Path, to: Requantize) -> dict[str, object]:

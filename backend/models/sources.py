@@ -81,6 +81,15 @@ def parse_pypi(source: str) -> PypiSource:
     return PypiSource(dist=dist, version=version or None, member=member)
 
 
+def version_key(path: Path) -> str:
+    """Ten hex digits naming this version of the file at ``path`` (resolved path, size and
+    modification time): the key of what the cache derives from it (a converted draft, a
+    requantized target), so a replaced file is derived again."""
+    stat = path.stat()
+    text = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def verify_gguf(path: Path, expected_size: int | None = None) -> Path:
     """Check that ``path`` is a GGUF file (magic bytes, optional exact size in bytes)."""
     if not path.is_file():
