@@ -1193,13 +1193,15 @@ def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
     return [x.model_copy(update={"index": i}) for i, x in enumerate(kept)], done
 
 
-def _client(state: ServerState, forced: bool = False) -> ServerClient:
+def _client(state: ServerState, forced: bool = False,
+            temperature: float | None = None) -> ServerClient:
     """The agent's client for a server the run started (with the fields a known bug of its
     build needs on every request, where the backend records them, and, on a server that
-    takes its draft length per request, the agent's choice of it for every turn); a
-    :class:`benchmarks.forced.ForcedClient` for --forced."""
+    takes its draft length per request, the agent's choice of it for every turn, for
+    requests sampled at ``temperature``); a :class:`benchmarks.forced.ForcedClient` for
+    --forced."""
     extra = getattr(state, "request_extra", None)
-    cap = request_control(state.plan)
+    cap = request_control(state.plan, temperature=temperature)
     kind = ForcedClient if forced else ServerClient
     client = kind(state.base_url, idle_timeout=3600.0, explain=lambda: crash_report(state),
                   draft_cap=cap)
@@ -1209,11 +1211,13 @@ def _client(state: ServerState, forced: bool = False) -> ServerClient:
 
 
 def _plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
-          note: Callable[[str], None] | None) -> tuple[LaunchPlan, str | None]:
+          note: Callable[[str], None] | None, temperature: float | None = None
+          ) -> tuple[LaunchPlan, str | None]:
     """The plan ``profile`` replays with, tuned as a launch would tune it
-    (backend.serve.tuning), and the tuning's line (None for untuned profiles)."""
+    (backend.serve.tuning) for requests at ``temperature``, and the tuning's line (None for
+    untuned profiles)."""
     plan = plan_for(preset, engine, profile, ctx_size, note)
-    plan, choice = tune(plan, note=note)
+    plan, choice = tune(plan, note=note, temperature=temperature)
     line = choice.line() if choice else None
     if line and note is not None:
         note(f"{profile}: {line}")
@@ -1242,7 +1246,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
     started_at, clock = datetime.now(UTC), time.monotonic()
     reference = REFERENCE_PROFILE if REFERENCE_PROFILE in profiles else profiles[0]
     with keep_current_marker():  # a tuning probe starts a server of its own
-        tuned = {p: _plan(preset, engine, p, ctx_size, note) for p in profiles}
+        tuned = {p: _plan(preset, engine, p, ctx_size, note, sampling.get("temperature"))
+                 for p in profiles}
     plans = {p: plan for p, (plan, _) in tuned.items()}
     states: dict[str, ServerState] = {}
     measured, done = resumable(previous, sessions, profiles, protocols, plain, preset.name,
@@ -1256,7 +1261,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
                 states[profile] = _start(profile, plan, preset, http, force, start_timeout,
                                          note)
             servers = [_server_info(p, s, tuned[p][1]) for p, s in states.items()]
-            clients = {p: _client(s, forced) for p, s in states.items()}
+            clients = {p: _client(s, forced, sampling.get("temperature"))
+                       for p, s in states.items()}
             tool_role = renders_tool_role(clients[reference])
             try:
                 if forced and forcing is None:

@@ -354,3 +354,35 @@ def test_bench_serves_each_temperature_the_length_its_own_acceptance_chose(
     recorded = tuning.load_observations(plan)[2:]
     assert recorded and {(o.source, o.n_max, o.temperature) for o in recorded} == {
         ("bench", 3, 0.0)}
+
+
+def test_bench_explores_a_draft_near_break_even_then_follows_what_its_requests_measured(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """A stored probe that read acceptance just under paying: the tuned server keeps the draft
+    loaded (a loaded draft was never measured free here), its first request drafts the best
+    length, and the requests' own acceptance (the random draft accepts nothing) turns drafting
+    off for the rest, as in a session (tuning.DraftCap). On an H200 the two-request probe read
+    v4 at 0.58 and kept drafting off, where the bench's requests then accepted 0.71."""
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, tiny_dflash)
+    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0}),
+                      plan)
+    tuning.record(plan, [tuning.Observation(source="probe", n_max=3, draft_n=300, accepted=105,
+                                            tokens=48, at=datetime.now(UTC), temperature=0.0)])
+    out = tmp_path / "bench.json"
+    proc = run("backend", "bench", "--preset", "tinyd", "--profiles", "baseline,dflash",
+               "--prompts", "edit", "--temperatures", "0", "--max-tokens", "24", "--json",
+               str(out), home=home)
+    assert proc.returncode == 0, proc.stderr
+    result = BenchResult.model_validate_json(out.read_text("utf-8"))
+    line = {s.profile: s for s in result.servers}["dflash"].speculation
+    assert line.startswith("drafting off per request: acceptance 0.56"), line
+    assert "first 256 tokens draft 3 a step" in line
+    tuned = [s for s in result.samples if s.profile == "dflash"]
+    assert len(tuned) == 3 and tuned[0].draft_n > 0  # explored
+    assert tuned[0].draft_accepted * 10 < tuned[0].draft_n  # the random draft: ~nothing
+    assert all(s.draft_n == 0 for s in tuned[1:])  # then off, from what it measured
+    recorded = tuning.load_observations(plan)[1:]
+    assert [(o.source, o.n_max, o.temperature) for o in recorded] == [("bench", 3, 0.0)]

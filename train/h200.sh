@@ -28,6 +28,9 @@
 #                                #   Q8_0 and as Q4_1), then agent backend bench on the edit set
 #                                #   at 1,200 tokens (DRAFT: the draft, default the trained one)
 #   bash train/h200.sh bench2    # the seed set at t = 0 and 0.7, the edit set at 0.7, NGRAM_SETS
+#   bash train/h200.sh first     # carry .devkit/m4 when no `data` ran: calibrate, the edit and
+#                                #   seed sets each from an empty acceptance record, the edit set
+#                                #   again over the benches' records, the agent replay at 0 and 0.7
 #
 # A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
 # 12: a build failed; 75: still running (call the same stage again).
@@ -291,6 +294,45 @@ bench2)  # the seed set at t = 0 and 0.7, the edit set at 0.7, other n-gram leng
   touch "$T/bench2.done"
   finish 0
   ;;
+first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS from an empty
+  # acceptance record (the launch probes, the requests explore and re-choose), then the edit set
+  # again over what the benches recorded, and the agent's own turns (each step once: exit 75,
+  # call again)
+  require build; collect; join_models
+  while [[ ! -f $T/build.rc ]] && (($(left) > 300)); do sleep 10; done
+  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
+  [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
+    --lengths 1,2,3,5,7,15 --tokens 128 --json "$OUT/calibrate-smol-v3.json" \
+    && touch "$T/done/cal-smol-v3"; }
+  acc=$HOME_UP/state/speculation/acceptance
+  for set in ${FIRST_SETS-edit seed}; do
+    [[ -f $T/done/first-$set ]] && continue
+    (($(left) > 200)) || finish 75
+    rm -rf "$acc"
+    tokens=512; [[ $set == edit ]] && tokens=1200
+    "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash,dflash-fixed \
+      --prompts "$set" --temperatures 0,0.7 --max-tokens $tokens --repeats 2 \
+      --json "$OUT/first-$set.json" && touch "$T/done/first-$set"
+    cp "$acc"/*.json "$OUT/acceptance-first-$set.json" 2>/dev/null
+  done
+  if [[ ! -f $T/done/after-edit ]]; then
+    (($(left) > 150)) || finish 75
+    "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash --prompts edit \
+      --temperatures 0,0.7 --max-tokens 1200 --repeats 2 --json "$OUT/after-edit.json" \
+      && touch "$T/done/after-edit"
+    cp "$acc"/*.json "$OUT/acceptance-after-edit.json" 2>/dev/null
+  fi
+  for t in ${REPLAY_TEMPS-0 0.7}; do
+    [[ -f $T/done/replay-$t ]] && continue
+    (($(left) > 200)) || finish 75
+    DFLASH_AGENT_HOME="$HOME_UP" "$PY" benchmarks/agent_turns.py --preset smol-v3 \
+      --profiles baseline,dflash --protocols text --turns 12 --max-tokens 512 --temperature "$t" \
+      --json "$OUT/replay-t$t.json" && touch "$T/done/replay-$t"
+  done
+  cp "$acc"/*.json "$OUT/acceptance-end.json" 2>/dev/null
+  finish 0
+  ;;
 lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside baseline: the
   # goodput each length gives on this workload, against what the tuned profile chose
   require bench2; presets "${DRAFT:-$T/run/draft.gguf}"
@@ -318,7 +360,7 @@ EOF2
   finish 0
   ;;
 *)
-  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench|bench2" >&2
+  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench|bench2|first|lengths" >&2
   exit 2
   ;;
 esac

@@ -48,6 +48,7 @@ from backend.serve.server import (
     up,
 )
 from backend.serve.tuning import (
+    DraftCap,
     TuningError,
     effective_n_max,
     gpu_names,
@@ -450,8 +451,11 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                                 temperatures)
                  for p in profiles}
     plans = {p: plan for p, (plan, _, _) in tuned.items()}
-    # The length a session starts with on a per-request server, sent with every request to it.
+    # A per-request server's lengths: fixed for a synthetic acceptance; otherwise chosen per
+    # request by a DraftCap per temperature, as in a session (it explores, then re-chooses).
     caps = {p: k for p, (_, _, k) in tuned.items() if k is not None}
+    controls = {} if synth_accept is not None else {
+        p: {t: DraftCap(plans[p], note, t, source="bench") for t in temperatures} for p in caps}
     for profile, (_, line, _) in tuned.items():
         if line:
             say(f"{profile}: {line}")
@@ -469,9 +473,13 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                 prompt: BenchPrompt, temp: float, repeat: int) -> None:
         body = {"messages": [{"role": "user", "content": prompt.text}],
                 "max_tokens": max_tokens, "temperature": temp, **request_extra}
-        if profile in caps:
+        if profile in controls:
+            body["speculative.n_max"] = controls[profile][temp].next_n_max()
+        elif profile in caps:
             body["speculative.n_max"] = caps[profile][temp]
         data = _post(client, states[profile], profile, prompt, body)
+        if profile in controls:
+            controls[profile][temp].observe(body["speculative.n_max"], data.get("timings"))
         sample = sample_from_response(data, index=len(samples), profile=profile,
                                       prompt=prompt.name, temperature=temp, repeat=repeat)
         samples.append(sample)
@@ -529,14 +537,16 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         for profile, plan in plans.items():
             for temp in temperatures:
                 try:
+                    if profile in controls:
+                        controls[profile][temp].save()
+                        continue
                     record_turns(plan, [{"draft_n": s.draft_n,
                                          "draft_n_accepted": s.draft_accepted,
                                          "predicted_n": s.completion_tokens,
                                          "predicted_ms": s.decode_ms}
                                         for s in samples
                                         if s.profile == profile and s.temperature == temp],
-                                 source="bench", n_max=caps[profile][temp]
-                                 if profile in caps else None, temperature=temp)
+                                 source="bench", temperature=temp)
                 except TuningError as exc:  # the measurements stand without it
                     say(f"could not record the draft's acceptance: {exc}")
                     break

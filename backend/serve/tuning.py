@@ -110,11 +110,27 @@ MARGIN = 1.05
 """Drafting must be predicted to beat plain decoding by 5 %: the model is measured to within
 ~10 %, and a draft that only breaks even costs memory and risk for nothing."""
 
-IDLE_FLOOR = 0.97
+IDLE_FLOOR = 0.99
 """A server keeping its draft loaded while no request drafts must decode at this share of a
 server without the draft, measured (``agent backend calibrate``), for drafting off to stay per
-request; otherwise off launches without the draft. Never slower is the promise; 3 % is the
-spread of two plain servers side by side on the 2-core CPU."""
+request; otherwise off launches without the draft. Never slower is the promise, and calibrate
+reads this cost low: on an H200 it measured 0.972 (v4 draft, 2026-12-03), and the benches of
+that run decoded at 0.94-0.95x of plain with the draft loaded and every request at 0; 0.97,
+the floor until then, let that draft stay loaded."""
+
+EXPLORE_FROM = MARGIN - 0.10
+"""With drafting off but predicted within 10 % under :data:`MARGIN`, a server that takes its
+length per request keeps the draft loaded and a session's first requests draft the best
+predicted length (:class:`DraftCap`), so that the session's own text decides. The launch
+probe's two requests read acceptance to about ±0.1 a token (0.51 and 0.70 for its two prompts on
+an H200, 0.26 and 0.74 on the 2-core CPU), about ±10 % of predicted speedup near break-even; and
+the edit and seed requests it then kept at plain speed accepted 0.71 a token, which drafting 5
+tokens turned into 1.31-1.42x plain (benchmarks/h200-q8-2026-12-03)."""
+
+EXPLORE_TOKENS = 256
+"""Tokens a session decodes while exploring (:data:`EXPLORE_FROM`) before its choice rests on
+what it measured: a few hundred tokens of its own outweigh the probe's 2 x 48
+(:func:`estimate_p` weights by tokens decoded)."""
 
 REPROBE_AFTER = timedelta(hours=24)
 """While drafting is off, a launch probes the draft again once the last probe is this old."""
@@ -270,13 +286,26 @@ class Tuning(BaseModel):
                               "at its longest length and each request carries the chosen "
                               "length (speculative.n_max; 0 = no draft): :class:`DraftCap` "
                               "re-chooses it between requests, without a restart.")
+    best: int | None = Field(None, description="The length with the best prediction, also "
+                             "when drafting is off (the length a session explores at: "
+                             ":data:`EXPLORE_FROM`).")
+
+    def explores(self) -> bool:
+        """Whether drafting is off but predicted near enough to :data:`MARGIN` for a
+        session's first requests to draft :attr:`best` tokens and measure."""
+        return (self.n_max == 0 and self.best is not None and self.predicted is not None
+                and self.predicted >= EXPLORE_FROM)
 
     def line(self) -> str:
         """One line for the user: the choice, then why (never more than one line)."""
         head = self.off_label if self.n_max == 0 else f"draft length {self.n_max}"
         if self.per_request:
             head += " per request"
-        return " ".join(f"{head}: {self.reason}".split())
+        text = f"{head}: {self.reason}"
+        if self.per_request and self.explores():
+            text += (f"; a session's first {EXPLORE_TOKENS} tokens draft {self.best} a step "
+                     "to measure it on their own text")
+        return " ".join(text.split())
 
 
 def tokens_per_step(p: float, k: int) -> float:
@@ -323,14 +352,19 @@ def at_temperature(observations: Iterable[Observation], temperature: float | Non
 
 
 def estimate_p(observations: Iterable[Observation]) -> float | None:
-    """Per-token acceptance from observations at their own lengths, weighted by tokens
-    drafted; None when nothing was drafted."""
-    total = 0
-    weighted = 0.0
-    for obs in observations:
-        if obs.draft_n:
-            weighted += acceptance_from_ratio(obs.accepted / obs.draft_n, obs.n_max) * obs.draft_n
-            total += obs.draft_n
+    """Per-token acceptance from observations at their own lengths, each weighted by the
+    tokens it decoded (by tokens drafted when one of them does not say); None when nothing
+    was drafted.
+
+    Weighting by text, not by drafted tokens: a draft of 15 tokens a step drafts ~5 tokens per
+    token decoded and one of 3 under 1, so a short probe at 15 (2 x 48 tokens) outweighed a
+    session's whole 1,200-token turn at 3, and the turns whose drafts fail most (the most
+    steps, so the most drafted tokens) outweighed those that pay."""
+    drafted = [o for o in observations if o.draft_n]
+    by_text = all(o.tokens for o in drafted)
+    total = sum(o.tokens if by_text else o.draft_n for o in drafted)
+    weighted = sum(acceptance_from_ratio(o.accepted / o.draft_n, o.n_max)
+                   * (o.tokens if by_text else o.draft_n) for o in drafted)
     return weighted / total if total else None
 
 
@@ -370,9 +404,9 @@ def choose(costs: CostModel, p: float | None, observations: list[Observation] = 
     if best in measured and measured[best] <= costs.speedup(best, p):
         why = f"acceptance {p:.2f} per token; measured {measured[best]:.2f}x at length {best}"
     if scores[best] < MARGIN:
-        return Tuning(n_max=0, p=p, predicted=scores[best], costs=label,
+        return Tuning(n_max=0, p=p, predicted=scores[best], costs=label, best=best,
                       reason=f"{why}, under the {MARGIN:.2f}x it must beat plain decoding by")
-    return Tuning(n_max=best, p=p, predicted=scores[best], costs=label, reason=why)
+    return Tuning(n_max=best, p=p, predicted=scores[best], costs=label, reason=why, best=best)
 
 
 # --- identity and storage -------------------------------------------------------------------
@@ -801,8 +835,11 @@ def _launch(plan: LaunchPlan, choice: Tuning, longest: int, costs: CostModel,
     the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x for the 7.4 B
     shape; 0.97-1.01x on the 2-core CPU with v1, 1.02x with v2 (benchmarks/RESULTS.md).
     ``pending``: a command shown before the probe that decides (``--print-cmd``) is the
-    drafting one, the draft loaded per request: the launch itself probes first."""
-    if per_request_cap(plan) and (choice.n_max > 0 or pending or costs.idle_is_free()):
+    drafting one, the draft loaded per request: the launch itself probes first. Drafting off
+    near break-even (:meth:`Tuning.explores`) keeps the draft loaded too: the session's first
+    requests measure it."""
+    if per_request_cap(plan) and (choice.n_max > 0 or pending or choice.explores()
+                                  or costs.idle_is_free()):
         return (plan.model_copy(update={"draft_n_max": longest}),
                 choice.model_copy(update={"per_request": True}))
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
@@ -817,15 +854,21 @@ class DraftCap:
     drafting turns off, on or to another length between two requests without a restart.
     While drafting is off no request drafts, so none says what the draft would do now: once a
     probe is due (:func:`probe_due`) the next request drafts :data:`TURN_PROBE_LENGTH` tokens
-    and its acceptance decides again. The session's observations are recorded by whoever
-    ends a task (:meth:`save`). ``temperature``: the session's sampling temperature; only
+    and its acceptance decides again; and while off is predicted near break-even
+    (:meth:`Tuning.explores`), requests draft the best predicted length until the session has
+    decoded :data:`EXPLORE_TOKENS` tokens drafting. The session's observations are recorded
+    by whoever ends a task (:meth:`save`). ``temperature``: the session's sampling temperature; only
     observations sampled like it count (:func:`same_sampling`), and its own are stored with it.
+    ``source``: what its observations are stored as (``agent backend bench`` serves its
+    requests through one too).
     """
 
     def __init__(self, plan: LaunchPlan, note: Callable[[str], None] | None = None,
-                 temperature: float | None = None):
+                 temperature: float | None = None,
+                 source: Literal["bench", "session"] = "session"):
         self.plan = plan
         self.temperature = temperature
+        self.source: Literal["bench", "session"] = source
         self.longest = effective_n_max(plan)
         self.costs = load_costs(plan, device_id(plan.binary), note)
         self._draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
@@ -844,6 +887,8 @@ class DraftCap:
         """The length the next request carries (``speculative.n_max``; 0 = no draft)."""
         if self.choice.n_max == 0 and probe_due(self._stored + self._new, now):
             return min(TURN_PROBE_LENGTH, self.longest)
+        if self.choice.explores() and sum(o.tokens for o in self._new) < EXPLORE_TOKENS:
+            return self.choice.best or 0
         return self.choice.n_max
 
     def observe(self, n_max: int, timings: dict | None) -> None:
@@ -854,7 +899,7 @@ class DraftCap:
         if n_max <= 0 or not isinstance(timings, dict):
             return
         try:
-            obs = Observation(source="session", n_max=n_max,
+            obs = Observation(source=self.source, n_max=n_max,
                               draft_n=int(timings.get("draft_n") or 0),
                               accepted=int(timings.get("draft_n_accepted") or 0),
                               tokens=int(timings.get("predicted_n") or 0),
