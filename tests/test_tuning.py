@@ -93,9 +93,16 @@ def test_measured_goodput_on_real_traffic_overrides_a_rosier_prediction() -> Non
     predicted = choose(costs, 0.9)
     assert predicted.n_max == 3
     # The agent's own turns at K = 3 ran at 80 tok/s against 100 plain: 0.8x.
-    slow = [_obs(3, 300, 240, tokens=400, ms=5000.0)]
+    slow = [_obs(3, 450, 360, tokens=600, ms=7500.0)]
     measured = choose(costs, 0.9, slow)
     assert measured.n_max == 0 and "measured 0.80x" in measured.reason
+    # Short answers decode slower than the calibrated rate whatever drafts them (plain ran
+    # 680 tok/s on a 66-token answer on an H200 against 780 calibrated): they do not count,
+    # and a length needs 512 tokens of longer ones.
+    short = [_obs(3, 75, 60, tokens=99, ms=1250.0) for _ in range(8)]
+    assert choose(costs, 0.9, short).n_max == 3
+    assert choose(costs, 0.9, slow[:1] + short).n_max == 0
+    assert choose(costs, 0.9, [_obs(3, 300, 240, tokens=400, ms=5000.0)]).n_max == 3
     # Default (uncalibrated) costs have no plain rate to measure against.
     assert choose(_costs({3: 2.5}, source="default", plain_ms=None), 0.9, slow).n_max == 3
 

@@ -306,23 +306,28 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
     --lengths 1,2,3,5,7,15 --tokens 128 --json "$OUT/calibrate-smol-v3.json" \
     && touch "$T/done/cal-smol-v3"; }
   acc=$HOME_UP/state/speculation/acceptance
+  # one temperature a bench: a session samples at one, and a server shared by two would keep
+  # the draft loaded for the one whose launch would not
   for set in ${FIRST_SETS-edit seed}; do
-    [[ -f $T/done/first-$set ]] && continue
-    (($(left) > 200)) || finish 75
-    rm -rf "$acc"
-    tokens=512; [[ $set == edit ]] && tokens=1200
-    "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash,dflash-fixed \
-      --prompts "$set" --temperatures 0,0.7 --max-tokens $tokens --repeats 2 \
-      --json "$OUT/first-$set.json" && touch "$T/done/first-$set"
-    cp "$acc"/*.json "$OUT/acceptance-first-$set.json" 2>/dev/null
+    for t in ${FIRST_TEMPS-0 0.7}; do
+      [[ -f $T/done/first-$set-$t ]] && continue
+      (($(left) > 150)) || finish 75
+      rm -rf "$acc"
+      tokens=512; [[ $set == edit ]] && tokens=1200
+      "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash,dflash-fixed \
+        --prompts "$set" --temperatures "$t" --max-tokens $tokens --repeats 2 \
+        --json "$OUT/first-$set-t$t.json" && touch "$T/done/first-$set-$t"
+      cp "$acc"/*.json "$OUT/acceptance-first-$set-t$t.json" 2>/dev/null
+    done
   done
-  if [[ ! -f $T/done/after-edit ]]; then
+  for t in ${AFTER_TEMPS-0}; do  # the edit set again, over what the seed bench recorded
+    [[ -f $T/done/after-edit-$t ]] && continue
     (($(left) > 150)) || finish 75
     "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash --prompts edit \
-      --temperatures 0,0.7 --max-tokens 1200 --repeats 2 --json "$OUT/after-edit.json" \
-      && touch "$T/done/after-edit"
-    cp "$acc"/*.json "$OUT/acceptance-after-edit.json" 2>/dev/null
-  fi
+      --temperatures "$t" --max-tokens 1200 --repeats 2 --json "$OUT/after-edit-t$t.json" \
+      && touch "$T/done/after-edit-$t"
+    cp "$acc"/*.json "$OUT/acceptance-after-edit-t$t.json" 2>/dev/null
+  done
   for t in ${REPLAY_TEMPS-0 0.7}; do
     [[ -f $T/done/replay-$t ]] && continue
     (($(left) > 200)) || finish 75

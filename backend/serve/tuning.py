@@ -144,9 +144,12 @@ server that takes its length per request): the probe is a real turn, so a short 
 costs ~3 plain steps a step on a CPU when nothing is accepted against ~8 at 15; the per-token
 acceptance it measures stands for every length, as the launch probe's does."""
 
-PROBE_TOKENS = 48
-"""Tokens decoded per probe request: enough drafts (≥ 3 steps at K = 15) to see acceptance,
-short enough to take seconds on a CPU."""
+PROBE_TOKENS = 160
+"""Tokens decoded per probe request: past an answer's opening line into its code, which is what
+a coding agent decodes most; a few seconds on a CPU. At 48 the probe read v4 at 0.58-0.61 a token
+on an H200 where the edit and seed requests it then served accepted 0.71-0.73 (2026-12-03); on
+the 2-core CPU its second prompt read 0.70 over 48 tokens and 0.71 over 160, and the two prompts
+weighted by text 0.60 and 0.67 against the edit and seed sets' 0.66."""
 
 PROBE_PROMPTS = (
     # An edit (text the answer repeats) and new code (text it does not): the two kinds of turn
@@ -368,16 +371,28 @@ def estimate_p(observations: Iterable[Observation]) -> float | None:
     return weighted / total if total else None
 
 
+MEASURED_MIN_TOKENS = 128
+"""A request counts towards a measured speedup (:func:`_measured_speedups`) from this many
+tokens: a short answer decodes slower than the calibrated rate whatever drafts it (on an H200
+plain decoding ran 680 tok/s on a 66-token answer against 780 calibrated), and one such answer
+of 99 tokens read as 0.79x turned drafting off for a whole bench (2026-12-03)."""
+
+MEASURED_MIN_TOTAL = 512
+"""Tokens of such requests a length needs before its measured speedup is used."""
+
+
 def _measured_speedups(costs: CostModel, observations: list[Observation]) -> dict[int, float]:
     """Speedup per length measured on real traffic (decode rate against the calibrated plain
-    rate); only with a calibrated plain rate and ≥ 64 tokens at that length."""
+    rate); only with a calibrated plain rate, from requests of at least
+    :data:`MEASURED_MIN_TOKENS` tokens, :data:`MEASURED_MIN_TOTAL` of them at that length."""
     if costs.source != "calibrated" or not costs.plain_ms:
         return {}
     out: dict[int, float] = {}
     for k in {o.n_max for o in observations}:
-        at_k = [o for o in observations if o.n_max == k and o.decode_ms > 0]
+        at_k = [o for o in observations if o.n_max == k and o.decode_ms > 0
+                and o.tokens >= MEASURED_MIN_TOKENS]
         tokens = sum(o.tokens for o in at_k)
-        if tokens >= 64:
+        if tokens >= MEASURED_MIN_TOTAL:
             out[k] = tokens / sum(o.decode_ms for o in at_k) * costs.plain_ms
     return out
 
