@@ -147,6 +147,19 @@ def test_off_near_break_even_is_explored_and_far_from_it_is_not() -> None:
     assert not choose(_h200_v4(), None).explores()  # nothing measured: the probe decides
 
 
+def _served_after_probe(tmp_path: Path, costs: CostModel,
+                        probes: list[tuple[int, int, int]]) -> LaunchPlan:
+    """A per-request server's plan whose stored record holds only a greedy launch probe at
+    length 15, one (drafted, accepted, tokens) a request, and ``costs``."""
+    served = _capped(tmp_path, draft_n_max=15)
+    tuning.save_costs(costs, served)
+    tuning.record(served.model_copy(update={"profile": "dflash-fixed"}), [
+        Observation(source="probe", n_max=15, draft_n=drafted, accepted=accepted, tokens=tokens,
+                    at=datetime.now(UTC), temperature=0.0)
+        for drafted, accepted, tokens in probes])
+    return served
+
+
 def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
         agent_home: Path, tmp_path: Path) -> None:
     costs = _h200_v4().model_copy(update={"idle_ratio": 1.0284449501324466})  # not free
@@ -159,13 +172,7 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
     plan, sent = tuning._launch(_capped(tmp_path), far, 15, costs)
     assert plan.draft_n_max == 0 and "first" not in sent.line()
 
-    served = _capped(tmp_path, draft_n_max=15)
-    tuning.save_costs(costs, served)
-    tuning.record(served.model_copy(update={"profile": "dflash-fixed"}), [
-        Observation(source="probe", n_max=15, draft_n=318, accepted=22, tokens=48,
-                    at=datetime.now(UTC), temperature=0.0),
-        Observation(source="probe", n_max=15, draft_n=197, accepted=31, tokens=48,
-                    at=datetime.now(UTC), temperature=0.0)])
+    served = _served_after_probe(tmp_path, costs, [(318, 22, 48), (197, 31, 48)])
     cap = tuning.DraftCap(served, temperature=0.0)
     assert cap.choice.n_max == 0 and cap.choice.explores()
     assert cap.next_n_max() == 2  # the session's first request measures at the best length
@@ -202,13 +209,7 @@ def test_on_a_server_whose_loaded_draft_costs_drafting_is_measured_against_that(
     gone = choose(costs, 0.40, off_speed=1 / 1.178)  # a draft that does not pay at all
     assert gone.n_max == 0 and "under the 0.89x it must beat that by" in gone.reason
 
-    served = _capped(tmp_path, draft_n_max=15)
-    tuning.save_costs(costs, served)
-    tuning.record(served.model_copy(update={"profile": "dflash-fixed"}), [
-        Observation(source="probe", n_max=15, draft_n=720, accepted=68, tokens=117,
-                    at=datetime.now(UTC), temperature=0.0),
-        Observation(source="probe", n_max=15, draft_n=698, accepted=109, tokens=160,
-                    at=datetime.now(UTC), temperature=0.0)])
+    served = _served_after_probe(tmp_path, costs, [(720, 68, 117), (698, 109, 160)])
     cap = tuning.DraftCap(served, temperature=0.0)
     assert cap.off_speed == pytest.approx(1 / 1.178) and cap.next_n_max() == 2
     for _ in range(2):  # rename-small's answer, twice
