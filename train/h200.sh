@@ -303,7 +303,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
   presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
   [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
-    --lengths 1,2,3,5,7,15 --tokens 128 --json "$OUT/calibrate-smol-v3.json" \
+    --lengths "${CAL_LENGTHS:-1,2,3,5,7,15}" --tokens 128 --json "$OUT/calibrate-smol-v3.json" \
     && touch "$T/done/cal-smol-v3"; }
   acc=$HOME_UP/state/speculation/acceptance
   # one temperature a bench: a session samples at one, and a server shared by two would keep
@@ -314,7 +314,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
       (($(left) > 150)) || finish 75
       rm -rf "$acc"
       tokens=512; [[ $set == edit ]] && tokens=1200
-      "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash,dflash-fixed \
+      "${A[@]}" backend bench --preset smol-v3 --profiles "${FIRST_PROFILES:-baseline,dflash,dflash-fixed}" \
         --prompts "$set" --temperatures "$t" --max-tokens $tokens --repeats 2 \
         --json "$OUT/first-$set-t$t.json" && touch "$T/done/first-$set-$t"
       cp "$acc"/*.json "$OUT/acceptance-first-$set-t$t.json" 2>/dev/null
