@@ -69,7 +69,8 @@ draft drafting 5 tokens ran the edit set at 1.42x plain at temperature 0 and 0.8
 record (benchmarks/h200-q8-2026-12-03). Nothing else is chosen per kind of turn: a turn's kind
 shows only in what it decodes, after its length was sent. ``--spec-draft-p-min`` stays 0: choosing
 a cut needs the draft's confidence on real text, which synthetic acceptance cannot give, and a cut
-does not remove the draft pass's cost. """
+does not remove the draft pass's cost.
+"""
 
 from __future__ import annotations
 
@@ -129,8 +130,8 @@ tokens turned into 1.31-1.42x plain (benchmarks/h200-q8-2026-12-03)."""
 
 EXPLORE_TOKENS = 256
 """Tokens a session decodes while exploring (:data:`EXPLORE_FROM`) before its choice rests on
-what it measured: a few hundred tokens of its own outweigh the probe's 2 x 48
-(:func:`estimate_p` weights by tokens decoded)."""
+what it measured: about as much text as the launch probe's 2 x :data:`PROBE_TOKENS`, so that
+the session's own weighs about as much (:func:`estimate_p` weights by tokens decoded)."""
 
 REPROBE_AFTER = timedelta(hours=24)
 """While drafting is off, a launch probes the draft again once the last probe is this old."""
@@ -360,7 +361,7 @@ def estimate_p(observations: Iterable[Observation]) -> float | None:
     was drafted.
 
     Weighting by text, not by drafted tokens: a draft of 15 tokens a step drafts ~5 tokens per
-    token decoded and one of 3 under 1, so a short probe at 15 (2 x 48 tokens) outweighed a
+    token decoded and one of 3 under 1, so a probe at 15 of 2 x 48 tokens outweighed a
     session's whole 1,200-token turn at 3, and the turns whose drafts fail most (the most
     steps, so the most drafted tokens) outweighed those that pay."""
     drafted = [o for o in observations if o.draft_n]
