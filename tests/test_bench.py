@@ -375,3 +375,35 @@ def test_one_server_at_a_time_alternates_the_order_between_rounds(
     assert [s.profile for s in result.servers] == ["baseline", "ngram"]
     assert result.overall_speedup("ngram") is not None
     assert json.loads(run("backend", "status", "--json", home=home).stdout) == []
+
+
+def test_a_temperature_whose_launch_would_start_without_the_draft_is_named(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One server serves every temperature of a bench. Where greedy requests draft per
+    request and sampled ones are off with a draft that is not free to keep loaded, the sampled
+    requests run on the drafting server (an H200 bench read 0.93x for them, 2026-12-03),
+    which their own launch would not: the bench says so."""
+    from backend.measure import bench as bench_mod
+    from backend.serve.profiles import LaunchPlan
+    from backend.serve.tuning import Tuning
+
+    base = LaunchPlan(binary=tmp_path / "llama-server", model=tmp_path / "m.gguf",
+                      profile="dflash", ctx_size=4096, draft=tmp_path / "d.gguf")
+    chosen = {0.0: (base.model_copy(update={"draft_n_max": 15}),
+                    Tuning(n_max=3, costs="calibrated", reason="r", per_request=True)),
+              0.7: (base.model_copy(update={"draft_n_max": 0}),
+                    Tuning(n_max=0, costs="calibrated", reason="r"))}
+    monkeypatch.setattr(bench_mod, "plan_for", lambda *a, **k: base)
+    monkeypatch.setattr(bench_mod, "tune", lambda plan, **k: chosen[k["temperature"]])
+    notes: list[str] = []
+    plan, _, caps = bench_mod._bench_plan(None, None, "dflash", None, None, 1.0,  # type: ignore[arg-type]
+                                          notes.append, [0.0, 0.7])
+    assert plan.draft_n_max == 15 and caps == {0.0: 3, 0.7: 0}
+    assert notes == ["dflash: requests at t=0.7 run on a server with the draft loaded, where "
+                     "their own launch would start without it; bench one temperature at a "
+                     "time to measure each launch"]
+    chosen[0.7] = chosen[0.0]  # both launches keep the draft: nothing to say
+    notes.clear()
+    bench_mod._bench_plan(None, None, "dflash", None, None, 1.0,  # type: ignore[arg-type]
+                          notes.append, [0.0, 0.7])
+    assert notes == []

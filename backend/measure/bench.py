@@ -344,6 +344,13 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
         plan = tuned[per_request[0]][0]
         caps = {t: c.n_max if c is not None and c.per_request else 0
                 for t, (_, c) in tuned.items()}
+        unloaded = [t for t, (p, _) in tuned.items() if p.draft_n_max == 0]
+        if unloaded and note:
+            # What the bench measures there is not what that temperature's launch runs: an
+            # H200 run of 2026-12-03 read 0.93x for requests at 0 on such a server.
+            note(f"{profile}: requests at t={', '.join(f'{t:g}' for t in unloaded)} run on a "
+                 "server with the draft loaded, where their own launch would start without it; "
+                 "bench one temperature at a time to measure each launch")
     lines = {t: c.line() for t, (_, c) in tuned.items() if c is not None}
     line = None
     if lines:
