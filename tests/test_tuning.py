@@ -497,3 +497,65 @@ def test_turns_and_the_draft_cap_record_their_temperature(agent_home: Path,
         ("bench", 0.0), ("session", 0.8)]
     assert tuning.DraftCap(plan, temperature=0.0).choice.n_max == 3  # greedy still drafts
     assert tuning.DraftCap(plan, temperature=0.8).choice.n_max == 0
+
+
+def _fake_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                      slow: dict[str, list[float]]) -> tuple[list[str], list[str]]:
+    """calibrate() over fake rows that follow the cost formula exactly (plain 10 ms a step,
+    K=1 17 ms, K=2 19 ms), each row's n-th measurement slowed by ``slow[name][n]``; returns
+    (rows measured, in order; notes)."""
+    from types import SimpleNamespace
+
+    from backend.measure import calibrate as cal_mod
+
+    model, draft = tmp_path / "model.gguf", tmp_path / "draft.gguf"
+    model.write_bytes(b"m")
+    draft.write_bytes(b"d")
+    spec = LaunchPlan(binary=tmp_path / "eng" / "bin" / "llama-server", model=model,
+                      profile="dflash-fixed", ctx_size=4096, draft=draft)
+    monkeypatch.setattr(cal_mod, "plan_for", lambda *a, **k: spec)
+    monkeypatch.setattr(cal_mod, "check_fit", lambda *a, **k: None)
+    monkeypatch.setattr(cal_mod, "binary_facts", lambda _b: SimpleNamespace(has=lambda _f: True))
+    monkeypatch.setattr(cal_mod, "takes_length_per_request", lambda _b: False)
+    calls: list[str] = []
+
+    def measure(name, plan, n_max, synth_p, *args, extra=None):  # noqa: ANN001, ANN202
+        factors = slow.get(name, [])
+        factor = factors[calls.count(name)] if calls.count(name) < len(factors) else 1.0
+        calls.append(name)
+        step_ms = {0: 10.0, 1: 17.0, 2: 19.0}[n_max] * factor
+        steps = 100
+        tokens = round(steps * (tokens_per_step(synth_p or 0.0, n_max) if n_max else 1.0))
+        return cal_mod.Row(name=name, n_max=n_max, synth_p=synth_p, tokens=tokens,
+                           accepted=tokens - steps, drafted=steps * n_max,
+                           decode_ms=steps * step_ms, step_ms=step_ms,
+                           tok_s=tokens / (steps * step_ms) * 1000.0)
+
+    monkeypatch.setattr(cal_mod, "_measure", measure)
+    notes: list[str] = []
+    try:
+        cal_mod.calibrate(SimpleNamespace(name="p", draft="d"), SimpleNamespace(  # type: ignore[arg-type]
+            binary=spec.binary, key="k"), lengths=(1, 2), store=False, note=notes.append)
+    except cal_mod.CalibrationError as exc:
+        notes.append(f"refused: {exc}")
+    return calls, notes
+
+
+def test_a_length_out_of_line_with_the_others_is_measured_once_more(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # An idle 2-core VM, 2026-12-03: "K=2 at p=0.75 ran 1.15x where its step cost predicts
+    # 0.75x", then K=5 on the next try: one row slowed by something else for a few seconds
+    # refused the whole run, twice.
+    calls, notes = _fake_calibration(monkeypatch, tmp_path, {"K=2": [1.6]})
+    assert calls == ["plain", "K=1", "K=1 p=0.75", "K=2", "K=2 p=0.75", "plain (again)",
+                     "K=2", "K=2 p=0.75"]
+    assert "K=2 out of line with the rest: measuring again" in notes
+    assert not any(n.startswith("refused") for n in notes)
+    # Still out of line the second time: refused, after one more try only.
+    calls, notes = _fake_calibration(monkeypatch, tmp_path, {"K=2": [1.6, 1.6]})
+    assert calls.count("K=2") == 2 and notes[-1].startswith("refused: the measurements do not "
+                                                            "hold together (K=2 at p=0.75")
+    # Plain itself changed speed: measuring one length again mends nothing.
+    calls, notes = _fake_calibration(monkeypatch, tmp_path, {"plain (again)": [1.5],
+                                                             "K=2": [1.6]})
+    assert calls.count("K=2") == 1 and "plain decoding ran at" in notes[-1]
