@@ -216,10 +216,16 @@ class CostModel(BaseModel):
             raise ValueError("idle_ratio must be finite and above 0")
         return value
 
+    def idle_speed(self) -> float | None:
+        """How fast a server with the draft loaded decodes when no request drafts, relative to
+        plain decoding (``1 / idle_ratio``); None when not measured."""
+        return None if self.idle_ratio is None else 1.0 / self.idle_ratio
+
     def idle_is_free(self) -> bool:
         """Whether drafting may stay off per request with the draft loaded: measured at no
         less than :data:`IDLE_FLOOR` of plain decoding (never assumed)."""
-        return self.idle_ratio is not None and 1.0 / self.idle_ratio >= IDLE_FLOOR
+        speed = self.idle_speed()
+        return speed is not None and speed >= IDLE_FLOOR
 
     @field_validator("efficiency")
     @classmethod
@@ -898,7 +904,7 @@ class DraftCap:
         # than plain (0.85x on an H200, 2026-12-03), drafting is measured against it, not
         # against plain; a near-even draft that flipped off on one short answer left a whole
         # bench at 0.92x plain.
-        self.off_speed = min(1.0, 1.0 / self.costs.idle_ratio) if self.costs.idle_ratio else 1.0
+        self.off_speed = min(1.0, self.costs.idle_speed() or 1.0)
         self._draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
         self._stored = at_temperature(load_observations(self._draft_only, note), temperature)
         self._new: list[Observation] = []
