@@ -1193,20 +1193,25 @@ def resumable(previous: ReplayResult, sessions: Sequence[FixtureSession],
     return [x.model_copy(update={"index": i}) for i, x in enumerate(kept)], done
 
 
+REPLAY_SEED = 20261204
+"""The sampling seed of every replayed request, on every profile: at a temperature above 0 two
+profiles that decode alike then write the same replies, so their ratio compares speeds, not
+different sampled conversations."""
+
+
 def _client(state: ServerState, forced: bool = False,
             temperature: float | None = None) -> ServerClient:
     """The agent's client for a server the run started (with the fields a known bug of its
     build needs on every request, where the backend records them, and, on a server that
     takes its draft length per request, the agent's choice of it for every turn, for
-    requests sampled at ``temperature``); a :class:`benchmarks.forced.ForcedClient` for
-    --forced."""
+    requests sampled at ``temperature``), every request seeded alike (:data:`REPLAY_SEED`); a
+    :class:`benchmarks.forced.ForcedClient` for --forced."""
     extra = getattr(state, "request_extra", None)
     cap = request_control(state.plan, temperature=temperature)
     kind = ForcedClient if forced else ServerClient
     client = kind(state.base_url, idle_timeout=3600.0, explain=lambda: crash_report(state),
                   draft_cap=cap)
-    if extra:
-        client.request_extra = dict(extra)
+    client.request_extra = {**(extra or {}), "seed": REPLAY_SEED}
     return client
 
 

@@ -498,6 +498,28 @@ def test_the_dflash_path_reports_drafts_per_verification(engine: Engine, tiny_df
     assert row.accepted_per_draft == pytest.approx(row.draft_accepted / row.drafts)
 
 
+def test_sampled_replays_of_two_plain_profiles_write_the_same_replies(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path):
+    """Every replayed request carries one seed: at 0.7 the tuned dflash profile, which turns
+    the random draft off, writes baseline's replies turn for turn (each server drew its own
+    seed before, and the conversations parted at the first sampled token)."""
+    home = make_home(tmp_path, engine, f'[tinyd]\nmodel = "{tiny_dflash["target"]}"\n'
+                     f'draft = "{tiny_dflash["draft"]}"\nprofile = "dflash"\n'
+                     "ctx_size = 2048\n")
+    out = tmp_path / "sampled.json"
+    proc = script("--preset", "tinyd", "--profiles", "baseline,dflash", "--protocols", "text",
+                  "--no-plain", "--sessions", "inventory-report", "--turns", "2",
+                  "--max-tokens", "24", "--temperature", "0.7", "--json", str(out), "-q",
+                  home=home)
+    assert proc.returncode == 0, proc.stderr
+    result = at.ReplayResult.model_validate_json(out.read_text("utf-8"))
+    assert result.sampling["temperature"] == 0.7
+    replies: dict[tuple[int, str], str] = {(s.turn, s.profile): s.reply_sha1
+                                           for s in result.samples}
+    assert len(replies) == 4 and all(s.draft_n == 0 for s in result.samples)
+    assert all(replies[(turn, "baseline")] == replies[(turn, "dflash")] for turn in (0, 1))
+
+
 def test_a_saved_result_is_reported_again_from_its_samples(tmp_path: Path):
     pytest.importorskip("matplotlib")
     saved = tmp_path / "result.json"

@@ -3,6 +3,7 @@ JSON result checked against its model and its own samples, the chart, and every 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -18,7 +19,9 @@ from backend.measure.bench import (
     BenchError,
     BenchResult,
     Sample,
+    different_answers,
     parse_temperatures,
+    request_seed,
     sample_from_response,
     summarize,
 )
@@ -238,6 +241,41 @@ def test_a_server_answer_without_usable_timings_is_a_clear_error():
                                                "predicted_n": 20, "predicted_ms": 400.0}},
                                   **where)
     assert (sample.draft_n, sample.draft_accepted, sample.cached_tokens) == (0, 0, 0)
+
+
+def test_a_sample_keeps_its_seed_and_its_answers_hash_whatever_the_choices_look_like():
+    where = {"index": 0, "profile": "ngram", "prompt": "p", "temperature": 0.7, "repeat": 1}
+    timings = {"prompt_n": 3, "prompt_ms": 1.5, "predicted_n": 2, "predicted_ms": 4.0}
+    sample = sample_from_response({"timings": timings, "choices": [
+        {"message": {"content": "héllo"}, "finish_reason": "stop"}]}, seed=7, **where)
+    assert sample.seed == 7 and sample.finish_reason == "stop"
+    assert sample.answer_sha256 == hashlib.sha256("héllo".encode()).hexdigest()
+    for choices in ([], [None], "text", [{"message": "x"}], [{"message": {"content": 3}}]):
+        odd = sample_from_response({"timings": timings, "choices": choices}, **where)
+        assert odd.answer_sha256 is None and odd.seed is None
+
+
+def test_request_seeds_are_stable_and_differ_between_prompts_and_repeats():
+    assert request_seed("rename-small", 0) == request_seed("rename-small", 0)
+    seeds = {request_seed(p, r) for p in ("rename-small", "rename-large") for r in range(3)}
+    assert len(seeds) == 6 and all(0 <= s < 2 ** 31 for s in seeds)
+
+
+def test_answers_unlike_the_reference_are_named_with_their_lengths():
+    def s(profile: str, repeat: int, sha: str | None, tokens: int, temp: float = 0.0) -> Sample:
+        return Sample(index=0, profile=profile, prompt="rename-medium", temperature=temp,
+                      repeat=repeat, prompt_tokens=1, cached_tokens=0, prompt_ms=1.0,
+                      completion_tokens=tokens, decode_ms=1.0, draft_n=0, draft_accepted=0,
+                      answer_sha256=sha)
+
+    samples = [s("baseline", 0, "a", 1200), s("dflash", 0, "b", 210),
+               s("baseline", 1, "a", 1200), s("dflash", 1, "b", 210),
+               s("baseline", 0, "c", 50, 0.7), s("dflash", 0, "c", 50, 0.7),
+               s("ngram", 0, None, 9, 0.7)]
+    result = BenchResult.model_construct(samples=samples, reference_profile="baseline")
+    assert different_answers(result) == [
+        "dflash answered rename-medium at t=0 unlike baseline in 2 repeat(s) (210 vs 1200, "
+        "210 vs 1200 tokens): its ratio there compares different texts"]
 
 
 def test_speedups_are_ratios_of_totals_against_the_reference():

@@ -16,7 +16,7 @@ import pytest
 
 from backend.engine.build import Engine
 from backend.home import HOME_ENV
-from backend.measure.bench import BenchResult
+from backend.measure.bench import BenchResult, different_answers
 from backend.measure.calibrate import Calibration
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan
@@ -354,6 +354,59 @@ def test_bench_serves_each_temperature_the_length_its_own_acceptance_chose(
     recorded = tuning.load_observations(plan)[2:]
     assert recorded and {(o.source, o.n_max, o.temperature) for o in recorded} == {
         ("bench", 3, 0.0)}
+    # Every profile's request at one prompt and repeat carries the same sampling seed: at 0.7,
+    # where the tuned server drafts nothing, it samples baseline's very answer (without the
+    # seed each server drew its own, and two plain servers read 0.95x of each other).
+    by_key = {}
+    for s in result.samples:
+        by_key.setdefault((s.prompt, s.temperature, s.repeat), {})[s.profile] = s
+    assert all(pair["baseline"].seed == pair["dflash"].seed is not None
+               for pair in by_key.values())
+    sampled = [pair for (_, t, _), pair in by_key.items() if t == 0.7]
+    assert sampled and all(pair["baseline"].answer_sha256 == pair["dflash"].answer_sha256
+                           is not None for pair in sampled)
+    assert not any("t=0.7" in line for line in different_answers(result))
+
+
+def test_bench_warms_each_server_at_the_length_its_first_requests_draft(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """Before anything is timed, a per-request server decodes a few steps at the length its
+    first requests will carry (the first request drafting 3 a step on a fresh H200 server
+    decoded at 540 tok/s, the second at 707: its verification batch had never run); a plain
+    server warms up plainly. Warm-ups are neither samples nor observations."""
+    from backend.measure import bench as bench_mod
+    from backend.measure.prompts import load_prompts
+    from backend.models.presets import get_preset
+
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, tiny_dflash)
+    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
+                                       idle_ratio=1.0), plan)
+    tuning.record(plan, [tuning.Observation(source="bench", n_max=3, draft_n=30000,
+                                            accepted=27000, at=datetime.now(UTC),
+                                            temperature=0.0)])
+    sent: list[tuple[str, str, dict]] = []
+    real_post = bench_mod._post
+
+    def spy(client, state, profile, prompt, body):
+        sent.append((profile, prompt.name, body))
+        return real_post(client, state, profile, prompt, body)
+
+    monkeypatch.setattr(bench_mod, "_post", spy)
+    _, prompts = load_prompts("edit")
+    result = bench_mod.run_bench(get_preset("tinyd"), engine, ["baseline", "dflash"],
+                                 prompts[:1], prompt_set="edit", temperatures=[0.0],
+                                 max_tokens=8)
+    warm = [(profile, body.get("speculative.n_max"), body["max_tokens"])
+            for profile, name, body in sent if name == "warm-up"]
+    assert sorted(warm, key=str) == [("baseline", None, bench_mod.WARM_UP_TOKENS),
+                                     ("dflash", 3, bench_mod.WARM_UP_TOKENS)]
+    assert [(p, b["speculative.n_max"]) for p, n, b in sent if n != "warm-up" and p == "dflash"
+            ] == [("dflash", 3)]
+    assert len(result.samples) == 2 and {s.prompt for s in result.samples} == {prompts[0].name}
+    assert len(tuning.load_observations(plan)) == 2  # the stored one and the timed request
 
 
 def test_bench_explores_a_draft_near_break_even_then_follows_what_its_requests_measured(

@@ -500,10 +500,12 @@ def test_turns_and_the_draft_cap_record_their_temperature(agent_home: Path,
 
 
 def _fake_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                      slow: dict[str, list[float]]) -> tuple[list[str], list[str]]:
+                      slow: dict[str, list[float]], speed: float = 1.0,
+                      tokens: int | None = None) -> tuple[list[str], list[str]]:
     """calibrate() over fake rows that follow the cost formula exactly (plain 10 ms a step,
-    K=1 17 ms, K=2 19 ms), each row's n-th measurement slowed by ``slow[name][n]``; returns
-    (rows measured, in order; notes)."""
+    K=1 17 ms, K=2 19 ms, all divided by ``speed``), each row's n-th measurement slowed by
+    ``slow[name][n]``; returns (rows measured, in order, each with the tokens it was asked
+    for after a colon when they are not 64; notes)."""
     from types import SimpleNamespace
 
     from backend.measure import calibrate as cal_mod
@@ -519,11 +521,12 @@ def _fake_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     monkeypatch.setattr(cal_mod, "takes_length_per_request", lambda _b: False)
     calls: list[str] = []
 
-    def measure(name, plan, n_max, synth_p, *args, extra=None):  # noqa: ANN001, ANN202
+    def measure(name, plan, n_max, synth_p, asked, *args, extra=None):  # noqa: ANN001, ANN202
         factors = slow.get(name, [])
-        factor = factors[calls.count(name)] if calls.count(name) < len(factors) else 1.0
-        calls.append(name)
-        step_ms = {0: 10.0, 1: 17.0, 2: 19.0}[n_max] * factor
+        done = sum(c.split(":")[0] == name for c in calls)
+        factor = factors[done] if done < len(factors) else 1.0
+        calls.append(name if asked == 64 else f"{name}:{asked}")
+        step_ms = {0: 10.0, 1: 17.0, 2: 19.0}[n_max] * factor / speed
         steps = 100
         tokens = round(steps * (tokens_per_step(synth_p or 0.0, n_max) if n_max else 1.0))
         return cal_mod.Row(name=name, n_max=n_max, synth_p=synth_p, tokens=tokens,
@@ -535,10 +538,29 @@ def _fake_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     notes: list[str] = []
     try:
         cal_mod.calibrate(SimpleNamespace(name="p", draft="d"), SimpleNamespace(  # type: ignore[arg-type]
-            binary=spec.binary, key="k"), lengths=(1, 2), store=False, note=notes.append)
+            binary=spec.binary, key="k"), lengths=(1, 2), store=False, note=notes.append,
+            tokens=tokens)
     except cal_mod.CalibrationError as exc:
         notes.append(f"refused: {exc}")
     return calls, notes
+
+
+def test_timed_requests_decode_half_a_second_of_plain_decoding_unless_told(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # 64 tokens are 0.6 s at 100 tok/s (the 2-core CPU), but 85 ms on an H200, where noise
+    # moved K=3's cost from 2.00 to 2.16 plain steps between two runs (2026-12-03).
+    from backend.measure.calibrate import request_tokens
+
+    assert [request_tokens(r) for r in (10, 100, 130, 416, 760, 5000, float("inf"))] == [
+        64, 64, 64, 208, 384, 512, 512]
+    calls, notes = _fake_calibration(monkeypatch, tmp_path, {})  # 100 tok/s: 64 stays
+    assert calls == ["plain", "K=1", "K=1 p=0.75", "K=2", "K=2 p=0.75", "plain (again)"]
+    calls, notes = _fake_calibration(monkeypatch, tmp_path, {}, speed=8.0)  # 800 tok/s
+    assert calls == ["plain", "plain:400", "K=1:400", "K=1 p=0.75:400", "K=2:400",
+                     "K=2 p=0.75:400", "plain (again):400"]
+    assert "plain decodes 800 tok/s: timing 400 tokens a request" in notes
+    calls, _ = _fake_calibration(monkeypatch, tmp_path, {}, speed=8.0, tokens=32)  # told
+    assert calls[:2] == ["plain:32", "K=1:32"] and len(calls) == 6
 
 
 def test_a_length_out_of_line_with_the_others_is_measured_once_more(

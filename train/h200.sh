@@ -28,9 +28,10 @@
 #                                #   Q8_0 and as Q4_1), then agent backend bench on the edit set
 #                                #   at 1,200 tokens (DRAFT: the draft, default the trained one)
 #   bash train/h200.sh bench2    # the seed set at t = 0 and 0.7, the edit set at 0.7, NGRAM_SETS
-#   bash train/h200.sh first     # carry .devkit/m4 when no `data` ran: calibrate, the edit and
-#                                #   seed sets each from an empty acceptance record, the edit set
-#                                #   again over the benches' records, the agent replay at 0 and 0.7
+#   bash train/h200.sh first     # carry .devkit/m4 when no `data` ran: calibrate, the seed and
+#                                #   edit sets each from an empty acceptance record, the edit set
+#                                #   again over the seed set's record, the agent replay at 0 and
+#                                #   0.7, PMIN's confidence cuts; results in first-results.tgz
 #
 # A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
 # 12: a build failed; 75: still running (call the same stage again).
@@ -296,47 +297,82 @@ bench2)  # the seed set at t = 0 and 0.7, the edit set at 0.7, other n-gram leng
   ;;
 first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS from an empty
   # acceptance record (the launch probes, the requests explore and re-choose), then the edit set
-  # again over what the benches recorded, and the agent's own turns (each step once: exit 75,
-  # call again)
+  # again over what the seed set recorded, the agent's own turns, and PMIN's confidence cuts
+  # (each step once: exit 75, call again). A call returns at most 8 files: the results travel
+  # as one archive, $OUT/first-results.tgz, made again at every exit with all so far
   require build; collect; join_models
+  R=$T/res; mkdir -p "$R"
+  pack() { tar -czf "$OUT/first-results.tgz" -C "$R" . 2>/dev/null; finish "$1"; }
   while [[ ! -f $T/build.rc ]] && (($(left) > 300)); do sleep 10; done
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
   presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
   [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
-    --lengths "${CAL_LENGTHS:-1,2,3,5,7,15}" --tokens 128 --json "$OUT/calibrate-smol-v3.json" \
+    --lengths "${CAL_LENGTHS:-1,2,3,5,7,15}" --json "$R/calibrate-smol-v3.json" \
     && touch "$T/done/cal-smol-v3"; }
   acc=$HOME_UP/state/speculation/acceptance
   # one temperature a bench: a session samples at one, and a server shared by two would keep
-  # the draft loaded for the one whose launch would not
-  for set in ${FIRST_SETS-edit seed}; do
+  # the draft loaded for the one whose launch would not; FIRST_RUNS times each (a first launch
+  # chooses from a probe of two prompts: the spread between runs is part of the result)
+  for set in ${FIRST_SETS-seed edit}; do
     for t in ${FIRST_TEMPS-0 0.7}; do
-      [[ -f $T/done/first-$set-$t ]] && continue
-      (($(left) > 150)) || finish 75
-      rm -rf "$acc"
-      tokens=512; [[ $set == edit ]] && tokens=1200
-      "${A[@]}" backend bench --preset smol-v3 --profiles "${FIRST_PROFILES:-baseline,dflash,dflash-fixed}" \
-        --prompts "$set" --temperatures "$t" --max-tokens $tokens --repeats 2 \
-        --json "$OUT/first-$set-t$t.json" && touch "$T/done/first-$set-$t"
-      cp "$acc"/*.json "$OUT/acceptance-first-$set-t$t.json" 2>/dev/null
+      for run in $(seq 1 "${FIRST_RUNS:-1}"); do
+        [[ -f $T/done/first-$set-$t-$run ]] && continue
+        (($(left) > 150)) || pack 75
+        rm -rf "$acc"
+        tokens=512; [[ $set == edit ]] && tokens=1200
+        "${A[@]}" backend bench --preset smol-v3 --profiles "${FIRST_PROFILES:-baseline,dflash}" \
+          --prompts "$set" --temperatures "$t" --max-tokens $tokens --repeats 2 \
+          --json "$R/first-$set-t$t-run$run.json" && touch "$T/done/first-$set-$t-$run"
+        mkdir -p "$T/acc-$set-$t"; cp "$acc"/*.json "$T/acc-$set-$t/" 2>/dev/null
+        cp "$acc"/*.json "$R/acceptance-first-$set-t$t-run$run.json" 2>/dev/null
+      done
     done
   done
-  for t in ${AFTER_TEMPS-0}; do  # the edit set again, over what the seed bench recorded
+  for t in ${AFTER_TEMPS-0 0.7}; do  # the edit set over what the seed set recorded: a user's
+    # second task, after a first one on other text
     [[ -f $T/done/after-edit-$t ]] && continue
-    (($(left) > 150)) || finish 75
+    (($(left) > 150)) || pack 75
+    rm -rf "$acc"; mkdir -p "$acc"; cp "$T/acc-seed-$t"/*.json "$acc/" 2>/dev/null
     "${A[@]}" backend bench --preset smol-v3 --profiles baseline,dflash --prompts edit \
-      --temperatures "$t" --max-tokens 1200 --repeats 2 --json "$OUT/after-edit-t$t.json" \
+      --temperatures "$t" --max-tokens 1200 --repeats 2 --json "$R/after-edit-t$t.json" \
       && touch "$T/done/after-edit-$t"
-    cp "$acc"/*.json "$OUT/acceptance-after-edit-t$t.json" 2>/dev/null
+    cp "$acc"/*.json "$R/acceptance-after-edit-t$t.json" 2>/dev/null
   done
-  for t in ${REPLAY_TEMPS-0 0.7}; do
+  for t in ${REPLAY_TEMPS-0 0.7}; do  # the agent's own turns, from an empty record
     [[ -f $T/done/replay-$t ]] && continue
-    (($(left) > 200)) || finish 75
+    (($(left) > 200)) || pack 75
+    rm -rf "$acc"
     DFLASH_AGENT_HOME="$HOME_UP" "$PY" benchmarks/agent_turns.py --preset smol-v3 \
       --profiles baseline,dflash --protocols text --turns 12 --max-tokens 512 --temperature "$t" \
-      --json "$OUT/replay-t$t.json" && touch "$T/done/replay-$t"
+      --json "$R/replay-t$t.json" && touch "$T/done/replay-$t"
+    cp "$acc"/*.json "$R/acceptance-replay-t$t.json" 2>/dev/null
   done
-  cp "$acc"/*.json "$OUT/acceptance-end.json" 2>/dev/null
-  finish 0
+  for cut in ${PMIN-}; do  # a confidence cut: "K:P", the draft launched at K with
+    # --spec-draft-p-min P, beside baseline on the edit set at t = 0
+    [[ -f $T/done/pmin-$cut ]] && continue
+    (($(left) > 120)) || pack 75
+    k=${cut%%:*}; pm=${cut#*:}; name=smol-pmin-$k-${pm//./}  # no dot in a TOML table name
+    cat >> "$HOME_UP/config/presets.toml" <<EOF2
+
+[$name]
+description = "smol-v3 drafting up to $k tokens, cut below $pm (the last flags win)"
+model = "$SMOL"
+requantize = "q8_0"
+draft = "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
+profile = "dflash-fixed"
+ctx_size = 4096
+extra_flags = ["--spec-draft-n-max", "$k", "--spec-draft-p-min", "$pm"]
+
+[$name.server]
+gpu_layers = "all"
+draft_gpu_layers = "all"
+flash_attn = "on"
+EOF2
+    "${A[@]}" backend bench --preset "$name" --profiles baseline,dflash-fixed \
+      --prompts edit --temperatures 0 --max-tokens 1200 --repeats 2 \
+      --json "$R/pmin-edit-k$k-p$pm.json" && touch "$T/done/pmin-$cut"
+  done
+  pack 0
   ;;
 lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside baseline: the
   # goodput each length gives on this workload, against what the tuned profile chose

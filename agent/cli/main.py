@@ -48,6 +48,7 @@ from backend.measure.bench import (
     BenchError,
     BenchUsage,
     default_result_path,
+    different_answers,
     parse_profiles,
     parse_temperatures,
     run_bench,
@@ -699,6 +700,8 @@ def bench_cmd(
     if not table_out.is_terminal:  # piped or logged: rich's 80 columns would cut the table
         table_out = SafeConsole(highlight=False, soft_wrap=True, width=160)
     table_out.print(result_table(result))
+    for line in different_answers(result):
+        echo(f"note: {line}")
     written = write_result(result, json_path or default_result_path(result))
     echo(f"results: {written}")
     if plot is not None:
@@ -717,7 +720,9 @@ def calibrate_cmd(
         "--check-accept", min=0.0, max=1.0,
         help="Also measure each length at this synthetic per-token acceptance, to correct "
              "the model for partial acceptance (0: skip).")] = 0.75,
-    tokens: Annotated[int, typer.Option(min=16, help="Tokens decoded per request.")] = 64,
+    tokens: Annotated[int | None, typer.Option(
+        min=16, help="Tokens decoded per request (default: half a second of plain decoding, "
+        "64 to 512).")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Timed requests per configuration "
                                          "(the median counts).")] = 3,
     ctx_size: CtxSize = None,

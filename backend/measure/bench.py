@@ -8,6 +8,14 @@ seed's shape — a single user message, ``max_tokens`` and ``temperature`` — p
 top-k/top-p/min-p (which the seed set on the server command line) and ``cache_prompt: false``,
 so every request prefills its whole prompt and prefill speed stays comparable.
 
+Every request carries a sampling ``seed`` of its prompt and repeat, the same for every profile:
+at temperature 0.7 two profiles that decode alike then sample the same answer, so a ratio
+compares speeds, not the lengths of different sampled answers (two plain servers read 0.95-0.96x
+of each other without one on an H200, 2026-12-03). Each sample keeps its answer's SHA-256, and
+:func:`different_answers` names the requests whose answer is not the reference profile's: a
+draft can change even a greedy answer (batched verification rounds differently), and there the
+ratio compares two texts.
+
 Numbers come from llama-server's ``timings`` (BACKEND-FACTS.md "Responses"): ``prompt_n``,
 ``prompt_ms``, ``predicted_n``, ``predicted_ms``, and ``draft_n``/``draft_n_accepted`` when
 drafts were made. Aggregates are ratios of sums (total tokens / total time), so long answers
@@ -17,6 +25,7 @@ weigh more than short ones, as they do for a user waiting on them.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import platform
 import subprocess
@@ -86,6 +95,10 @@ class Sample(BaseModel):
     draft_n: int = Field(description="Draft tokens proposed (timings.draft_n, 0 when absent).")
     draft_accepted: int = Field(description="Draft tokens accepted (timings.draft_n_accepted).")
     finish_reason: str | None = None
+    seed: int | None = Field(None, description="Sampling seed the request carried (the same "
+                             "for every profile at one prompt and repeat).")
+    answer_sha256: str | None = Field(None, description="SHA-256 of the answer's text (UTF-8); "
+                                      "None when the answer had no text.")
 
 
 class Stats(BaseModel):
@@ -246,7 +259,7 @@ def machine_info() -> MachineInfo:
 
 
 def sample_from_response(body: object, *, index: int, profile: str, prompt: str,
-                         temperature: float, repeat: int) -> Sample:
+                         temperature: float, repeat: int, seed: int | None = None) -> Sample:
     """A :class:`Sample` from a ``/v1/chat/completions`` response body.
 
     Raises :class:`BenchError` when the body has no usable ``timings`` (not a llama-server,
@@ -263,12 +276,46 @@ def sample_from_response(body: object, *, index: int, profile: str, prompt: str,
         raise BenchError(f"the {profile} server sent malformed timings for prompt '{prompt}' "
                          f"({'.'.join(str(p) for p in first['loc'])}: {first['msg']})") from exc
     choices = body.get("choices") or [{}]
-    finish = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
+    choice = choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else None
     return Sample(index=index, profile=profile, prompt=prompt, temperature=temperature,
                   repeat=repeat, prompt_tokens=t.prompt_n, cached_tokens=t.cache_n,
                   prompt_ms=t.prompt_ms, completion_tokens=t.predicted_n,
                   decode_ms=t.predicted_ms, draft_n=t.draft_n,
-                  draft_accepted=t.draft_n_accepted, finish_reason=finish)
+                  draft_accepted=t.draft_n_accepted, finish_reason=choice.get("finish_reason"),
+                  seed=seed, answer_sha256=hashlib.sha256(text.encode()).hexdigest()
+                  if isinstance(text, str) else None)
+
+
+def request_seed(prompt: str, repeat: int) -> int:
+    """The sampling seed of ``prompt``'s ``repeat``-th request (any profile): stable across
+    runs and machines, different between prompts and repeats, in [0, 2^31)."""
+    digest = hashlib.sha256(f"{prompt}\0{repeat}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def different_answers(result: BenchResult) -> list[str]:
+    """One line per profile and prompt whose answers are not the reference profile's at the
+    same temperature and repeat (their ratio compares different texts), with the tokens
+    each side decoded; empty when every answer matched or no answer was kept."""
+    reference = {(s.prompt, s.temperature, s.repeat): s for s in result.samples
+                 if s.profile == result.reference_profile}
+    differ: dict[tuple[str, str, float], list[tuple[Sample, Sample]]] = {}
+    for s in result.samples:
+        ref = reference.get((s.prompt, s.temperature, s.repeat))
+        if (s.profile == result.reference_profile or ref is None or s.answer_sha256 is None
+                or ref.answer_sha256 is None or s.answer_sha256 == ref.answer_sha256):
+            continue
+        differ.setdefault((s.profile, s.prompt, s.temperature), []).append((s, ref))
+    lines = []
+    for (profile, prompt, temp), pairs in differ.items():
+        tokens = ", ".join(f"{s.completion_tokens} vs {ref.completion_tokens}"
+                           for s, ref in pairs)
+        lines.append(f"{profile} answered {prompt} at t={temp:g} unlike "
+                     f"{result.reference_profile} in {len(pairs)} repeat(s) ({tokens} tokens): "
+                     "its ratio there compares different texts")
+    return lines
 
 
 def _rate(tokens: int, ms: float) -> float | None:
@@ -407,19 +454,31 @@ def _model_file(path: Path) -> ModelFile:
     return ModelFile(path=path, size_bytes=path.stat().st_size)
 
 
+WARM_UP_TOKENS = 16
+"""Tokens each warm-up request decodes: a few speculative steps, so the verification batch of
+the length the first request drafts has run once before anything is timed (the first request
+drafting 3 a step on a fresh H200 server decoded at 540 tok/s, the second at 707)."""
+
+
 def _start(profile: str, plan: LaunchPlan, preset: Preset, client: httpx2.Client, force: bool,
-           start_timeout: float, note: Callable[[str], None] | None) -> ServerState:
-    """Fit check, start, and one warm-up request (weights paged in, buffers allocated)."""
+           start_timeout: float, note: Callable[[str], None] | None,
+           lengths: list[int] = ()) -> ServerState:
+    """Fit check, start, and warm-up requests (weights paged in, buffers allocated), one per
+    draft length in ``lengths`` (``speculative.n_max``, for a server that takes it per
+    request), else one at the server's own. Warm-ups are neither timed nor observed."""
     check_fit(plan, force=force, note=note)
     if note:
         note(f"starting the {profile} server")
     state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset.name,
                   timeout=start_timeout, progress=note)
     try:
-        warm_up = BenchPrompt(name="warm-up", text="Hi")
-        _post(client, state, profile, warm_up,
-              {"messages": [{"role": "user", "content": warm_up.text}], "max_tokens": 4,
-               "temperature": 0.0})
+        warm_up = BenchPrompt(name="warm-up", text="Count from one to twenty.")
+        for n_max in lengths or [None]:
+            body: dict = {"messages": [{"role": "user", "content": warm_up.text}],
+                          "max_tokens": WARM_UP_TOKENS, "temperature": 0.0}
+            if n_max is not None:
+                body["speculative.n_max"] = n_max
+            _post(client, state, profile, warm_up, body)
     except BaseException:
         stop(state)
         raise
@@ -476,10 +535,17 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
     total = len(prompts) * len(temperatures) * repeats * len(profiles)
     timeout = httpx2.Timeout(connect=10.0, read=request_timeout, write=60.0, pool=10.0)
 
+    def warm_lengths(profile: str) -> list[int]:
+        # The lengths the first requests will carry, so their steps are not the first run.
+        if profile in controls:
+            return sorted({c.next_n_max() for c in controls[profile].values()} - {0})
+        return sorted(set(caps.get(profile, {}).values()) - {0})
+
     def measure(client: httpx2.Client, states: dict[str, ServerState], profile: str,
                 prompt: BenchPrompt, temp: float, repeat: int) -> None:
         body = {"messages": [{"role": "user", "content": prompt.text}],
-                "max_tokens": max_tokens, "temperature": temp, **request_extra}
+                "max_tokens": max_tokens, "temperature": temp,
+                "seed": request_seed(prompt.name, repeat), **request_extra}
         if profile in controls:
             body["speculative.n_max"] = controls[profile][temp].next_n_max()
         elif profile in caps:
@@ -488,7 +554,8 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
         if profile in controls:
             controls[profile][temp].observe(body["speculative.n_max"], data.get("timings"))
         sample = sample_from_response(data, index=len(samples), profile=profile,
-                                      prompt=prompt.name, temperature=temp, repeat=repeat)
+                                      prompt=prompt.name, temperature=temp, repeat=repeat,
+                                      seed=body["seed"])
         samples.append(sample)
         rate = _rate(sample.completion_tokens, sample.decode_ms) or 0.0
         say(f"[{len(samples)}/{total}] {prompt.name} t={temp:g} {profile}: "
@@ -503,7 +570,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                 for profile, plan in plans.items():
                     try:
                         states[profile] = _start(profile, plan, preset, client, force,
-                                                 start_timeout, note)
+                                                 start_timeout, note, warm_lengths(profile))
                     except FitError:
                         if not states:
                             raise
@@ -530,7 +597,7 @@ def run_bench(preset: Preset, engine: Engine, profiles: list[str], prompts: list
                 order = profiles if repeat % 2 == 0 else profiles[::-1]
                 for profile in order:
                     states = {profile: _start(profile, plans[profile], preset, client, force,
-                                              start_timeout, note)}
+                                              start_timeout, note, warm_lengths(profile))}
                     try:
                         servers.setdefault(profile, _server_info(profile, states[profile],
                                                                  tuned[profile][1]))

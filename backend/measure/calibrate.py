@@ -19,6 +19,7 @@ the product turns its adaptive controller off whenever it sets the length
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -66,6 +67,25 @@ than this share of a plain step, the run is refused."""
 MIN_EFFICIENCY, MAX_EFFICIENCY = 0.6, 1.25
 """Measured speedup at the check acceptance over the formula's, outside which the run is
 refused (85–92 % was measured on an H200; a busy machine gave 2.9x)."""
+MIN_TOKENS = 64
+"""Tokens a timed request decodes at least (and the first plain measurement's length)."""
+MAX_TOKENS = 512
+"""Tokens a timed request decodes at most when the length is chosen from the plain speed."""
+REQUEST_SECONDS = 0.5
+"""How long a timed request should decode when the length is chosen from the plain speed: at
+64 tokens an H200 decodes SmolLM2 for ~85 ms, where a few ms of launch and scheduling noise
+moved a length's cost by 8 % between two runs (K=3: 2.00 and 2.16 plain steps, 2026-12-03),
+enough to change the tuned length."""
+
+
+def request_tokens(plain_tok_s: float) -> int:
+    """Tokens each timed request decodes: :data:`REQUEST_SECONDS` of plain decoding at
+    ``plain_tok_s`` (tokens/s), within [:data:`MIN_TOKENS`, :data:`MAX_TOKENS`], rounded to 16.
+    """
+    wanted = plain_tok_s * REQUEST_SECONDS if math.isfinite(plain_tok_s) else MAX_TOKENS
+    return int(min(MAX_TOKENS, max(MIN_TOKENS, round(wanted / 16) * 16)))
+
+
 PROMPT = ("Write a Python module with a function `parse_csv(text)` that parses CSV text into a "
           "list of dicts, handling quoted fields, and tests for it.")
 
@@ -174,7 +194,8 @@ def _measure(name: str, plan: LaunchPlan, n_max: int, synth_p: float | None, tok
 
 def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
               lengths: tuple[int, ...] = DEFAULT_LENGTHS,
-              check_p: float | None = DEFAULT_CHECK_P, tokens: int = 64, repeats: int = 3,
+              check_p: float | None = DEFAULT_CHECK_P, tokens: int | None = None,
+              repeats: int = 3,
               ctx_size: int | None = 4096, start_timeout: float = 600.0, force: bool = False,
               store: bool = True,
               note: Callable[[str], None] | None = None) -> Calibration:
@@ -186,6 +207,8 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
     ``speculative.n_max`` 0 (``CostModel.idle_ratio``; off keeps the draft loaded only where
     that is nearly free). Costs are stored per engine key, target, draft and device
     (:func:`tuning.save_costs`).
+    ``tokens``: decoded per timed request; None: :func:`request_tokens` of the first plain
+    measurement's speed (plain is then measured again at that length when it differs).
     Plain decoding is measured first and last; a run whose plain speed drifted more than
     :data:`MAX_DRIFT`, or whose rows contradict the cost formula, stores nothing.
     Raises :class:`CalibrationError` (no draft, ngram profile, bee-old, a server that failed,
@@ -212,7 +235,8 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
         alias = ("--alias", f"dflash-agent-calibrate-{name.replace(' ', '-')}")
         return plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags, *alias)})
 
-    args = (tokens, repeats, preset.name, start_timeout, say)
+    chosen_tokens = tokens or MIN_TOKENS
+    args = (chosen_tokens, repeats, preset.name, start_timeout, say)
 
     def at_length(k: int) -> list[Row]:
         """The rows of length ``k``: nothing accepted, then the check acceptance."""
@@ -229,6 +253,12 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
     try:
         with keep_current_marker():
             rows = [_measure("plain", tagged(plain, "plain"), 0, None, *args)]
+            if tokens is None and request_tokens(rows[0].tok_s) != chosen_tokens:
+                chosen_tokens = request_tokens(rows[0].tok_s)
+                args = (chosen_tokens, *args[1:])
+                say(f"plain decodes {rows[0].tok_s:.0f} tok/s: timing {chosen_tokens} tokens "
+                    "a request")
+                rows = [_measure("plain", tagged(plain, "plain"), 0, None, *args)]
             for k in lengths:
                 rows += at_length(k)
             idle = None
