@@ -220,6 +220,31 @@ def test_on_a_server_whose_loaded_draft_costs_drafting_is_measured_against_that(
     assert tuning.DraftCap(served, temperature=0.0).off_speed == 1.0  # never above plain
 
 
+def test_a_length_measured_on_its_own_is_predicted_by_its_own_acceptance() -> None:
+    """The H200 agent replay of 2026-12-04 at t = 0 (calibrated costs of that run): the probe at
+    15, one 512-token answer at length 2 (0.87 a token), then one at 7 (0.74). Pooled over
+    lengths, 0.77 a token still promised length 5, untried, more than length 2 had measured;
+    the replay went on at 5 and 7, where its short answers ran 0.56-0.92x of baseline. Each
+    length measured on its own text keeps its own figure, and the untried ones the pooled
+    one."""
+    costs = CostModel(source="calibrated", engine="e", model="m", draft="d", device="H200",
+                      plain_ms=1.298, step_ratio={1: 1.645, 2: 1.759, 3: 1.925, 5: 2.322,
+                                                  7: 2.429, 15: 4.489},
+                      efficiency={1: 0.944, 2: 0.947, 3: 0.794, 5: 0.914, 7: 0.943,
+                                  15: 0.929}, idle_ratio=1.089)
+    seen = [_obs(15, 720, 68, 117, 294.1), _obs(15, 698, 109, 160, 335.8),
+            _obs(2, 389, 316, 512, 485.0), _obs(7, 1029, 364, 512, 527.6)]
+    own = tuning.length_estimates(seen)
+    assert sorted(own) == [2, 7, 15] and own[2] > own[7] > own[15]
+    assert tuning.length_estimates(seen[:1]) == {}  # 117 tokens at 15: too little alone
+    p = estimate_p(seen)
+    choice = choose(costs, p, seen, off_speed=1 / 1.089)
+    assert choice.n_max == 2 and f"({own[2]:.2f} at length 2 itself)" in choice.reason
+    pooled = costs.speedup(5, p)
+    assert pooled > min(costs.speedup(2, p), tuning._measured_speedups(costs, seen)[2])
+    assert choice.predicted > pooled  # 2 on its own figure beats 5 on the pooled one
+
+
 def test_off_means_no_draft_pass(tmp_path: Path) -> None:
     on = server_argv(_plan(tmp_path, draft_n_max=3), "127.0.0.1", 1)
     assert on[on.index("--spec-draft-n-max") + 1] == "3"

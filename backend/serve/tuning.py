@@ -14,7 +14,9 @@ with the K of the best S, or not at all when no K is predicted to beat plain dec
 :data:`MARGIN`; when a K has been *measured* on the user's own traffic (decode tok/s against the
 calibrated plain rate) the measured figure is used when it is the lower one.
 
-``p`` comes from observations of the draft (``draft_n`` / ``draft_n_accepted`` at a known K):
+``p`` comes from observations of the draft (``draft_n`` / ``draft_n_accepted`` at a known K;
+a length observed on enough text of its own is predicted from those alone,
+:func:`length_estimates`):
 a probe at launch (:func:`probe`, a few short requests on a server with the draft), ``agent
 backend bench`` runs and the agent's own turns (recorded at the end of each session). When
 drafting is off no observation arrives, so the next launch probes again once the last probe is
@@ -378,6 +380,35 @@ def estimate_p(observations: Iterable[Observation]) -> float | None:
     return weighted / total if total else None
 
 
+LENGTH_MIN_TOKENS = 256
+"""Text a draft length needs observed at it (tokens decoded) before its own acceptance, not
+the estimate pooled over every length, predicts it (:func:`length_estimates`)."""
+
+
+def length_estimates(observations: Iterable[Observation]) -> dict[int, float]:
+    """Per-token acceptance per draft length, from the observations at that length alone
+    (:func:`estimate_p`), for the lengths with at least :data:`LENGTH_MIN_TOKENS` tokens
+    decoded there.
+
+    A DFlash draft predicts a block's positions at once, and the later ones are right less
+    often: one acceptance per token fitted at a short length promises too much at a long one.
+    On an H200 (benchmarks/h200-first-2026-12-04) the edit set's longest answer accepted 0.73
+    a token at length 2 and 0.65 at 7, where it decoded at 0.90x of its speed at 2; and the
+    agent replay, its estimate pooled over lengths, went on from a measured length 2 to lengths
+    5 and 7 untried, where its short answers ran at 0.56-0.92x of baseline. A length measured
+    on its own keeps its own figure; the others take the pooled one."""
+    by_length: dict[int, list[Observation]] = {}
+    for o in observations:
+        if o.draft_n:
+            by_length.setdefault(o.n_max, []).append(o)
+    out: dict[int, float] = {}
+    for k, at_k in by_length.items():
+        p = estimate_p(at_k)
+        if p is not None and sum(o.tokens for o in at_k) >= LENGTH_MIN_TOKENS:
+            out[k] = p
+    return out
+
+
 MEASURED_MIN_TOKENS = 128
 """A request counts towards a measured speedup (:func:`_measured_speedups`) from this many
 tokens: a short answer decodes slower than the calibrated rate whatever drafts it (on an H200
@@ -421,13 +452,17 @@ def choose(costs: CostModel, p: float | None, observations: list[Observation] = 
     if not lengths:
         return Tuning(n_max=0, p=p, costs=label, reason="no measured draft length")
     measured = _measured_speedups(costs, list(observations))
-    scores = {k: min(costs.speedup(k, p), measured.get(k, math.inf)) for k in lengths}
+    own = length_estimates(observations)
+    at = {k: own.get(k, p) for k in lengths}
+    scores = {k: min(costs.speedup(k, at[k]), measured.get(k, math.inf)) for k in lengths}
     best = max(lengths, key=lambda k: (scores[k], -k))
     where = "calibrated" if label == "calibrated" else "default (uncalibrated)"
-    why = (f"acceptance {p:.2f} per token; {where} step costs predict "
-           f"{scores[best]:.2f}x at length {best}")
-    if best in measured and measured[best] <= costs.speedup(best, p):
-        why = f"acceptance {p:.2f} per token; measured {measured[best]:.2f}x at length {best}"
+    seen = f"acceptance {p:.2f} per token"
+    if best in own:
+        seen += f" ({own[best]:.2f} at length {best} itself)"
+    why = f"{seen}; {where} step costs predict {scores[best]:.2f}x at length {best}"
+    if best in measured and measured[best] <= costs.speedup(best, at[best]):
+        why = f"{seen}; measured {measured[best]:.2f}x at length {best}"
     if off_speed < 1.0:
         why += f"; off runs at {off_speed:.2f}x here, the draft staying loaded"
     if scores[best] < MARGIN * off_speed:
