@@ -429,6 +429,31 @@ def test_drafting_off_keeps_the_draft_loaded_only_where_that_was_measured_free(
         assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 3
 
 
+def test_a_reused_server_loaded_with_a_draft_that_costs_while_off_says_so(
+        agent_home: Path, tmp_path: Path) -> None:
+    """A per-request server whose requests turned drafting off keeps its draft loaded: where
+    calibration measured that slower than a server without it, the next command that reuses
+    it says what it costs and how to launch without it (an H200 agent replay decoded 87 turns
+    at 0.94x of baseline that way, 2026-12-04). A loaded draft measured free, a stored choice
+    that drafts or explores, and an unmeasured idle cost say nothing."""
+    serving = _capped(tmp_path, draft_n_max=15)
+    wanted = _capped(tmp_path)
+    cheap = _costs({2: 1.76, 15: 4.49}, efficiency={2: 0.95, 15: 0.93})
+    tuning.save_costs(cheap.model_copy(update={"idle_ratio": 1.089}), serving)
+    draft_only = wanted.model_copy(update={"profile": "dflash-fixed"})
+    tuning.record(draft_only, [_obs(15, 1234, 30, 512, 700.0)])  # accepts next to nothing
+    note = tuning.stale_note(serving, wanted, 0.0)
+    assert note is not None and "keeps the draft loaded" in note and "0.92x" in note
+    assert "agent backend down" in note
+    tuning.save_costs(cheap.model_copy(update={"idle_ratio": 1.005}), serving)  # free
+    assert tuning.stale_note(serving, wanted, 0.0) is None
+    tuning.save_costs(cheap, serving)  # never measured
+    assert tuning.stale_note(serving, wanted, 0.0) is None
+    tuning.save_costs(cheap.model_copy(update={"idle_ratio": 1.089}), serving)
+    tuning.record(draft_only, [_obs(2, 3000, 2700, 2000, 1500.0)] * 3)  # now it pays
+    assert tuning.stale_note(serving, wanted, 0.0) is None
+
+
 def test_a_broken_idle_cost_is_refused() -> None:
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="idle_ratio"):
