@@ -37,6 +37,19 @@ def _plan(home: Path, engine: Engine, fixture: dict) -> LaunchPlan:
                       ctx_size=1024, draft=fixture["draft"])
 
 
+def _calibrated(engine: Engine, fixture: dict, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> tuple[Path, LaunchPlan]:
+    """A home (``DFLASH_AGENT_HOME`` set) whose tuned ``dflash`` plan has step costs stored,
+    the loaded draft measured free; returns the home and that plan."""
+    home = make_home(tmp_path, engine, _presets(fixture))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, fixture)
+    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
+                                       idle_ratio=1.0), plan)
+    return home, plan
+
+
 def _lenient(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny fixture decodes ~1,000 tokens a second: on a busy test machine its timings
     swing far more than a real model's, so the sanity limits (tests/test_tuning.py tests them
@@ -325,12 +338,7 @@ def test_bench_serves_each_temperature_the_length_its_own_acceptance_chose(
     chose, sampled ones the length (here off) sampled observations chose, and what the bench
     saw is recorded with its temperature. Before, one record chose for both (an H200 ran the
     edit set at 1.42x at temperature 0 and 0.84x at 0.7 with the same length)."""
-    home = make_home(tmp_path, engine, _presets(tiny_dflash))
-    monkeypatch.setenv(HOME_ENV, str(home))
-    plan = _plan(home, engine, tiny_dflash)
-    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
-                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
-                                       idle_ratio=1.0), plan)
+    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch)
     now = datetime.now(UTC)
     tuning.record(plan, [
         tuning.Observation(source="bench", n_max=3, draft_n=30000, accepted=27000, at=now,
@@ -378,12 +386,7 @@ def test_bench_warms_each_server_at_the_length_its_first_requests_draft(
     from backend.measure.prompts import load_prompts
     from backend.models.presets import get_preset
 
-    home = make_home(tmp_path, engine, _presets(tiny_dflash))
-    monkeypatch.setenv(HOME_ENV, str(home))
-    plan = _plan(home, engine, tiny_dflash)
-    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
-                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
-                                       idle_ratio=1.0), plan)
+    _, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch)
     tuning.record(plan, [tuning.Observation(source="bench", n_max=3, draft_n=30000,
                                             accepted=27000, at=datetime.now(UTC),
                                             temperature=0.0)])

@@ -20,7 +20,8 @@
 #   bash train/h200.sh model     # carry .devkit/mN: one more part of the model (m2, then m3)
 #   bash train/h200.sh data      # carry .devkit/m4: model joined and checked; in the
 #                                #   background (setsid): the torch generator for GEN_BUDGET s, then the draft trained on
-#                                #   from INIT (the shipped one) for FIT_STEPS/FIT_BUDGET
+#                                #   from INIT (the shipped one) for FIT_STEPS/FIT_BUDGET; INIT= trains from
+#                                #   scratch (COMPARE: a draft measured on the same held-out sequences)
 #   bash train/h200.sh rpc       # the CUDA engine over one `agent backend worker` (up --rpc,
 #                                #   a completion, status) and benchmarks/rpc_loopback.py
 #   bash train/h200.sh trained   # waits for the fit; shards, logs, run records, the draft back
@@ -49,7 +50,7 @@ SMOL=$T/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HOME_UP=$T/home
 OUT=${OUT:-$T/out}
 PROMPTS=${PROMPTS:-train/data/prompts-v4.npz}
-INIT=${INIT:-backend/models/packaged/smollm2-135m-dflash-v4.gguf}
+INIT=${INIT-backend/models/packaged/smollm2-135m-dflash-v4.gguf}  # empty: from scratch
 NAME=${NAME:-smollm2-135m-dflash-v5}
 GEN_BUDGET=${GEN_BUDGET:-260}       # seconds of generation (no new batch after that)
 GEN_BATCH=${GEN_BATCH:-1024}        # prompts a batch
@@ -206,18 +207,19 @@ if [[ ! -f '$T/done/gen' ]]; then
 fi
 $PY -m train info '$T'/gen/*.npz >> '$T/gen.log' 2>&1
 $PY -m train fit --target '$SMOL' --data '$T/gen' --out '$T/run' --device cuda --draft-layers 2 \
-  --init '$INIT' --steps $FIT_STEPS $FIT_ARGS --repeat-agent 8 --budget-s $FIT_BUDGET \
+  ${INIT:+--init '$INIT'} --steps $FIT_STEPS $FIT_ARGS --repeat-agent 8 --budget-s $FIT_BUDGET \
   --ckpt-every 1000 --log-every 200 --profile-steps 20 --eval-seqs 60 --eval-blocks 32 \
   --name $NAME --runs '$T/runs.jsonl' > '$T/fit.log' 2>&1
 rc=\$?
-# every held-out sequence, the new draft and INIT on the same ones
-for d in '$T/run/draft.gguf' '$INIT'; do
+# every held-out sequence, the new draft and INIT (or COMPARE) on the same ones
+for d in '$T/run/draft.gguf' '${COMPARE:-$INIT}'; do
+  [[ -n \$d ]] || continue
   $PY -m train accept --target '$SMOL' --draft \$d --data '$T/gen' --device cuda --eval-blocks 64 \
     --runs '$T/runs.jsonl' >> '$T/accept.log' 2>&1
 done
 echo \$rc > '$T/fit.rc'" < /dev/null > "$T/chain.log" 2>&1
   touch "$T/data.done"
-  sleep 45; tail -3 "$T/gen.log"
+  sleep ${DATA_WAIT:-45}; tail -3 "$T/gen.log"
   finish 0
   ;;
 rpc)  # the CUDA engine's rpc-server as a worker, as a user runs it (the GPU is shared)
