@@ -29,7 +29,7 @@ import hashlib
 import os
 import platform
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -462,7 +462,7 @@ drafting 3 a step on a fresh H200 server decoded at 540 tok/s, the second at 707
 
 def _start(profile: str, plan: LaunchPlan, preset: Preset, client: httpx2.Client, force: bool,
            start_timeout: float, note: Callable[[str], None] | None,
-           lengths: list[int] = ()) -> ServerState:
+           lengths: Sequence[int] = ()) -> ServerState:
     """Fit check, start, and warm-up requests (weights paged in, buffers allocated), one per
     draft length in ``lengths`` (``speculative.n_max``, for a server that takes it per
     request), else one at the server's own. Warm-ups are neither timed nor observed."""
