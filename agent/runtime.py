@@ -15,6 +15,7 @@ from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_server
+from backend.serve.leases import hold
 from backend.serve.ngram_guard import NgramGuard
 from backend.serve.server import ServerState, crash_report
 from backend.serve.tuning import (
@@ -82,6 +83,12 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                                   timeout=settings.server_start_timeout,
                                   progress=reporter.build_progress, note=reporter.note,
                                   temperature=sampling.get("temperature"))
+    try:
+        # While this session runs, no other command relaunches its server under it.
+        hold(state)
+    except OSError as exc:
+        reporter.note(f"could not record this session's use of the server ({exc}): another "
+                      "command may relaunch it")
     over = f", over RPC workers {','.join(state.plan.rpc)}" if state.plan.rpc else ""
     reporter.note(f"{'reusing' if reused else 'started'} llama-server at {state.base_url} "
                   f"(profile {state.plan.profile}{over})")

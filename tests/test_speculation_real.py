@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -210,6 +211,60 @@ def test_a_tuned_launch_probes_a_useless_draft_and_its_requests_draft_nothing(
         assert recorded and {(o.source, o.n_max) for o in recorded} == {("session", 3)}
         assert sum(o.draft_n for o in recorded) > 0
     finally:
+        run("backend", "down", "--all", home=home)
+
+
+def test_a_server_whose_drafting_went_off_is_relaunched_without_its_costly_draft(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """A per-request server keeps its draft loaded when its requests turn drafting off; where
+    calibration measured that loaded draft slower than a server without it (an H200 agent
+    replay decoded 87 turns at 0.94x of baseline so, 2026-12-04), the next command starts a
+    server without the draft, unless another live session holds a lease on the running one:
+    then it stays, and the command says so."""
+    from backend.serve.leases import hold
+    from backend.serve.server import running
+
+    home = make_home(tmp_path, engine, _presets(tiny_dflash))
+    monkeypatch.setenv(HOME_ENV, str(home))
+    plan = _plan(home, engine, tiny_dflash)
+    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
+                                       idle_ratio=1.09), plan)
+    now = datetime.now(UTC)
+    tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=300,
+                                            accepted=270, tokens=300, at=now,
+                                            temperature=0.0)])
+    other = None
+    try:
+        first = run("backend", "up", "--preset", "tinyd", home=home)
+        assert first.returncode == 0, first.stderr
+        assert "speculation: draft length 3 per request" in first.stdout
+        [drafting] = running()
+        assert "--spec-draft-model" in drafting.argv
+        # Its sessions' requests then accepted nothing: drafting is off now.
+        tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=30000,
+                                                accepted=0, tokens=30000, at=now,
+                                                temperature=0.0)])
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        hold(drafting, other.pid)  # another session on it
+        kept = run("backend", "up", "--preset", "tinyd", home=home)
+        assert kept.returncode == 0, kept.stderr
+        assert f"reusing llama-server pid {drafting.pid}" in kept.stdout
+        assert "keeps the draft loaded, where calibration measured it decoding at 0.92x" in (
+            kept.stderr)
+        assert f"it stays up while another session (pid {other.pid}) uses it" in kept.stderr
+        other.kill()
+        other.wait()
+        fresh = run("backend", "up", "--preset", "tinyd", home=home)
+        assert fresh.returncode == 0, fresh.stderr
+        assert "starting one without the draft" in fresh.stderr
+        assert "speculation: drafting off" in fresh.stdout
+        [plain] = running()
+        assert plain.pid != drafting.pid and "--spec-draft-model" not in plain.argv
+        assert not (home / "state" / "servers" / f"{drafting.config_hash}.users").exists()
+    finally:
+        if other is not None and other.poll() is None:
+            other.kill()
         run("backend", "down", "--all", home=home)
 
 

@@ -74,11 +74,11 @@ from backend.models.requant import requantized
 from backend.models.sources import ModelError, resolve_model
 from backend.serve import server
 from backend.serve.fit import FitError, check_fit
-from backend.serve.launch import ensure_engine, plan_for, preset_workers
+from backend.serve.launch import ensure_engine, keep_serving, plan_for, preset_workers
 from backend.serve.preview import preview_command
 from backend.serve.rpc import RpcError
 from backend.serve.server import ServerError
-from backend.serve.tuning import TuningError, stale_note, tune
+from backend.serve.tuning import TuningError, tune
 from backend.serve.worker import WorkerError
 from tools import reaper
 
@@ -573,11 +573,9 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
                     sdist=Path(settings.engine_sdist) if settings.engine_sdist else None,
                     rpc=workers)
     serving = server.compatible(plan)
-    if serving is not None:
+    if serving is not None and keep_serving(serving, plan, chosen.sampling.temperature,
+                                            reporter.note):
         # A server already runs this plan: keep its draft length (re-chosen at a new launch).
-        stale = stale_note(serving.plan, plan, chosen.sampling.temperature)
-        if stale:
-            reporter.note(stale)
         plan, line = plan.model_copy(update={"draft_n_max": serving.plan.draft_n_max}), \
             serving.speculation
     else:

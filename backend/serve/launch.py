@@ -3,6 +3,7 @@ first use), then the managed server (started or reused)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,16 +15,43 @@ from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
+from backend.serve.leases import holders
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
 from backend.serve.server import (
     DEFAULT_PORT,
     ServerState,
     compatible,
     plan_differences,
+    retire,
     running,
     up,
 )
-from backend.serve.tuning import stale_note, tune, with_ngram_lengths
+from backend.serve.tuning import loaded_off_speed, stale_note, tune, with_ngram_lengths
+
+
+def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | None,
+                 note: Callable[[str], None] | None = None) -> bool:
+    """Whether to reuse ``serving`` for ``wanted`` (a plan it serves: :func:`backend.serve.
+    server.compatible`), saying through ``note`` when its draft length is not what is measured
+    now (:func:`backend.serve.tuning.stale_note`). False after stopping it, for a launch of
+    its own: when what is measured now turns drafting off while that server keeps a draft
+    loaded that costs (:func:`backend.serve.tuning.loaded_off_speed`) and no other live
+    process holds a lease on it (:mod:`backend.serve.leases`); an H200 agent replay decoded
+    87 turns at 0.94x of baseline with the draft loaded and off (2026-12-04)."""
+    speed = loaded_off_speed(serving.plan, wanted, temperature)
+    others = [pid for pid in holders(serving) if pid != os.getpid()] if speed else []
+    if speed is None or others:
+        stale = stale_note(serving.plan, wanted, temperature)
+        if stale and note is not None:
+            note(stale + (f"; it stays up while another session (pid "
+                          f"{', '.join(map(str, others))}) uses it" if others else ""))
+        return True
+    if note is not None:
+        note(f"what is measured now turns drafting off, and the running server at "
+             f"{serving.base_url} keeps its draft loaded, which decodes at {speed:.2f}x of a "
+             "server without it: starting one without the draft")
+    retire(serving)
+    return False
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,
@@ -148,12 +176,9 @@ def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int
     if temperature is None:
         temperature = preset.sampling.temperature
     serving = compatible(plan)
-    if serving is not None:
-        # The server that is up is the one sessions use, whatever its slot count; its draft
-        # length changes only at a launch (never under a running session).
-        stale = stale_note(serving.plan, plan, temperature)
-        if stale and note is not None:
-            note(stale)
+    # The server that is up is the one sessions use, whatever its slot count; its draft length
+    # changes only at a launch (never under a running session).
+    if serving is not None and keep_serving(serving, plan, temperature, note):
         return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note,
                   speculation=serving.speculation)
     plan, choice = tune(plan, timeout=timeout, note=note, temperature=temperature)

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -806,14 +807,21 @@ def current() -> ServerState | None:
     return None
 
 
+def retire(state: ServerState) -> None:
+    """Stop ``state``'s server and forget it (its record and its sessions' leases), under its
+    launch lock."""
+    with FileLock(str(home().servers / f"{state.config_hash}.lock")):
+        stop(state)
+        _state_path(state.config_hash).unlink(missing_ok=True)
+        shutil.rmtree(home().servers / f"{state.config_hash}.users", ignore_errors=True)
+
+
 def down(all_servers: bool = False) -> list[ServerState]:
     """Stop the current server (or every server we started); returns the stopped states."""
     alive = running()  # also removes the state files of servers that are gone
     targets = alive if all_servers else [s for s in [current()] if s is not None]
     for state in targets:
-        with FileLock(str(home().servers / f"{state.config_hash}.lock")):
-            stop(state)
-            _state_path(state.config_hash).unlink(missing_ok=True)
+        retire(state)
     return targets
 
 

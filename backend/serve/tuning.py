@@ -997,25 +997,42 @@ def stale_note(serving: LaunchPlan, wanted: LaunchPlan,
     measurements now choose for ``wanted`` (an untuned plan of the same preset) at
     ``temperature``: the length changes only at a launch, so the user is told how to get one.
     None when they agree."""
-    choice = stored_choice(wanted, temperature)
-    if choice is None:
-        return None
     if per_request_cap(serving):
-        # Its requests turn drafting off without a restart, but the loaded draft still costs
-        # where calibration did not measure it free: an H200 agent replay went off after its
-        # first turn and decoded the other 87 at 0.94x of baseline (2026-12-04).
-        speed = load_costs(serving, device_id(serving.binary)).idle_speed()
-        if choice.n_max or choice.per_request or speed is None or speed >= IDLE_FLOOR:
+        speed = loaded_off_speed(serving, wanted, temperature)
+        if speed is None:
             return None
         return (f"what is measured now turns drafting off, but the running server keeps the "
                 f"draft loaded, where calibration measured it decoding at {speed:.2f}x of a "
                 "server without it (`agent backend down`, then the next command launches "
                 "without the draft)")
-    if choice.n_max == serving.draft_n_max:
+    choice = stored_choice(wanted, temperature)
+    if choice is None or choice.n_max == serving.draft_n_max:
         return None
     return (f"the running server has {_length_text(serving.draft_n_max)}; what is measured now "
             f"chooses {choice.line()} (`agent backend down`, then the next command relaunches "
             "with it)")
+
+
+def loaded_off_speed(serving: LaunchPlan, wanted: LaunchPlan,
+                     temperature: float | None = None) -> float | None:
+    """How fast the running server of ``serving`` decodes, relative to a server without the
+    draft, when what is stored now turns drafting off for ``wanted`` (an untuned plan of the
+    same preset) at ``temperature`` while that server keeps its draft loaded (it takes its
+    length per request) and calibration measured the loaded draft under :data:`IDLE_FLOOR`;
+    None otherwise (drafting on or explored, the loaded draft free or never measured, a
+    server without the per-request cap).
+
+    Its requests turn drafting off without a restart, but the loaded draft still costs: an
+    H200 agent replay went off after its first turn and decoded the other 87 at 0.94x of
+    baseline (benchmarks/h200-first-2026-12-04)."""
+    if not per_request_cap(serving):
+        return None
+    choice = stored_choice(wanted, temperature)
+    speed = load_costs(serving, device_id(serving.binary)).idle_speed()
+    if (choice is None or choice.n_max or choice.per_request or speed is None
+            or speed >= IDLE_FLOOR):
+        return None
+    return speed
 
 
 def stored_choice(plan: LaunchPlan, temperature: float | None = None) -> Tuning | None:

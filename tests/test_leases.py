@@ -1,0 +1,63 @@
+"""Leases on a managed server (backend.serve.leases), with real processes: a live holder
+counts, a finished one, a reused pid and a damaged lease file do not, and are cleaned away."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from backend.serve.leases import hold, holders
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerState
+
+
+def _state(tmp_path: Path, profile: str = "dflash") -> ServerState:
+    plan = LaunchPlan(binary=tmp_path / "llama-server", model=tmp_path / "m.gguf",
+                      profile=profile, ctx_size=4096,
+                      draft=tmp_path / "d.gguf" if profile == "dflash" else None)
+    return ServerState(pid=1, create_time=0.0, host="127.0.0.1", port=1, config_hash="abc",
+                       plan=plan, argv=[], log=tmp_path / "log", started_at=0.0)
+
+
+def test_live_holders_count_and_ended_ones_are_cleaned(agent_home: Path, tmp_path: Path):
+    state = _state(tmp_path)
+    assert holders(state) == []  # nothing recorded yet: no folder
+    mine = hold(state)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        hold(state, child.pid)
+        assert holders(state) == sorted([os.getpid(), child.pid], key=str)
+    finally:
+        child.kill()
+        child.wait()
+    assert holders(state) == [os.getpid()]  # the ended one is gone, its file removed
+    assert sorted(p.name for p in mine.parent.iterdir()) == [mine.name]
+
+
+def test_a_reused_pid_and_a_damaged_lease_are_not_holders(agent_home: Path, tmp_path: Path):
+    state = _state(tmp_path)
+    lease = hold(state)
+    # The same pid started at another time: another process than the one that held it.
+    lease.write_text(json.dumps({"pid": os.getpid(), "started": 12.0}), "utf-8")
+    damaged = lease.parent / "77.json"
+    damaged.write_text("{not json", "utf-8")
+    odd = lease.parent / "78.json"
+    odd.write_text(json.dumps({"pid": "x", "started": None}), "utf-8")
+    assert holders(state) == []
+    assert list(lease.parent.glob("*.json")) == []
+
+
+def test_a_session_holds_a_lease_on_the_server_it_connects_to(agent_home: Path, tmp_path: Path,
+                                                               monkeypatch) -> None:
+    from agent import runtime
+    from agent.config import load_settings
+    from agent.ui import Reporter
+
+    state = _state(tmp_path, "baseline")
+    monkeypatch.setattr(runtime, "default_engine", lambda: object())
+    monkeypatch.setattr(runtime, "ensure_server", lambda *a, **k: (state, True))
+    runtime.connect(load_settings(cli={"preset": "smollm2-135m"}), Reporter())
+    assert holders(state) == [os.getpid()]
