@@ -39,15 +39,17 @@ def _plan(home: Path, engine: Engine, fixture: dict) -> LaunchPlan:
 
 
 def _calibrated(engine: Engine, fixture: dict, tmp_path: Path,
-                monkeypatch: pytest.MonkeyPatch) -> tuple[Path, LaunchPlan]:
+                monkeypatch: pytest.MonkeyPatch, idle_ratio: float = 1.0
+                ) -> tuple[Path, LaunchPlan]:
     """A home (``DFLASH_AGENT_HOME`` set) whose tuned ``dflash`` plan has step costs stored,
-    the loaded draft measured free; returns the home and that plan."""
+    the loaded draft measured at ``idle_ratio`` plain tokens a token (1.0: free); returns the
+    home and that plan."""
     home = make_home(tmp_path, engine, _presets(fixture))
     monkeypatch.setenv(HOME_ENV, str(home))
     plan = _plan(home, engine, fixture)
     tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
                                        device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
-                                       idle_ratio=1.0), plan)
+                                       idle_ratio=idle_ratio), plan)
     return home, plan
 
 
@@ -224,12 +226,7 @@ def test_a_server_whose_drafting_went_off_is_relaunched_without_its_costly_draft
     from backend.serve.leases import hold
     from backend.serve.server import running
 
-    home = make_home(tmp_path, engine, _presets(tiny_dflash))
-    monkeypatch.setenv(HOME_ENV, str(home))
-    plan = _plan(home, engine, tiny_dflash)
-    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
-                                       device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
-                                       idle_ratio=1.09), plan)
+    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.09)
     now = datetime.now(UTC)
     tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=300,
                                             accepted=270, tokens=300, at=now,
