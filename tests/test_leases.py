@@ -35,6 +35,10 @@ def test_live_holders_count_and_ended_ones_are_cleaned(agent_home: Path, tmp_pat
         child.wait()
     assert holders(state) == [os.getpid()]  # the ended one is gone, its file removed
     assert sorted(p.name for p in mine.parent.iterdir()) == [mine.name]
+    # A new lease sweeps those of sessions that ended since.
+    (mine.parent / "4194303.json").write_text(json.dumps({"pid": 4194303, "started": 1.0}))
+    hold(state)
+    assert sorted(p.name for p in mine.parent.iterdir()) == [mine.name]
 
 
 def test_a_reused_pid_and_a_damaged_lease_are_not_holders(agent_home: Path, tmp_path: Path):

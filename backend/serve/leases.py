@@ -39,7 +39,8 @@ def _started(pid: int) -> float | None:
 
 
 def hold(state: ServerState, pid: int | None = None) -> Path:
-    """Record that process ``pid`` (default: this one) uses ``state``'s server; returns the
+    """Record that process ``pid`` (default: this one) uses ``state``'s server, and remove the
+    leases of processes that ended (a server up for weeks serves many sessions); returns the
     lease file. Raises ``OSError`` when the home cannot be written."""
     pid = os.getpid() if pid is None else pid
     folder = _folder(state)
@@ -48,6 +49,7 @@ def hold(state: ServerState, pid: int | None = None) -> Path:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"pid": pid, "started": _started(pid)}), "utf-8")
     os.replace(tmp, path)
+    holders(state)
     return path
 
 
