@@ -161,6 +161,28 @@ EOF2
   echo "$name"
 }
 
+fixed_preset() {  # fixed_preset NAME DRAFT K [P]: smol-v3's target and DRAFT drafting K tokens
+  # a step (dflash-fixed; the last --spec-draft-n-max wins), cut below confidence P when given
+  local cut=""
+  [[ -n ${4:-} ]] && cut=", \"--spec-draft-p-min\", \"$4\""
+  cat >> "$HOME_UP/config/presets.toml" <<EOF2
+
+[$1]
+description = "smol-v3 drafting $3 tokens a step${4:+, cut below $4}"
+model = "$SMOL"
+requantize = "q8_0"
+draft = "$2"
+profile = "dflash-fixed"
+ctx_size = 4096
+extra_flags = ["--spec-draft-n-max", "$3"$cut]
+
+[$1.server]
+gpu_layers = "all"
+draft_gpu_layers = "all"
+flash_attn = "on"
+EOF2
+}
+
 A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
 
 stage=${1:-}
@@ -354,22 +376,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
     [[ -f $T/done/pmin-$cut ]] && continue
     (($(left) > 120)) || pack 75
     k=${cut%%:*}; pm=${cut#*:}; name=smol-pmin-$k-${pm//./}  # no dot in a TOML table name
-    cat >> "$HOME_UP/config/presets.toml" <<EOF2
-
-[$name]
-description = "smol-v3 drafting up to $k tokens, cut below $pm (the last flags win)"
-model = "$SMOL"
-requantize = "q8_0"
-draft = "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
-profile = "dflash-fixed"
-ctx_size = 4096
-extra_flags = ["--spec-draft-n-max", "$k", "--spec-draft-p-min", "$pm"]
-
-[$name.server]
-gpu_layers = "all"
-draft_gpu_layers = "all"
-flash_attn = "on"
-EOF2
+    fixed_preset "$name" "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}" "$k" "$pm"
     "${A[@]}" backend bench --preset "$name" --profiles baseline,dflash-fixed \
       --prompts edit --temperatures 0 --max-tokens 1200 --repeats 2 \
       --json "$R/pmin-edit-k$k-p$pm.json" && touch "$T/done/pmin-$cut"
@@ -381,22 +388,7 @@ lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside ba
   require bench2; presets "${DRAFT:-$T/run/draft.gguf}"
   for k in ${LENGTHS:-3 7}; do
     (($(left) > 150)) || break
-    cat >> "$HOME_UP/config/presets.toml" <<EOF2
-
-[smol-k$k]
-description = "smol-v3 drafting $k tokens a step (the last --spec-draft-n-max wins)"
-model = "$SMOL"
-requantize = "q8_0"
-draft = "${DRAFT:-$T/run/draft.gguf}"
-profile = "dflash-fixed"
-ctx_size = 4096
-extra_flags = ["--spec-draft-n-max", "$k"]
-
-[smol-k$k.server]
-gpu_layers = "all"
-draft_gpu_layers = "all"
-flash_attn = "on"
-EOF2
+    fixed_preset "smol-k$k" "${DRAFT:-$T/run/draft.gguf}" "$k"
     "${A[@]}" backend bench --preset "smol-k$k" --profiles baseline,dflash-fixed --prompts edit \
       --temperatures 0 --max-tokens 1200 --repeats 2 --json "$OUT/bench-edit-k$k.json"
   done
