@@ -101,6 +101,7 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     backend = Backend(client, preset.name, state.plan.profile, sampling, state, draft_cap)
     reporter.draft_length = backend.draft_length()
     reporter.request_label = draft_cap.label if isinstance(draft_cap, NgramGuard) else None
+    reporter.draft_model = state.plan.draft is not None
     return backend
 
 

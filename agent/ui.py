@@ -90,6 +90,10 @@ class Reporter:
         # What a step line says of a request's own length where that is not a draft model's
         # (n-gram lookup's guard: "n-gram lookup off"); None: draft_length_text.
         self.request_label: Callable[[int], str] | None = None
+        # False where the server drafts by n-gram lookup only: a low acceptance there says
+        # nothing of a draft model's template or thinking (collapse_note), and the n-gram
+        # guard turns lookup off by itself.
+        self.draft_model = True
         """The server's drafting, shown on every step line (``draft length 3``, ``drafting
         off``); None when it has no draft model."""
         self.totals = {"prefilled": 0, "reused": 0, "decoded": 0, "drafted": 0, "accepted": 0,
@@ -157,7 +161,7 @@ class Reporter:
         self.console.print(Text(f"step {event.step} · prefill {prompt} ({reuse}){miss} · "
                                 f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
                                 f"{accept}", style="dim"))
-        cause = None if self._collapse_said else collapse_note(
+        cause = None if self._collapse_said or not self.draft_model else collapse_note(
             t.draft_n, t.draft_n_accepted, event.content, event.usage, event.reasoning)
         if cause:
             self._collapse_said = True  # once per session: the cause does not change per turn

@@ -47,3 +47,14 @@ def test_the_terminal_says_the_cause_once_per_session():
     reporter.event(_turn(3, 160, 0, "<think>hmm</think>"))
     notes = [x for x in out.getvalue().splitlines() if x.startswith("note: draft acceptance")]
     assert len(notes) == 1 and "1/160" in notes[0] and "thinking" in notes[0]
+
+
+def test_n_gram_lookup_alone_gets_no_draft_model_cause():
+    # A fresh first command (profile ngram) read "a drafter trained with this model's
+    # template, or the n-gram profile, may do better" under the n-gram profile itself.
+    out = io.StringIO()
+    reporter = Reporter()
+    reporter.console = Console(file=out, force_terminal=False, width=300, soft_wrap=True)
+    reporter.draft_model = False
+    reporter.event(_turn(1, 64, 4))
+    assert "collapsed" not in out.getvalue() and "accepted 4/64 drafts" in out.getvalue()

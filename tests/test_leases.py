@@ -63,5 +63,7 @@ def test_a_session_holds_a_lease_on_the_server_it_connects_to(agent_home: Path, 
     state = _state(tmp_path, "baseline")
     monkeypatch.setattr(runtime, "default_engine", lambda: object())
     monkeypatch.setattr(runtime, "ensure_server", lambda *a, **k: (state, True))
-    runtime.connect(load_settings(cli={"preset": "smollm2-135m"}), Reporter())
+    reporter = Reporter()
+    runtime.connect(load_settings(cli={"preset": "smollm2-135m"}), reporter)
     assert holders(state) == [os.getpid()]
+    assert reporter.draft_model is False  # no draft model on that server (agent.ui)
