@@ -4,6 +4,7 @@ the choice of draft length or "off", and the stores in the home, including damag
 from __future__ import annotations
 
 import json
+import statistics
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -136,11 +137,11 @@ def _h200_v4() -> CostModel:
 
 
 def test_off_near_break_even_is_explored_and_far_from_it_is_not() -> None:
-    # The launch probe read v4 at 0.58 a token: 0.96x predicted at length 2, off by the
+    # The launch probe read v4 at 0.58 a token: 0.97x predicted at length 3, off by the
     # margin, but within the probe's error of paying (the turns then accepted 0.71).
     near = choose(_h200_v4(), 0.58)
-    assert near.n_max == 0 and near.best == 2 and near.explores()
-    assert near.predicted == pytest.approx(0.96, abs=0.01)
+    assert near.n_max == 0 and near.best == 3 and near.explores()
+    assert near.predicted == pytest.approx(0.97, abs=0.01)
     far = choose(_h200_v4(), 0.45)
     assert far.n_max == 0 and not far.explores()
     assert not choose(_h200_v4(), 0.8).explores()  # drafting: nothing to explore
@@ -167,7 +168,7 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
     plan, sent = tuning._launch(_capped(tmp_path), near, 15, costs)
     assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 0
     assert sent.line().startswith("drafting off per request")
-    assert f"first {tuning.EXPLORE_TOKENS} tokens draft 2 a step" in sent.line()
+    assert f"first {tuning.EXPLORE_TOKENS} tokens draft 3 a step" in sent.line()
     far = choose(costs, 0.45)
     plan, sent = tuning._launch(_capped(tmp_path), far, 15, costs)
     assert plan.draft_n_max == 0 and "first" not in sent.line()
@@ -175,14 +176,14 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
     served = _served_after_probe(tmp_path, costs, [(318, 22, 48), (197, 31, 48)])
     cap = tuning.DraftCap(served, temperature=0.0)
     assert cap.choice.n_max == 0 and cap.choice.explores()
-    assert cap.next_n_max() == 2  # the session's first request measures at the best length
+    assert cap.next_n_max() == 3  # the session's first request measures at the best length
     # A short answer, still under the margin: 100 of 256 tokens, so the next one explores too.
-    cap.observe(2, {"draft_n": 140, "draft_n_accepted": 70, "predicted_n": 100,
+    cap.observe(3, {"draft_n": 138, "draft_n_accepted": 54, "predicted_n": 100,
                     "predicted_ms": 120.0})
-    assert cap.choice.n_max == 0 and cap.next_n_max() == 2
+    assert cap.choice.n_max == 0 and cap.next_n_max() == 3
     # An edit turn copying most of its prompt: the session's own text decides.
-    cap.observe(2, {"draft_n": 700, "draft_n_accepted": 620, "predicted_n": 1000,
-                    "predicted_ms": 900.0})
+    cap.observe(3, {"draft_n": 780, "draft_n_accepted": 740, "predicted_n": 1000,
+                    "predicted_ms": 600.0})
     assert cap.choice.n_max >= 5 and cap.next_n_max() == cap.choice.n_max
     cap.save()
     assert [o.source for o in tuning.load_observations(served)][-2:] == ["session"] * 2
@@ -191,7 +192,7 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
     poor = tuning.DraftCap(served, temperature=0.0)
     poor._stored = poor._stored[:2]  # only the probe, as at the first launch
     poor.choice = poor._choose()
-    poor.observe(2, {"draft_n": 400, "draft_n_accepted": 80, "predicted_n": 300,
+    poor.observe(3, {"draft_n": 660, "draft_n_accepted": 80, "predicted_n": 300,
                      "predicted_ms": 450.0})
     assert poor.choice.n_max == 0 and not poor.choice.explores() and poor.next_n_max() == 0
 
@@ -199,23 +200,24 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
 def test_on_a_server_whose_loaded_draft_costs_drafting_is_measured_against_that(
         agent_home: Path, tmp_path: Path) -> None:
     """The H200 bench of 2026-12-03: calibrate measured the loaded, idle v4 draft at 0.85x
-    plain; the launch chose length 2 per request at 1.06x predicted; one 66-token answer moved
-    the estimate to 1.04x, under the 1.05x against plain, and the rest of the edit set ran
-    with the draft loaded and off: 0.92x plain. Against off's own 0.85x it keeps drafting."""
+    plain; the launch chose length 2 per request at 1.06x predicted (3 at the median efficiency
+    now); one 66-token answer moved the estimate to 1.04x, under the 1.05x against plain, and
+    the rest of the edit set ran with the draft loaded and off: 0.92x plain. Against off's own
+    0.85x it keeps drafting."""
     costs = _h200_v4().model_copy(update={"idle_ratio": 1.178})
     assert choose(costs, 0.634).n_max == 0  # a launch: off is a server without the draft
     kept = choose(costs, 0.634, off_speed=1 / 1.178)
-    assert kept.n_max == 2 and "off runs at 0.85x here" in kept.reason
+    assert kept.n_max == 3 and "off runs at 0.85x here" in kept.reason
     gone = choose(costs, 0.40, off_speed=1 / 1.178)  # a draft that does not pay at all
     assert gone.n_max == 0 and "under the 0.89x it must beat that by" in gone.reason
 
     served = _served_after_probe(tmp_path, costs, [(720, 68, 117), (698, 109, 160)])
     cap = tuning.DraftCap(served, temperature=0.0)
-    assert cap.off_speed == pytest.approx(1 / 1.178) and cap.next_n_max() == 2
-    for _ in range(2):  # rename-small's answer, twice
-        cap.observe(2, {"draft_n": 70, "draft_n_accepted": 30, "predicted_n": 66,
-                        "predicted_ms": 106.0})
-    assert cap.next_n_max() == 2
+    assert cap.off_speed == pytest.approx(1 / 1.178) and cap.next_n_max() == 3
+    for _ in range(2):  # rename-small's answer at length 3 (2026-12-04), twice
+        cap.observe(3, {"draft_n": 84, "draft_n_accepted": 37, "predicted_n": 66,
+                        "predicted_ms": 82.0})
+    assert cap.next_n_max() == 3
     tuning.save_costs(costs.model_copy(update={"idle_ratio": 0.98}), served)
     assert tuning.DraftCap(served, temperature=0.0).off_speed == 1.0  # never above plain
 
@@ -225,8 +227,8 @@ def test_a_length_measured_on_its_own_is_predicted_by_its_own_acceptance() -> No
     15, one 512-token answer at length 2 (0.87 a token), then one at 7 (0.74). Pooled over
     lengths, 0.77 a token still promised length 5, untried, more than length 2 had measured;
     the replay went on at 5 and 7, where its short answers ran 0.56-0.92x of baseline. Each
-    length measured on its own text keeps its own figure, and the untried ones the pooled
-    one."""
+    length measured on its own text keeps its own figure, the untried ones the pooled one, and
+    an untried length must beat the best measured one by the margin."""
     costs = CostModel(source="calibrated", engine="e", model="m", draft="d", device="H200",
                       plain_ms=1.298, step_ratio={1: 1.645, 2: 1.759, 3: 1.925, 5: 2.322,
                                                   7: 2.429, 15: 4.489},
@@ -242,7 +244,35 @@ def test_a_length_measured_on_its_own_is_predicted_by_its_own_acceptance() -> No
     assert choice.n_max == 2 and f"({own[2]:.2f} at length 2 itself)" in choice.reason
     pooled = costs.speedup(5, p)
     assert pooled > min(costs.speedup(2, p), tuning._measured_speedups(costs, seen)[2])
-    assert choice.predicted > pooled  # 2 on its own figure beats 5 on the pooled one
+    # 5 on the pooled figure beats 2 on its own, but not by the margin: 2 stays
+    assert choice.predicted < pooled < tuning.MARGIN * choice.predicted
+    bolder = choose(costs, p, seen[:3])  # length 2 measured alone, 7 never: 7 by the margin
+    assert bolder.n_max == 7
+
+
+def test_the_length_does_not_follow_one_lengths_noisy_check() -> None:
+    """Three calibrations of one H200 server (v4, the target as Q8_0; 2026-12-03 and twice on
+    2026-12-04) and the same greedy launch probe. Their synthetic checks moved by up to 0.2 per
+    length, and ranked per length the probe chose 2, 5 and off; at the median efficiency all
+    three choose 3, which ran the edit set at 1.24x where 2 ran 1.04-1.13x."""
+    calibrations = [
+        ({1: 1.645, 2: 1.759, 3: 1.925, 5: 2.322, 7: 2.429, 15: 4.489},
+         {1: 0.944, 2: 0.947, 3: 0.794, 5: 0.914, 7: 0.943, 15: 0.929}),
+        ({2: 2.012, 3: 1.8, 5: 2.24, 7: 2.524, 15: 4.302},
+         {2: 1.0, 3: 0.847, 5: 0.936, 7: 0.812, 15: 0.864}),
+        ({1: 1.668, 2: 1.769, 3: 1.875, 5: 2.281, 7: 2.62, 15: 4.06},
+         {1: 0.93, 2: 0.885, 3: 0.799, 5: 0.883, 7: 0.833, 15: 0.738}),
+    ]
+    probe = [_obs(15, 720, 68, 117, 294.1), _obs(15, 698, 109, 160, 335.8)]
+    p = estimate_p(probe)
+    assert p == pytest.approx(0.653, abs=0.001)
+    choices = []
+    for ratios, efficiency in calibrations:
+        costs = _costs(ratios, plain_ms=1.3, efficiency=efficiency)
+        assert costs.pooled_efficiency() == pytest.approx(statistics.median(efficiency.values()))
+        choices.append(choose(costs, p, probe).n_max)
+    assert choices == [3, 3, 3]
+    assert _costs({3: 2.0}).pooled_efficiency() == 1.0  # nothing checked: the formula alone
 
 
 def test_off_means_no_draft_pass(tmp_path: Path) -> None:
