@@ -106,23 +106,42 @@ class ServerClient:
         its build, :mod:`backend.serve.quirks`). ``draft_cap``: for a server that takes its
         draft length per request, what chooses each completion's length (sent as
         ``speculative.n_max``) and learns from its timings."""
-        self.explain = explain
-        self.request_extra = dict(request_extra or {})
-        self.draft_cap = draft_cap
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.id_slot = id_slot
         self.idle_timeout = idle_timeout
-        import openai  # deferred: ~0.75 s, which commands that call no model should not pay
-
-        self.openai = openai.OpenAI(
-            base_url=self.base_url + "/v1", api_key="sk-no-key-required", max_retries=0,
-            timeout=httpx2.Timeout(connect=10.0, read=idle_timeout, write=60.0, pool=10.0))
-        self._props: dict[str, Any] | None = None
-        self._models: dict[str, Any] | None = None
+        self.before_request: Callable[[], None] | None = None
+        """Called before each completion: the session's chance to replace the server
+        (:func:`agent.runtime.connect` relaunches one whose loaded draft costs, then
+        :meth:`rebind`)."""
         self.estimated_tokens = False
         """True once a token count was estimated (the server has no ``/tokenize`` that
         answered): sizes are then ~1 token per 3 characters, on the safe side for code."""
         self.http = _shared_http()
+        self._open(base_url, explain, request_extra, draft_cap)
+
+    def _open(self, base_url: str, explain: Callable[[], str | None] | None,
+              request_extra: dict[str, Any] | None,
+              draft_cap: DraftCap | NgramGuard | None) -> None:
+        import openai  # deferred: ~0.75 s, which commands that call no model should not pay
+
+        self.explain = explain
+        self.request_extra = dict(request_extra or {})
+        self.draft_cap = draft_cap
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.openai = openai.OpenAI(
+            base_url=self.base_url + "/v1", api_key="sk-no-key-required", max_retries=0,
+            timeout=httpx2.Timeout(connect=10.0, read=self.idle_timeout, write=60.0,
+                                   pool=10.0))
+        self._props: dict[str, Any] | None = None
+        self._models: dict[str, Any] | None = None
+
+    def rebind(self, base_url: str, explain: Callable[[], str | None] | None = None,
+               request_extra: dict[str, Any] | None = None,
+               draft_cap: DraftCap | NgramGuard | None = None) -> None:
+        """Talk to the server at ``base_url`` from now on, with these ``explain``,
+        ``request_extra`` and ``draft_cap`` (as in the constructor): a server started in
+        place of this one for the same session. What was read of the old one is forgotten."""
+        self.close()
+        self._open(base_url, explain, request_extra, draft_cap)
 
     def close(self) -> None:
         self.openai.close()
@@ -286,6 +305,8 @@ class ServerClient:
         """
         import openai  # deferred, as in __init__ (startup time)
 
+        if self.before_request is not None:
+            self.before_request()
         sampling = dict(sampling or {})
         extra: dict[str, Any] = dict(self.request_extra)
         llama = self.is_llama_server()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,10 @@ from agent.ui import Reporter
 from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import get_preset
-from backend.serve.launch import ensure_server
+from backend.serve.launch import ensure_server, unload_draft
 from backend.serve.leases import hold
 from backend.serve.ngram_guard import NgramGuard
-from backend.serve.server import ServerState, crash_report
+from backend.serve.server import ServerError, ServerState, crash_report
 from backend.serve.tuning import (
     DraftCap,
     TuningError,
@@ -99,10 +100,43 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
                           explain=lambda: crash_report(state),
                           request_extra=state.request_extra, draft_cap=draft_cap)
     backend = Backend(client, preset.name, state.plan.profile, sampling, state, draft_cap)
+    if isinstance(draft_cap, DraftCap):
+        client.before_request = lambda: unload_when_due(backend, reporter.note,
+                                                        settings.server_start_timeout)
     reporter.draft_length = backend.draft_length()
     reporter.request_label = draft_cap.label if isinstance(draft_cap, NgramGuard) else None
     reporter.draft_model = state.plan.draft is not None
     return backend
+
+
+def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: float) -> None:
+    """Before a request: relaunch the session's server without its draft once its requests
+    turned drafting off and the loaded draft has cost what a relaunch does
+    (:meth:`backend.serve.tuning.DraftCap.unload_due`), then point the client at the new server
+    (:func:`backend.serve.launch.unload_draft`; the draft's observations are stored first).
+    Raises :class:`ServerUnavailable` when no server could be started again."""
+    cap, state = backend.draft_cap, backend.state
+    if not isinstance(cap, DraftCap) or state is None or not cap.unload_due(state.ready_s):
+        return
+    note(f"drafting is off for this session, and the loaded draft decodes at "
+         f"{cap.off_speed:.2f}x of a server without it: relaunching the server without the "
+         "draft")
+    try:
+        cap.save()
+    except TuningError as exc:
+        note(f"could not record the draft's acceptance: {exc}")
+    try:
+        new = unload_draft(state, note, timeout)
+    except ServerError as exc:
+        raise ServerUnavailable(f"the server could not be started again: {exc}") from exc
+    if new is None:
+        cap.keep_loaded = True
+        return
+    backend.state = new
+    backend.draft_cap = request_control(new.plan, note, backend.sampling.get("temperature"))
+    backend.client.rebind(new.base_url, explain=lambda: crash_report(new),
+                          request_extra=new.request_extra, draft_cap=backend.draft_cap)
+    note(f"llama-server at {new.base_url} without the draft (profile {new.plan.profile})")
 
 
 def describe_remote(client: ServerClient, ctx_size: int | None,

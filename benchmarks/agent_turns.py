@@ -74,7 +74,7 @@ from agent.loop import KEEP_CUT_CHARS, Agent, Limits  # noqa: E402
 from agent.prompts import system_prompt  # noqa: E402
 from agent.protocols.base import FINAL_ANSWER, tools_with_final  # noqa: E402
 from agent.protocols.calls import RESULT_PREFIX  # noqa: E402
-from agent.runtime import renders_tool_role  # noqa: E402
+from agent.runtime import Backend, renders_tool_role, unload_when_due  # noqa: E402
 from agent.ui import reply_misses  # noqa: E402
 from backend.engine.build import BuildError, Engine, default_engine  # noqa: E402
 from backend.engine.flavour import detect_flavour  # noqa: E402
@@ -107,7 +107,7 @@ from backend.serve.server import (  # noqa: E402
     keep_current_marker,
     stop,
 )
-from backend.serve.tuning import request_control, tune  # noqa: E402
+from backend.serve.tuning import DraftCap, request_control, tune  # noqa: E402
 from benchmarks.forced import (  # noqa: E402
     HEADROOM,
     ForcedClient,
@@ -1215,6 +1215,26 @@ def _client(state: ServerState, forced: bool = False,
     return client
 
 
+def _unloading(client: ServerClient, states: dict[str, ServerState], profile: str,
+               preset: str, sampling: dict[str, Any], timeout: float,
+               note: Callable[[str], None] | None) -> None:
+    """Let the replay's client of ``profile`` relaunch its server without the draft as a
+    session would (:func:`agent.runtime.unload_when_due`), keeping ``states`` (what the run
+    stops at its end) and the replay's seed on the new server."""
+    if not isinstance(client.draft_cap, DraftCap):
+        return
+    backend = Backend(client, preset, profile, sampling, states[profile], client.draft_cap)
+
+    def hook() -> None:
+        before = backend.state
+        unload_when_due(backend, note or (lambda _msg: None), timeout)
+        if backend.state is not before and backend.state is not None:
+            states[profile] = backend.state
+            client.request_extra = {**backend.state.request_extra, "seed": REPLAY_SEED}
+
+    client.before_request = hook
+
+
 def _plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
           note: Callable[[str], None] | None, temperature: float | None = None
           ) -> tuple[LaunchPlan, str | None]:
@@ -1268,6 +1288,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             servers = [_server_info(p, s, tuned[p][1]) for p, s in states.items()]
             clients = {p: _client(s, forced, sampling.get("temperature"))
                        for p, s in states.items()}
+            for profile, client in clients.items():
+                _unloading(client, states, profile, preset.name, sampling, start_timeout, note)
             tool_role = renders_tool_role(clients[reference])
             try:
                 if forced and forcing is None:

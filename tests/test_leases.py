@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from backend.serve.leases import hold, holders
 from backend.serve.profiles import LaunchPlan
 from backend.serve.server import ServerState
@@ -67,3 +69,38 @@ def test_a_session_holds_a_lease_on_the_server_it_connects_to(agent_home: Path, 
     runtime.connect(load_settings(cli={"preset": "smollm2-135m"}), reporter)
     assert holders(state) == [os.getpid()]
     assert reporter.draft_model is False  # no draft model on that server (agent.ui)
+
+
+def test_a_server_without_the_draft_that_fails_to_start_gives_the_old_one_back(
+        agent_home: Path, tmp_path: Path, monkeypatch) -> None:
+    """unload_draft stops the session's server first (a second copy of a large model may not
+    fit beside it); where the server without the draft then fails to start, the one with it is
+    started again in its place, and a failure of that too is raised."""
+    from backend.serve import launch
+    from backend.serve.server import ServerError
+
+    state = _state(tmp_path).model_copy(update={"port": 8080, "preset": "p",
+                                                "speculation": "draft length 3 per request"})
+    started: list[tuple[int | None, int]] = []
+
+    def up(plan, *, port, host, preset, timeout, progress, speculation):
+        started.append((plan.draft_n_max, port))
+        if plan.draft_n_max == 0:
+            raise ServerError("llama-server exited with code 1\nlog: ...")
+        return state.model_copy(update={"pid": 2}), False
+
+    monkeypatch.setattr(launch, "retire", lambda s: started.append(("retired", s.pid)))
+    monkeypatch.setattr(launch, "up", up)
+    notes: list[str] = []
+    again = launch.unload_draft(state, notes.append)
+    assert started == [("retired", 1), (0, 8080), (None, 8080)]
+    assert again.pid == 2 and holders(again) == [os.getpid()]
+    assert notes == ["the server without the draft did not start (llama-server exited with "
+                     "code 1); starting the one with it again"]
+
+    def broken(*args, **kwargs):
+        raise ServerError("out of memory")
+
+    monkeypatch.setattr(launch, "up", broken)
+    with pytest.raises(ServerError, match="out of memory"):
+        launch.unload_draft(state, notes.append)

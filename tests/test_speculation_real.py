@@ -265,6 +265,112 @@ def test_a_server_whose_drafting_went_off_is_relaunched_without_its_costly_draft
         run("backend", "down", "--all", home=home)
 
 
+def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """Inside one session: once its requests turn drafting off and the loaded draft (measured
+    at 0.80x of plain) has cost what starting the server took, the session relaunches the
+    server without the draft and the conversation goes on there; while another live session
+    holds a lease on the server it stays, once said."""
+    from agent import runtime
+    from agent.config import load_settings
+    from agent.ui import Reporter
+    from backend.serve.leases import hold, holders
+    from backend.serve.server import running
+
+    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.25)
+    good = tuning.Observation(source="session", n_max=3, draft_n=60, accepted=54, tokens=64,
+                              at=datetime.now(UTC), temperature=0.0)
+    tuning.record(plan, [good])
+    messages = [{"role": "user", "content": "Count from one to twenty."}]
+    notes: list[str] = []
+    other = None
+    try:
+        reporter = Reporter()
+        reporter.note = notes.append
+        backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+        [drafting] = running()
+        assert "--spec-draft-model" in drafting.argv and drafting.ready_s is not None
+        cap = backend.draft_cap
+        assert isinstance(cap, tuning.DraftCap) and cap.next_n_max() == 3
+        # The tiny draft is random: its first request accepts next to nothing, so drafting
+        # turns off. A relaunch is priced at 1 ms here (this tiny server starts in about a
+        # second, and its requests last milliseconds): the first request decoded with the
+        # draft loaded and off makes it due.
+        backend.state = backend.state.model_copy(update={"ready_s": 0.001})
+        first = backend.client.complete(messages, max_tokens=256)
+        assert first.draft_n_max == 3 and cap.next_n_max() == 0, cap.choice
+        off = backend.client.complete(messages, max_tokens=64)
+        assert off.draft_n_max == 0 and cap.loaded_off_ms > 0 and backend.draft_cap is cap
+        after = backend.client.complete(messages, max_tokens=64)  # relaunched before it
+        assert any("relaunching the server without the draft" in n for n in notes), notes
+        [plain] = running()
+        assert plain.pid != drafting.pid and "--spec-draft-model" not in plain.argv
+        assert backend.state == plain and backend.draft_cap is None
+        assert backend.client.base_url == plain.base_url and after.draft_n_max is None
+        assert after.content and after.finish_reason  # the conversation goes on there
+        assert holders(plain) == [os.getpid()]
+        # The session's observations were stored before its draft cap went.
+        stored = tuning.load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
+        assert [o.n_max for o in stored if o.source == "session"][-1] == 3
+        run("backend", "down", "--all", home=home)
+
+        # Another session on the server: it stays, and the session stops asking.
+        tuning.acceptance_path(plan).unlink()
+        tuning.record(plan, [good])
+        notes.clear()
+        backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+        [shared] = running()
+        assert "--spec-draft-model" in shared.argv
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        hold(shared, other.pid)
+        backend.state = backend.state.model_copy(update={"ready_s": 0.001})
+        backend.client.complete(messages, max_tokens=256)
+        for _ in range(3):
+            backend.client.complete(messages, max_tokens=64)
+        assert [n for n in notes if "another session" in n] == [
+            f"the server at {shared.base_url} keeps its draft loaded: another session "
+            f"(pid {other.pid}) uses it"]
+        assert backend.draft_cap.keep_loaded and [s.pid for s in running()] == [shared.pid]
+    finally:
+        if other is not None:
+            other.kill()
+            other.wait()
+        run("backend", "down", "--all", home=home)
+
+
+def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """benchmarks/agent_turns.py measures what a session does: its tuned profile's client
+    relaunches the server without a costly draft it stopped using, the run then stops the new
+    server, and every request still carries the replay's seed."""
+    from backend.serve.server import running
+    from benchmarks.agent_turns import REPLAY_SEED, _client, _unloading
+
+    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.25)
+    tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=60,
+                                            accepted=54, tokens=64, at=datetime.now(UTC),
+                                            temperature=0.0)])
+    try:
+        assert run("backend", "up", "--preset", "tinyd", home=home).returncode == 0
+        [drafting] = running()
+        # A relaunch priced at 1 ms, as in the session's test: due after one request off.
+        states = {"dflash": drafting.model_copy(update={"ready_s": 0.001})}
+        client = _client(drafting, temperature=0.0)
+        notes: list[str] = []
+        _unloading(client, states, "dflash", "tinyd", {"temperature": 0.0}, 60.0, notes.append)
+        messages = [{"role": "user", "content": "Count from one to twenty."}]
+        assert client.complete(messages, max_tokens=256).draft_n_max == 3
+        assert client.complete(messages, max_tokens=64).draft_n_max == 0
+        client.complete(messages, max_tokens=64)
+        [plain] = running()
+        assert states["dflash"] == plain and "--spec-draft-model" not in plain.argv
+        assert client.base_url == plain.base_url and client.draft_cap is None
+        assert client.request_extra["seed"] == REPLAY_SEED
+        assert any("relaunching the server without the draft" in n for n in notes)
+    finally:
+        run("backend", "down", "--all", home=home)
+
+
 def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tiny_dflash: dict,
                                                              tmp_path: Path, monkeypatch):
     home = make_home(tmp_path, engine, _presets(tiny_dflash))

@@ -222,6 +222,40 @@ def test_on_a_server_whose_loaded_draft_costs_drafting_is_measured_against_that(
     assert tuning.DraftCap(served, temperature=0.0).off_speed == 1.0  # never above plain
 
 
+def test_a_session_unloads_a_costly_idle_draft_once_it_has_cost_a_relaunch(
+        agent_home: Path, tmp_path: Path) -> None:
+    """The H200 agent replay of 2026-12-04 went off after one turn and decoded the other 87 at
+    0.94x with the draft loaded. A session relaunches without it once the loaded draft has
+    cost what a relaunch does (the ski-rental rule), never before, and never where the loaded
+    draft is free or the relaunch's price is unknown."""
+    costs = _h200_v4().model_copy(update={"idle_ratio": 1.25})  # loaded and off: 0.80x
+    served = _served_after_probe(tmp_path, costs, [(720, 68, 117), (698, 109, 160)])
+    cap = tuning.DraftCap(served, temperature=0.0)
+    assert cap.next_n_max() > 0
+    cap.observe(cap.next_n_max(), {"draft_n": 3000, "draft_n_accepted": 0,
+                                   "predicted_n": 1000, "predicted_ms": 3000.0})
+    assert cap.next_n_max() == 0 and not cap.choice.explores()
+    assert not cap.unload_due(0.5)  # nothing lost yet: drafting requests do not count
+    cap.observe(0, {"predicted_n": 500, "predicted_ms": 4000.0})  # 4 s at 0.80x: 0.8 s lost
+    assert cap.loaded_off_ms == 4000.0
+    assert cap.unload_due(0.79) and not cap.unload_due(0.81)
+    cap.observe(0, {"predicted_n": 100, "predicted_ms": "junk"})  # not evidence
+    cap.observe(0, None)
+    assert not cap.unload_due(1.0)
+    cap.observe(0, {"predicted_n": 125, "predicted_ms": 1000.0})  # 5 s: 1.0 s lost
+    assert cap.unload_due(0.99)
+    assert not cap.unload_due(None)  # what a relaunch costs is unknown
+    cap.keep_loaded = True  # another session uses the server
+    assert not cap.unload_due(0.99)
+
+    tuning.save_costs(costs.model_copy(update={"idle_ratio": 1.0}), served)  # free when idle
+    free = tuning.DraftCap(served, temperature=0.0)
+    free.observe(3, {"draft_n": 3000, "draft_n_accepted": 0, "predicted_n": 1000,
+                     "predicted_ms": 3000.0})
+    free.observe(0, {"predicted_n": 10_000, "predicted_ms": 100_000.0})
+    assert free.next_n_max() == 0 and not free.unload_due(0.1)
+
+
 def test_a_length_measured_on_its_own_is_predicted_by_its_own_acceptance() -> None:
     """The H200 agent replay of 2026-12-04 at t = 0 (calibrated costs of that run): the probe at
     15, one 512-token answer at length 2 (0.87 a token), then one at 7 (0.74). Pooled over

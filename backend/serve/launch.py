@@ -15,10 +15,11 @@ from backend.models.presets import Preset, PresetError, get_preset
 from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
-from backend.serve.leases import holders
+from backend.serve.leases import hold, holders
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
 from backend.serve.server import (
     DEFAULT_PORT,
+    ServerError,
     ServerState,
     compatible,
     plan_differences,
@@ -52,6 +53,42 @@ def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | 
              "server without it: starting one without the draft")
     retire(serving)
     return False
+
+
+def unload_draft(serving: ServerState, note: Callable[[str], None],
+                 timeout: float = 600.0) -> ServerState | None:
+    """For the session using ``serving`` (a per-request server whose requests turned drafting
+    off while its loaded draft costs: :meth:`backend.serve.tuning.DraftCap.unload_due`): the
+    same server started again without the draft, at the same address where the port is free
+    again, with this session's lease on it. None, after saying why through ``note``, while
+    another live session holds a lease on it: it stays as it is.
+
+    Where the server without the draft fails to start, the one with it is started again in its
+    place (the session goes on as before); raises ``ServerError`` when that fails too."""
+    others = [pid for pid in holders(serving) if pid != os.getpid()]
+    if others:
+        note(f"the server at {serving.base_url} keeps its draft loaded: another session (pid "
+             f"{', '.join(map(str, others))}) uses it")
+        return None
+    plain = serving.plan.model_copy(update={"draft_n_max": 0})
+    line = ("drafting off: this session's requests turned it off, and the loaded draft "
+            "decoded slower than a server without it")
+    retire(serving)
+    try:
+        state, _ = up(plain, port=serving.port, host=serving.host, preset=serving.preset,
+                      timeout=timeout, progress=note, speculation=line)
+    except ServerError as exc:
+        note(f"the server without the draft did not start ({str(exc).splitlines()[0]}); "
+             "starting the one with it again")
+        state, _ = up(serving.plan, port=serving.port, host=serving.host,
+                      preset=serving.preset, timeout=timeout, progress=note,
+                      speculation=serving.speculation)
+    try:
+        hold(state)
+    except OSError as exc:
+        note(f"could not record this session's use of the server ({exc}): another command "
+             "may relaunch it")
+    return state
 
 
 def ensure_engine(sdist: Path | None = None, progress: Progress | None = None,

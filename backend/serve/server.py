@@ -91,6 +91,10 @@ class ServerState(BaseModel):
     speculation: str | None = None
     """The tuned launch's choice and why (:class:`backend.serve.tuning.Tuning`'s line), for
     ``backend status`` and the session; None for untuned profiles."""
+    ready_s: float | None = None
+    """Seconds from its start to answering ``/health``: what launching it again would cost a
+    session (:meth:`backend.serve.tuning.DraftCap.unload_due`); None in records written before
+    it was kept."""
 
     @property
     def base_url(self) -> str:
@@ -610,6 +614,8 @@ def up(plan: LaunchPlan, *, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST,
             stop(state, spawned=True)
             _state_path(digest).unlink(missing_ok=True)
             raise
+        state = state.model_copy(update={"ready_s": time.time() - state.started_at})
+        _write_state(state)
     return state, False
 
 

@@ -968,6 +968,12 @@ class DraftCap:
         self._stored = at_temperature(load_observations(self._draft_only, note), temperature)
         self._new: list[Observation] = []
         self._recorded = 0
+        self.loaded_off_ms = 0.0
+        """Decode time (ms) of this session's requests that drafted nothing by choice, the draft
+        loaded: what :meth:`unload_due` weighs against a relaunch."""
+        self.keep_loaded = False
+        """Set by a session that found it could not relaunch without the draft (another
+        session uses the server): :meth:`unload_due` is then never due again."""
         self.choice = self._choose()
 
     def _choose(self) -> Tuning:
@@ -987,9 +993,16 @@ class DraftCap:
     def observe(self, n_max: int, timings: dict | None) -> None:
         """Take one answered request: ``n_max`` the length it carried, ``timings`` the
         server's (``draft_n``, ``draft_n_accepted``, ``predicted_n``, ``predicted_ms``).
-        A request that drafted nothing by choice (``n_max`` 0) or came back without usable
-        timings says nothing about the draft and is skipped."""
-        if n_max <= 0 or not isinstance(timings, dict):
+        A request that drafted nothing by choice (``n_max`` 0) says nothing about the draft;
+        only its decode time is kept (:attr:`loaded_off_ms`). One without usable timings is
+        skipped."""
+        if not isinstance(timings, dict):
+            return
+        if n_max <= 0:
+            with contextlib.suppress(TypeError, ValueError):
+                ms = float(timings.get("predicted_ms") or 0.0)
+                if math.isfinite(ms) and ms > 0:
+                    self.loaded_off_ms += ms
             return
         try:
             obs = Observation(source=self.source, n_max=n_max,
@@ -1002,6 +1015,24 @@ class DraftCap:
             return  # a malformed timings object is not evidence either way
         self._new.append(obs)
         self.choice = self._choose()
+
+    def unload_due(self, relaunch_s: float | None) -> bool:
+        """Whether the session should relaunch its server without the draft: its next request
+        drafts nothing (drafting off, no probe due, done exploring), calibration measured the
+        loaded draft under :data:`IDLE_FLOOR` of plain decoding, and what that cost this
+        session so far, :attr:`loaded_off_ms` x (1 - off speed), has reached ``relaunch_s``,
+        what starting the server took (None: unknown, never due).
+
+        Keeping the draft loaded and off cost an H200 agent replay 6 % on 87 of its 88 turns
+        (benchmarks/h200-first-2026-12-04); a relaunch costs a server start and one more
+        prefill of the conversation. Relaunching once the loss has reached the price of a
+        relaunch (the ski-rental rule) never costs more than twice what knowing the session's
+        length in advance would: a short session does not pay for a relaunch it would not win
+        back, a long one stops paying for the draft."""
+        if (relaunch_s is None or self.keep_loaded or self.off_speed >= IDLE_FLOOR
+                or self.next_n_max() != 0):
+            return False
+        return self.loaded_off_ms / 1000.0 * (1.0 - self.off_speed) >= relaunch_s
 
     def save(self) -> None:
         """Store the observations made since the last save (:func:`record`), for the next
