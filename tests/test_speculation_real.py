@@ -294,12 +294,12 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         assert isinstance(cap, tuning.DraftCap) and cap.next_n_max() == 3
         # The tiny draft is random: its first request accepts next to nothing, so drafting
         # turns off. A relaunch is priced at 1 ms here (this tiny server starts in about a
-        # second, and its requests last milliseconds): the first request decoded with the
-        # draft loaded and off makes it due.
+        # second, and its requests last milliseconds; the prompt's second prefill is priced
+        # too): the first request decoded with the draft loaded and off makes it due.
         backend.state = backend.state.model_copy(update={"ready_s": 0.001})
         first = backend.client.complete(messages, max_tokens=256)
         assert first.draft_n_max == 3 and cap.next_n_max() == 0, cap.choice
-        off = backend.client.complete(messages, max_tokens=64)
+        off = backend.client.complete(messages, max_tokens=256)
         assert off.draft_n_max == 0 and cap.loaded_off_ms > 0 and backend.draft_cap is cap
         after = backend.client.complete(messages, max_tokens=64)  # relaunched before it
         assert any("relaunching the server without the draft" in n for n in notes), notes
@@ -326,7 +326,7 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         backend.state = backend.state.model_copy(update={"ready_s": 0.001})
         backend.client.complete(messages, max_tokens=256)
         for _ in range(3):
-            backend.client.complete(messages, max_tokens=64)
+            backend.client.complete(messages, max_tokens=256)
         assert [n for n in notes if "another session" in n] == [
             f"the server at {shared.base_url} keeps its draft loaded: another session "
             f"(pid {other.pid}) uses it"]
@@ -360,7 +360,7 @@ def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
         _unloading(client, states, "dflash", "tinyd", {"temperature": 0.0}, 60.0, notes.append)
         messages = [{"role": "user", "content": "Count from one to twenty."}]
         assert client.complete(messages, max_tokens=256).draft_n_max == 3
-        assert client.complete(messages, max_tokens=64).draft_n_max == 0
+        assert client.complete(messages, max_tokens=256).draft_n_max == 0
         client.complete(messages, max_tokens=64)
         [plain] = running()
         assert states["dflash"] == plain and "--spec-draft-model" not in plain.argv

@@ -245,8 +245,17 @@ def test_a_session_unloads_a_costly_idle_draft_once_it_has_cost_a_relaunch(
     cap.observe(0, {"predicted_n": 125, "predicted_ms": 1000.0})  # 5 s: 1.0 s lost
     assert cap.unload_due(0.99)
     assert not cap.unload_due(None)  # what a relaunch costs is unknown
+    # A relaunch also processes the whole conversation again: 1,000 cached + 200 new tokens at
+    # the 0.5 ms a token the last long prompt took, 0.6 s more to win back.
+    cap.observe(0, {"prompt_n": 200, "prompt_ms": 100.0, "cache_n": 1000, "predicted_n": 10,
+                    "predicted_ms": 10.0})
+    assert cap.reprefill_ms == pytest.approx(600.0)
+    assert not cap.unload_due(0.99) and cap.unload_due(0.4)
+    cap.observe(0, {"prompt_n": 5, "prompt_ms": 50.0, "cache_n": 1195, "predicted_n": 10,
+                    "predicted_ms": 10.0})  # too few new tokens to time: the rate stays
+    assert cap.reprefill_ms == pytest.approx(600.0)
     cap.keep_loaded = True  # another session uses the server
-    assert not cap.unload_due(0.99)
+    assert not cap.unload_due(0.0)
 
     tuning.save_costs(costs.model_copy(update={"idle_ratio": 1.0}), served)  # free when idle
     free = tuning.DraftCap(served, temperature=0.0)

@@ -933,6 +933,11 @@ def _launch(plan: LaunchPlan, choice: Tuning, longest: int, costs: CostModel,
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
 
 
+PREFILL_MIN_TOKENS = 32
+"""New prompt tokens a request needs for its prefill rate to price a relaunch's prefill
+(:attr:`DraftCap.reprefill_ms`): a few tokens time the request's overhead, not the rate."""
+
+
 class DraftCap:
     """The draft length of each request to a server that takes it per request
     (:func:`per_request_cap`; the plan's ``draft_n_max`` is the longest a request may ask).
@@ -971,6 +976,11 @@ class DraftCap:
         self.loaded_off_ms = 0.0
         """Decode time (ms) of this session's requests that drafted nothing by choice, the draft
         loaded: what :meth:`unload_due` weighs against a relaunch."""
+        self.reprefill_ms = 0.0
+        """What processing the last request's whole prompt again would take (ms): its context,
+        cached and new tokens, at the prefill rate last measured on :data:`PREFILL_MIN_TOKENS`
+        new tokens or more (0 until one was). A relaunch starts with an empty cache."""
+        self._prefill_ms_a_token: float | None = None
         self.keep_loaded = False
         """Set by a session that found it could not relaunch without the draft (another
         session uses the server): :meth:`unload_due` is then never due again."""
@@ -998,6 +1008,7 @@ class DraftCap:
         skipped."""
         if not isinstance(timings, dict):
             return
+        self._note_prefill(timings)
         if n_max <= 0:
             with contextlib.suppress(TypeError, ValueError):
                 ms = float(timings.get("predicted_ms") or 0.0)
@@ -1016,12 +1027,21 @@ class DraftCap:
         self._new.append(obs)
         self.choice = self._choose()
 
+    def _note_prefill(self, timings: dict) -> None:
+        with contextlib.suppress(TypeError, ValueError):
+            new, cached = int(timings.get("prompt_n") or 0), int(timings.get("cache_n") or 0)
+            ms = float(timings.get("prompt_ms") or 0.0)
+            if new >= PREFILL_MIN_TOKENS and math.isfinite(ms) and ms > 0:
+                self._prefill_ms_a_token = ms / new
+            if self._prefill_ms_a_token is not None and new >= 0 and cached >= 0:
+                self.reprefill_ms = (new + cached) * self._prefill_ms_a_token
+
     def unload_due(self, relaunch_s: float | None) -> bool:
         """Whether the session should relaunch its server without the draft: its next request
         drafts nothing (drafting off, no probe due, done exploring), calibration measured the
         loaded draft under :data:`IDLE_FLOOR` of plain decoding, and what that cost this
         session so far, :attr:`loaded_off_ms` x (1 - off speed), has reached ``relaunch_s``,
-        what starting the server took (None: unknown, never due).
+        what starting the server took (None: unknown, never due), plus :attr:`reprefill_ms`.
 
         Keeping the draft loaded and off cost an H200 agent replay 6 % on 87 of its 88 turns
         (benchmarks/h200-first-2026-12-04); a relaunch costs a server start and one more
@@ -1032,7 +1052,8 @@ class DraftCap:
         if (relaunch_s is None or self.keep_loaded or self.off_speed >= IDLE_FLOOR
                 or self.next_n_max() != 0):
             return False
-        return self.loaded_off_ms / 1000.0 * (1.0 - self.off_speed) >= relaunch_s
+        price = relaunch_s + self.reprefill_ms / 1000.0
+        return self.loaded_off_ms / 1000.0 * (1.0 - self.off_speed) >= price
 
     def save(self) -> None:
         """Store the observations made since the last save (:func:`record`), for the next
