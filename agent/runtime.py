@@ -109,12 +109,14 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     return backend
 
 
-def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: float) -> None:
+def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: float,
+                    store: bool = True) -> None:
     """Before a request: relaunch the session's server without its draft once its requests
     turned drafting off and the loaded draft has cost what a relaunch does
     (:meth:`backend.serve.tuning.DraftCap.unload_due`), then point the client at the new server
-    (:func:`backend.serve.launch.unload_draft`; the draft's observations are stored first).
-    Raises :class:`ServerUnavailable` when no server could be started again."""
+    (:func:`backend.serve.launch.unload_draft`). With ``store`` the draft's observations are
+    stored first, as at the end of a task (the agent replay stores none). Raises
+    :class:`ServerUnavailable` when no server could be started again."""
     cap, state = backend.draft_cap, backend.state
     if not isinstance(cap, DraftCap) or state is None or not cap.unload_due(state.ready_s):
         return
@@ -122,7 +124,8 @@ def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: floa
          f"{cap.off_speed:.2f}x of a server without it: relaunching the server without the "
          "draft")
     try:
-        cap.save()
+        if store:
+            cap.save()
     except TuningError as exc:
         note(f"could not record the draft's acceptance: {exc}")
     try:

@@ -1219,15 +1219,16 @@ def _unloading(client: ServerClient, states: dict[str, ServerState], profile: st
                preset: str, sampling: dict[str, Any], timeout: float,
                note: Callable[[str], None] | None) -> None:
     """Let the replay's client of ``profile`` relaunch its server without the draft as a
-    session would (:func:`agent.runtime.unload_when_due`), keeping ``states`` (what the run
-    stops at its end) and the replay's seed on the new server."""
+    session would (:func:`agent.runtime.unload_when_due`; the replay stores no observations),
+    keeping ``states`` (what the run stops at its end) and the replay's seed on the new
+    server."""
     if not isinstance(client.draft_cap, DraftCap):
         return
     backend = Backend(client, preset, profile, sampling, states[profile], client.draft_cap)
 
     def hook() -> None:
         before = backend.state
-        unload_when_due(backend, note or (lambda _msg: None), timeout)
+        unload_when_due(backend, note or (lambda _msg: None), timeout, store=False)
         if backend.state is not before and backend.state is not None:
             states[profile] = backend.state
             client.request_extra = {**backend.state.request_extra, "seed": REPLAY_SEED}
