@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import git
@@ -23,6 +26,27 @@ def test_project_tests_pass_fail_and_none_are_reported_honestly(tmp_path: Path):
     (proj / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n")
     report = run_project_tests(proj)
     assert report.status == "failed" and "1 failed" in report.detail
+
+
+def test_an_edit_within_the_same_second_is_tested_as_it_is_now(tmp_path: Path, monkeypatch):
+    """Python reuses a compiled module whose source kept its size and modification time: a
+    model's edit of `+` to `-` made within a second of the last run was judged as before."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # as on a user's machine
+    proj = tmp_path / "p"
+    proj.mkdir()
+    m = proj / "m.py"
+    m.write_text("def add(a, b):\n    return a + b\n")
+    (proj / "test_m.py").write_text("from m import add\n\ndef test_add():\n"
+                                    "    assert add(1, 2) == 3\n")
+    assert run_project_tests(proj).status == "passed"
+    # The user's own run leaves the compiled modules behind.
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=proj,
+                   capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert list((proj / "__pycache__").glob("m.*.pyc"))
+    before = m.stat()
+    m.write_text("def add(a, b):\n    return a - b\n")
+    os.utime(m, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert run_project_tests(proj).status == "failed"
 
 
 def test_a_project_inside_another_is_not_judged_by_the_outer_pytest_config(tmp_path: Path):

@@ -2,6 +2,7 @@
 the test runner reports pass and fail, the commit checker judges staged files and messages;
 allowed-tools parsing maps other clients' tool names onto ours."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +35,22 @@ def test_python_project_scaffold_passes_its_own_tests(tmp_path: Path):
     assert bad.returncode == 1 and "not a valid name" in bad.stderr
 
 
-def test_run_tests_reports_passed_failed_and_missing(tmp_path: Path):
+def test_run_tests_reports_passed_failed_and_missing(tmp_path: Path, monkeypatch):
+    # As on a user's machine, Python keeps compiled modules (__pycache__).
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     assert script("python-project", "scaffold.py", "calc", cwd=tmp_path).returncode == 0
     ok = script("test-before-done", "run_tests.py", cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.strip().endswith("TESTS PASSED")
+    # The user's own pytest run leaves the compiled modules behind.
+    subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=tmp_path, capture_output=True,
+                   timeout=300, stdin=subprocess.DEVNULL)
+    assert list((tmp_path / "src" / "calc" / "__pycache__").glob("core.*.pyc"))
     core = tmp_path / "src" / "calc" / "core.py"
+    before = core.stat()
     core.write_text(core.read_text().replace("return a + b", "return a - b"))
+    # The same size and modification time as when the passing run compiled it: an edit within
+    # the same second, which Python's bytecode cache took for the old file.
+    os.utime(core, ns=(before.st_atime_ns, before.st_mtime_ns))
     failed = script("test-before-done", "run_tests.py", str(tmp_path), cwd=tmp_path.parent)
     assert failed.returncode == 1 and "TESTS FAILED" in failed.stdout.splitlines()[-1]
     (tmp_path / "empty").mkdir()

@@ -213,7 +213,15 @@ def run_project_tests(directory: Path, preferred: str | None = None,
     # rather than a pipe: a process the tests leave running in the background keeps a pipe
     # open, and reading it to its end would wait for that process (up to the timeout) after
     # the tests themselves are done; a file also bounds what is held in memory.
-    with tempfile.TemporaryFile() as sink:
+    with tempfile.TemporaryFile() as sink, \
+            tempfile.TemporaryDirectory(prefix="dflash-agent-pycache-") as cache:
+        if found.ecosystem == "python":
+            # Python reuses a compiled module whose source kept its size and modification
+            # second: an edit made within a second of the last run (`+` to `-`) was tested as
+            # the file was before. An empty cache folder for each run compiles every module
+            # from its source.
+            proc_env = {**proc_env, "PYTHONPYCACHEPREFIX": cache,
+                        "PYTHONDONTWRITEBYTECODE": "1"}
         try:
             proc = subprocess.Popen(found.argv, cwd=directory, stdout=sink,
                                     stderr=subprocess.STDOUT, env=proc_env,

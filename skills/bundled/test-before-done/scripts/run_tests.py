@@ -7,9 +7,11 @@ Exit code: 0 passed, 1 failed, 2 no test command found.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -41,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         print("TESTS FAILED")
         return 2
     print("$ " + " ".join(command), flush=True)
-    code = subprocess.run(command, cwd=root, stdin=subprocess.DEVNULL).returncode
+    # Python reuses a compiled module whose source has the same size and modification second:
+    # a file edited within a second of the last run (`+` to `-`) was tested as it was before.
+    # A fresh, empty cache folder for each run makes every module compile from its source.
+    with tempfile.TemporaryDirectory(prefix="run-tests-pycache-") as cache:
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": cache, "PYTHONDONTWRITEBYTECODE": "1"}
+        code = subprocess.run(command, cwd=root, stdin=subprocess.DEVNULL, env=env).returncode
     print("TESTS PASSED" if code == 0 else f"TESTS FAILED (exit code {code})")
     return 0 if code == 0 else 1
 
