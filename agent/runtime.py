@@ -139,7 +139,12 @@ def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: floa
     backend.draft_cap = request_control(new.plan, note, backend.sampling.get("temperature"))
     backend.client.rebind(new.base_url, explain=lambda: crash_report(new),
                           request_extra=new.request_extra, draft_cap=backend.draft_cap)
-    note(f"llama-server at {new.base_url} without the draft (profile {new.plan.profile})")
+    if isinstance(backend.draft_cap, DraftCap):
+        # The server with the draft, started again after the one without it failed: trying
+        # again every few requests would fail the same way.
+        backend.draft_cap.keep_loaded = True
+    else:
+        note(f"llama-server at {new.base_url} without the draft (profile {new.plan.profile})")
 
 
 def describe_remote(client: ServerClient, ctx_size: int | None,

@@ -340,6 +340,56 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         run("backend", "down", "--all", home=home)
 
 
+def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stops_trying(
+        engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
+    """The server is stopped before the one without the draft starts (a second copy of a large
+    model may not fit); where that one fails, the one with the draft is started again and the
+    session goes on there, without trying again."""
+    from agent import runtime
+    from agent.config import load_settings
+    from agent.ui import Reporter
+    from backend.serve import launch
+    from backend.serve.server import ServerError, running
+
+    real_up = launch.up
+
+    def up(plan, **kwargs):
+        if plan.draft_n_max == 0:
+            raise ServerError("llama-server exited: no memory left for the KV cache")
+        return real_up(plan, **kwargs)
+
+    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.25)
+    tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=60,
+                                            accepted=54, tokens=64, at=datetime.now(UTC),
+                                            temperature=0.0)])
+    monkeypatch.setattr(launch, "up", up)
+    notes: list[str] = []
+    try:
+        reporter = Reporter()
+        reporter.note = notes.append
+        backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+        [first] = running()
+        backend.state = backend.state.model_copy(update={"ready_s": 0.001})  # as above
+        messages = [{"role": "user", "content": "Count from one to twenty."}]
+        backend.client.complete(messages, max_tokens=256)
+        for _ in range(8):
+            backend.client.complete(messages, max_tokens=256)
+            if backend.state.pid != first.pid:
+                break
+        [again] = running()
+        assert again.pid != first.pid and "--spec-draft-model" in again.argv
+        assert backend.state == again and backend.client.base_url == again.base_url
+        assert isinstance(backend.draft_cap, tuning.DraftCap) and backend.draft_cap.keep_loaded
+        for _ in range(3):
+            backend.client.complete(messages, max_tokens=256)
+        assert [n for n in notes if "did not start" in n] == [
+            "the server without the draft did not start (llama-server exited: no memory left "
+            "for the KV cache); starting the one with it again"]
+        assert [s.pid for s in running()] == [again.pid]
+    finally:
+        run("backend", "down", "--all", home=home)
+
+
 def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
         engine: Engine, tiny_dflash: dict, tmp_path: Path, monkeypatch):
     """benchmarks/agent_turns.py measures what a session does: its tuned profile's client
