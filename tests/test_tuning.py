@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -316,6 +318,18 @@ def test_the_length_does_not_follow_one_lengths_noisy_check() -> None:
         choices.append(choose(costs, p, probe).n_max)
     assert choices == [3, 3, 3]
     assert _costs({3: 2.0}).pooled_efficiency() == 1.0  # nothing checked: the formula alone
+
+
+def test_the_recorded_h200_choices_replay_as_results_md_says() -> None:
+    """benchmarks/replay_choice.py, the command behind RESULTS.md's table of replayed
+    choices: length 3 under all three calibrations, and 3 to the end of the edit set."""
+    proc = subprocess.run([sys.executable, "benchmarks/replay_choice.py"], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "launch probe: 0.653 a token at 15"
+    assert [line.split(": ")[1].split(" (")[0] for line in lines[1:]] == ["length 3"] * 9
+    assert lines[-1].endswith("(1.23x)")
 
 
 def test_off_means_no_draft_pass(tmp_path: Path) -> None:
