@@ -53,6 +53,39 @@ def _calibrated(engine: Engine, fixture: dict, tmp_path: Path,
     return home, plan
 
 
+COUNT = [{"role": "user", "content": "Count from one to twenty."}]
+
+
+def _drafting_home(engine: Engine, fixture: dict, tmp_path: Path,
+                   monkeypatch: pytest.MonkeyPatch
+                   ) -> tuple[Path, LaunchPlan, tuning.Observation]:
+    """:func:`_calibrated` with the loaded draft at 0.80x of plain and one stored 64-token
+    observation accepting 0.9 a token: the tuned launch drafts 3 tokens per request, and a
+    session's first 256-token request (the random draft accepts next to nothing) outweighs it
+    and turns drafting off. Returns the home, the plan and that observation."""
+    home, plan = _calibrated(engine, fixture, tmp_path, monkeypatch, idle_ratio=1.25)
+    good = tuning.Observation(source="session", n_max=3, draft_n=60, accepted=54, tokens=64,
+                              at=datetime.now(UTC), temperature=0.0)
+    tuning.record(plan, [good])
+    return home, plan, good
+
+
+def _session(notes: list[str]):
+    """A session on the ``tinyd`` server (:func:`agent.runtime.connect`), its notes into
+    ``notes``. Its relaunch is priced at a 1 ms start: this tiny server starts in about a
+    second and its requests last milliseconds; with the prompt's second prefill, a few
+    requests decoded with the draft loaded and off make it due."""
+    from agent import runtime
+    from agent.config import load_settings
+    from agent.ui import Reporter
+
+    reporter = Reporter()
+    reporter.note = notes.append
+    backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+    backend.state = backend.state.model_copy(update={"ready_s": 0.001})
+    return backend
+
+
 def _lenient(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tiny fixture decodes ~1,000 tokens a second: on a busy test machine its timings
     swing far more than a real model's, so the sanity limits (tests/test_tuning.py tests them
@@ -271,38 +304,24 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
     at 0.80x of plain) has cost what starting the server took, the session relaunches the
     server without the draft and the conversation goes on there; while another live session
     holds a lease on the server it stays, once said."""
-    from agent import runtime
-    from agent.config import load_settings
-    from agent.ui import Reporter
     from backend.serve.leases import hold, holders
     from backend.serve.server import running
 
-    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.25)
-    good = tuning.Observation(source="session", n_max=3, draft_n=60, accepted=54, tokens=64,
-                              at=datetime.now(UTC), temperature=0.0)
-    tuning.record(plan, [good])
-    messages = [{"role": "user", "content": "Count from one to twenty."}]
+    home, plan, good = _drafting_home(engine, tiny_dflash, tmp_path, monkeypatch)
     notes: list[str] = []
     other = None
     try:
-        reporter = Reporter()
-        reporter.note = notes.append
-        backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+        backend = _session(notes)
         [drafting] = running()
         assert "--spec-draft-model" in drafting.argv and drafting.ready_s is not None
         cap = backend.draft_cap
         assert isinstance(cap, tuning.DraftCap) and cap.next_n_max() == 3
-        # The tiny draft is random: its first request accepts next to nothing, so drafting
-        # turns off. The server's start is priced at 1 ms here (this tiny server starts in
-        # about a second, and its requests last milliseconds); with the prompt's second
-        # prefill, a few requests decoded with the draft loaded and off make it due.
-        backend.state = backend.state.model_copy(update={"ready_s": 0.001})
-        first = backend.client.complete(messages, max_tokens=256)
+        first = backend.client.complete(COUNT, max_tokens=256)
         assert first.draft_n_max == 3 and cap.next_n_max() == 0, cap.choice
-        off = backend.client.complete(messages, max_tokens=256)
+        off = backend.client.complete(COUNT, max_tokens=256)
         assert off.draft_n_max == 0 and cap.loaded_off_ms > 0 and backend.draft_cap is cap
         for _ in range(8):  # relaunched before one of them
-            after = backend.client.complete(messages, max_tokens=256)
+            after = backend.client.complete(COUNT, max_tokens=256)
             if backend.draft_cap is None:
                 break
         assert any("relaunching the server without the draft" in n for n in notes), notes
@@ -321,14 +340,13 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         tuning.acceptance_path(plan).unlink()
         tuning.record(plan, [good])
         notes.clear()
-        backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+        backend = _session(notes)
         [shared] = running()
         assert "--spec-draft-model" in shared.argv
         other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         hold(shared, other.pid)
-        backend.state = backend.state.model_copy(update={"ready_s": 0.001})
         for _ in range(10):
-            backend.client.complete(messages, max_tokens=256)
+            backend.client.complete(COUNT, max_tokens=256)
         assert [n for n in notes if "another session" in n] == [
             f"the server at {shared.base_url} keeps its draft loaded: another session "
             f"(pid {other.pid}) uses it"]
@@ -345,9 +363,6 @@ def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stop
     """The server is stopped before the one without the draft starts (a second copy of a large
     model may not fit); where that one fails, the one with the draft is started again and the
     session goes on there, without trying again."""
-    from agent import runtime
-    from agent.config import load_settings
-    from agent.ui import Reporter
     from backend.serve import launch
     from backend.serve.server import ServerError, running
 
@@ -358,22 +373,15 @@ def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stop
             raise ServerError("llama-server exited: no memory left for the KV cache")
         return real_up(plan, **kwargs)
 
-    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.25)
-    tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=60,
-                                            accepted=54, tokens=64, at=datetime.now(UTC),
-                                            temperature=0.0)])
+    home, _, _ = _drafting_home(engine, tiny_dflash, tmp_path, monkeypatch)
     monkeypatch.setattr(launch, "up", up)
     notes: list[str] = []
     try:
-        reporter = Reporter()
-        reporter.note = notes.append
-        backend = runtime.connect(load_settings(cli={"preset": "tinyd"}), reporter)
+        backend = _session(notes)
         [first] = running()
-        backend.state = backend.state.model_copy(update={"ready_s": 0.001})  # as above
-        messages = [{"role": "user", "content": "Count from one to twenty."}]
-        backend.client.complete(messages, max_tokens=256)
+        backend.client.complete(COUNT, max_tokens=256)
         for _ in range(8):
-            backend.client.complete(messages, max_tokens=256)
+            backend.client.complete(COUNT, max_tokens=256)
             if backend.state.pid != first.pid:
                 break
         [again] = running()
@@ -381,7 +389,7 @@ def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stop
         assert backend.state == again and backend.client.base_url == again.base_url
         assert isinstance(backend.draft_cap, tuning.DraftCap) and backend.draft_cap.keep_loaded
         for _ in range(3):
-            backend.client.complete(messages, max_tokens=256)
+            backend.client.complete(COUNT, max_tokens=256)
         assert [n for n in notes if "did not start" in n] == [
             "the server without the draft did not start (llama-server exited: no memory left "
             "for the KV cache); starting the one with it again"]
@@ -398,23 +406,19 @@ def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
     from backend.serve.server import running
     from benchmarks.agent_turns import REPLAY_SEED, _client, _unloading
 
-    home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.25)
-    tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=60,
-                                            accepted=54, tokens=64, at=datetime.now(UTC),
-                                            temperature=0.0)])
+    home, plan, _ = _drafting_home(engine, tiny_dflash, tmp_path, monkeypatch)
     try:
         assert run("backend", "up", "--preset", "tinyd", home=home).returncode == 0
         [drafting] = running()
-        # A relaunch priced at 1 ms, as in the session's test: due after one request off.
+        # A relaunch priced at a 1 ms start, as in a _session.
         states = {"dflash": drafting.model_copy(update={"ready_s": 0.001})}
         client = _client(drafting, temperature=0.0)
         notes: list[str] = []
         _unloading(client, states, "dflash", "tinyd", {"temperature": 0.0}, 60.0, notes.append)
-        messages = [{"role": "user", "content": "Count from one to twenty."}]
-        assert client.complete(messages, max_tokens=256).draft_n_max == 3
-        assert client.complete(messages, max_tokens=256).draft_n_max == 0
+        assert client.complete(COUNT, max_tokens=256).draft_n_max == 3
+        assert client.complete(COUNT, max_tokens=256).draft_n_max == 0
         for _ in range(8):  # relaunched before one of them
-            client.complete(messages, max_tokens=256)
+            client.complete(COUNT, max_tokens=256)
             if client.draft_cap is None:
                 break
         [plain] = running()
