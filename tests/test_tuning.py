@@ -242,7 +242,10 @@ def test_a_session_unloads_a_costly_idle_draft_once_it_has_cost_a_relaunch(
     assert cap.loaded_off_ms == 4000.0
     assert cap.unload_due(0.79) and not cap.unload_due(0.81)
     cap.observe(0, {"predicted_n": 100, "predicted_ms": "junk"})  # not evidence
+    cap.observe(0, {"predicted_ms": float("nan"), "prompt_ms": float("inf"), "prompt_n": 99})
+    cap.observe(0, {"predicted_ms": -5000.0, "prompt_n": -4, "cache_n": "x"})
     cap.observe(0, None)
+    assert cap.loaded_off_ms == 4000.0 and cap.reprefill_ms == 0.0
     assert not cap.unload_due(1.0)
     cap.observe(0, {"predicted_n": 125, "predicted_ms": 1000.0})  # 5 s: 1.0 s lost
     assert cap.unload_due(0.99)
