@@ -120,16 +120,16 @@ def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: floa
     cap, state = backend.draft_cap, backend.state
     if not isinstance(cap, DraftCap) or state is None or not cap.unload_due(state.ready_s):
         return
-    note(f"drafting is off for this session, and the loaded draft decodes at "
-         f"{cap.off_speed:.2f}x of a server without it: relaunching the server without the "
-         "draft")
     try:
         if store:
             cap.save()
     except TuningError as exc:
         note(f"could not record the draft's acceptance: {exc}")
+    why = (f"drafting is off for this session, and the loaded draft decodes at "
+           f"{cap.off_speed:.2f}x of a server without it: relaunching the server without the "
+           "draft")
     try:
-        new = unload_draft(state, note, timeout)
+        new = unload_draft(state, note, why, timeout)
     except ServerError as exc:
         raise ServerUnavailable(f"the server could not be started again: {exc}") from exc
     if new is None:

@@ -92,15 +92,15 @@ def test_a_server_without_the_draft_that_fails_to_start_gives_the_old_one_back(
     monkeypatch.setattr(launch, "retire", lambda s: started.append(("retired", s.pid)))
     monkeypatch.setattr(launch, "up", up)
     notes: list[str] = []
-    again = launch.unload_draft(state, notes.append)
+    again = launch.unload_draft(state, notes.append, "relaunching")
     assert started == [("retired", 1), (0, 8080), (None, 8080)]
     assert again.pid == 2 and holders(again) == [os.getpid()]
-    assert notes == ["the server without the draft did not start (llama-server exited with "
-                     "code 1); starting the one with it again"]
+    assert notes == ["relaunching", "the server without the draft did not start (llama-server "
+                     "exited with code 1); starting the one with it again"]
 
     def broken(*args, **kwargs):
         raise ServerError("out of memory")
 
     monkeypatch.setattr(launch, "up", broken)
     with pytest.raises(ServerError, match="out of memory"):
-        launch.unload_draft(state, notes.append)
+        launch.unload_draft(state, notes.append, "relaunching")

@@ -350,6 +350,7 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         assert [n for n in notes if "another session" in n] == [
             f"the server at {shared.base_url} keeps its draft loaded: another session "
             f"(pid {other.pid}) uses it"]
+        assert not [n for n in notes if "relaunching" in n]  # none was
         assert backend.draft_cap.keep_loaded and [s.pid for s in running()] == [shared.pid]
     finally:
         if other is not None:

@@ -55,13 +55,14 @@ def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | 
     return False
 
 
-def unload_draft(serving: ServerState, note: Callable[[str], None],
+def unload_draft(serving: ServerState, note: Callable[[str], None], why: str,
                  timeout: float = 600.0) -> ServerState | None:
     """For the session using ``serving`` (a per-request server whose requests turned drafting
     off while its loaded draft costs: :meth:`backend.serve.tuning.DraftCap.unload_due`): the
     same server started again without the draft, at the same address where the port is free
     again, with this session's lease on it. None, after saying why through ``note``, while
-    another live session holds a lease on it: it stays as it is.
+    another live session holds a lease on it: it stays as it is. ``why`` is said before the
+    relaunch, only when there is one.
 
     Where the server without the draft fails to start, the one with it is started again in its
     place (the session goes on as before); raises ``ServerError`` when that fails too."""
@@ -70,6 +71,7 @@ def unload_draft(serving: ServerState, note: Callable[[str], None],
         note(f"the server at {serving.base_url} keeps its draft loaded: another session (pid "
              f"{', '.join(map(str, others))}) uses it")
         return None
+    note(why)
     plain = serving.plan.model_copy(update={"draft_n_max": 0})
     line = ("drafting off: this session's requests turned it off, and the loaded draft "
             "decoded slower than a server without it")
