@@ -10,6 +10,7 @@ of a given commit to see what that code would have chosen."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from datetime import UTC, datetime
@@ -29,7 +30,9 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text("utf-8"))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="replay_choice.py", description=__doc__.split("\n\n")[0]
+                            ).parse_args(argv)
     record = _json(FIRST / "acceptance-first-edit-t0-run1.json")["observations"]
     probe = [Observation(**o) for o in record if o["source"] == "probe"]
     print(f"launch probe: {estimate_p(probe):.3f} a token at 15")
