@@ -33,6 +33,12 @@
 #                                #   edit sets each from an empty acceptance record, the edit set
 #                                #   again over the seed set's record, the agent replay at 0 and
 #                                #   0.7, PMIN's confidence cuts; results in first-results.tgz
+#   bash train/h200.sh layers    # carry .devkit/m4 (before `first`): generation for LAYER_GEN s
+#                                #   now, in the background (GPU only, beside the CPU build); after
+#                                #   `first` (or LAYERS_WAIT s) 1 and 2 draft layers from random
+#                                #   weights, LAYER_FIT s each alone on the GPU, the same data;
+#                                #   held-out acceptance of both
+#   bash train/h200.sh layered   # waits for them; logs and run records back in layers.tar
 #
 # A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
 # 12: a build failed; 75: still running (call the same stage again).
@@ -326,8 +332,12 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
   # as one archive, $OUT/first-results.tgz, made again at every exit with all so far
   require build; collect; join_models
   R=$T/res; mkdir -p "$R"
-  pack() { tar -czf "$OUT/first-results.tgz" -C "$R" . 2>/dev/null; finish "$1"; }
-  while [[ ! -f $T/build.rc ]] && (($(left) > 300)); do sleep 10; done
+  pack() {
+    [[ $1 == 0 ]] && touch "$T/first.idle"  # the GPU is free for `layers`' fits
+    tar -czf "$OUT/first-results.tgz" -C "$R" . 2>/dev/null; finish "$1"
+  }
+  while [[ ! -f $T/build.rc || -f $T/gpu.busy ]] && (($(left) > 300)); do sleep 10; done
+  [[ -f $T/gpu.busy ]] && { say "the GPU is still generating for layers"; pack 75; }
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
   presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
   [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
@@ -383,6 +393,45 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
   done
   pack 0
   ;;
+layers)  # 1 and 2 draft layers, from random weights, each LAYER_FIT s alone on the GPU on the
+  # same generated data and schedule (--steps above what fits: the cosine ends with the budget)
+  require wheels; collect; join_models
+  [[ -f $T/layers.done ]] && { say "layers already started"; finish 0; }
+  touch "$T/gpu.busy" "$T/layers.done"; mkdir -p "$T/lgen"
+  setsid -f bash -c "cd '$ROOT'
+$PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL' \
+  --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --max-new 512 --budget-s ${LAYER_GEN:-150} \
+  --shard-tokens 5000000 --out '$T/lgen/torch' --runs '$T/lruns.jsonl' > '$T/lgen.log' 2>&1
+rc=\$?; rm -f '$T/gpu.busy'; [[ \$rc == 0 ]] || { echo 3 > '$T/layers.rc'; exit; }
+$PY -m train info '$T'/lgen/*.npz >> '$T/lgen.log' 2>&1
+for i in \$(seq 1 $((${LAYERS_WAIT:-900} / 5))); do [[ -f '$T/first.idle' ]] && break; sleep 5; done
+for n in 1 2; do
+  $PY -m train fit --target '$SMOL' --data '$T/lgen' --out '$T/lrun-'\$n --device cuda \
+    --draft-layers \$n --steps 100000 --batch-seqs 32 --anchors 128 --lr 8e-4 --warmup 100 \
+    --gamma 7 --repeat-agent 8 --budget-s ${LAYER_FIT:-180} --ckpt-every 100000 --log-every 200 \
+    --eval-seqs 60 --eval-blocks 32 --name smollm2-135m-dflash-l\$n --runs '$T/lruns.jsonl' \
+    > '$T/lfit-'\$n.log 2>&1 || { echo 4 > '$T/layers.rc'; exit; }
+done
+for n in 1 2; do
+  $PY -m train accept --target '$SMOL' --draft '$T/lrun-'\$n/draft.gguf --data '$T/lgen' \
+    --device cuda --eval-blocks 64 --runs '$T/lruns.jsonl' >> '$T/laccept.log' 2>&1
+done
+sha256sum '$T'/lrun-*/draft.gguf >> '$T/laccept.log'
+echo 0 > '$T/layers.rc'" < /dev/null > "$T/lchain.log" 2>&1
+  sleep 20; tail -3 "$T/lgen.log"
+  finish 0
+  ;;
+layered)  # waits for `layers`; its logs and run records back
+  require layers
+  while [[ ! -f $T/layers.rc ]] && (($(left) > 40)); do sleep 10; done
+  tar -C "$T" -cf "$OUT/layers.tar" lgen.log lfit-1.log lfit-2.log laccept.log lruns.jsonl \
+    lchain.log 2>/dev/null
+  grep -h "accept\]\|steps/s\|features stored\|generated\|budget" "$T"/lgen.log "$T"/lfit-*.log \
+    "$T"/laccept.log 2>/dev/null
+  [[ -f $T/layers.rc ]] || finish 75
+  cat "$T/layers.rc"
+  finish 0
+  ;;
 lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside baseline: the
   # goodput each length gives on this workload, against what the tuned profile chose
   require bench2; presets "${DRAFT:-$T/run/draft.gguf}"
@@ -395,7 +444,7 @@ lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside ba
   finish 0
   ;;
 *)
-  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench|bench2|first|lengths" >&2
+  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench|bench2|first|layers|layered|lengths" >&2
   exit 2
   ;;
 esac
