@@ -323,6 +323,36 @@ def test_the_length_does_not_follow_one_lengths_noisy_check() -> None:
     assert _costs({3: 2.0}).pooled_efficiency() == 1.0  # nothing checked: the formula alone
 
 
+def test_an_untried_length_is_held_to_the_share_of_its_prediction_a_tried_one_ran_at() -> None:
+    """The H200 edit set from a first launch (benchmarks/h200-first-layers-2026-12-04, run 1):
+    after the probe and five answers at length 3, length 3 had measured 1.15x where its
+    acceptance predicted 1.27x; untried, length 5 was predicted 1.26x at full credit, over
+    the margin, and the next answer ran at 5 at 1.06x of baseline where 3 had run 1.22x. An
+    untried length is now predicted at the share of its prediction the tried one ran at."""
+    costs = _costs({1: 1.645, 2: 1.782, 3: 1.868, 5: 2.164, 7: 2.444, 15: 4.465},
+                   plain_ms=1.2975, efficiency={1: 0.951, 2: 0.959, 3: 0.921, 5: 0.993,
+                                                7: 0.850, 15: 0.870})
+    seen = [_obs(15, 720, 68, 117, 317.1), _obs(15, 698, 109, 160, 368.8),
+            _obs(3, 84, 37, 66, 90.9), _obs(3, 84, 37, 66, 87.7),
+            _obs(3, 258, 123, 210, 274.6), _obs(3, 258, 123, 210, 270.7),
+            _obs(3, 1386, 737, 1200, 1285.6)]
+    p = estimate_p(seen)
+    measured = tuning._measured_speedups(costs, seen)[3]
+    assert measured == pytest.approx(1.148, abs=0.002)
+    at_3 = costs.speedup(3, tuning.length_estimates(seen)[3])
+    assert costs.speedup(5, p) > MARGIN * measured  # what moved the choice to 5
+    choice = choose(costs, p, seen)
+    assert choice.n_max == 3 and "measured 1.15x at length 3" in choice.reason
+    # An untried length that beats the tried one's prediction by the margin still goes, at
+    # the share the tried one ran at.
+    cheap_5 = _costs({**costs.step_ratio, 5: 1.9}, plain_ms=1.2975,
+                     efficiency=costs.efficiency)
+    bolder = choose(cheap_5, p, seen)
+    assert bolder.n_max == 5
+    assert bolder.predicted == pytest.approx(cheap_5.speedup(5, p) * measured / at_3)
+    assert f"(at the {measured / at_3:.2f} of its prediction length 3 ran at)" in bolder.reason
+
+
 def test_the_recorded_h200_choices_replay_as_results_md_says() -> None:
     """benchmarks/replay_choice.py, the command behind RESULTS.md's table of replayed
     choices: length 3 under all three calibrations, and 3 to the end of the edit set."""
