@@ -1,7 +1,12 @@
 """The tuned draft length replayed on recorded H200 data (benchmarks/RESULTS.md, 2026-12-04):
 what ``backend.serve.tuning.choose`` picks from the launch probe of
 ``h200-first-2026-12-04`` under three calibrations of the same server, and how it re-chooses
-over the edit set's requests drafted at a fixed 3 (``pmin-edit-k3-p0.json``).
+over the edit set's requests drafted at a fixed 3 (``pmin-edit-k3-p0.json``); then, for each
+first launch at temperature 0 of ``h200-first-layers-2026-12-04`` (its own calibration), the
+length chosen after each request the bench recorded. Those requests ran at the lengths the
+tuning code of that run chose (``git show c71e673:backend/serve/tuning.py``): from the first
+request at a length another choice would not have made, the later records are what that
+length drafted, not what the replayed choice would have.
 
     python benchmarks/replay_choice.py
 
@@ -24,6 +29,7 @@ from backend.serve.tuning import CostModel, Observation, choose, estimate_p  # n
 HERE = Path(__file__).resolve().parent
 FIRST = HERE / "h200-first-2026-12-04"
 CALIBRATIONS = (FIRST, FIRST / "second", HERE / "h200-q8-2026-12-03")
+LAYERS = HERE / "h200-first-layers-2026-12-04"
 
 
 def _json(path: Path) -> dict:
@@ -53,6 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         choice = choose(costs, estimate_p(seen), seen)
         print(f"after {s['prompt']} ({s['completion_tokens']} tokens at 3): "
               f"length {choice.n_max} ({choice.predicted:.2f}x)")
+    costs = CostModel(**_json(LAYERS / "calibrate-smol-v3.json")["costs"])
+    for path in sorted(LAYERS.glob("acceptance-first-*-t0-run*.json")):
+        seen = [Observation(**o) for o in _json(path)["observations"]]
+        probes = sum(o.source == "probe" for o in seen)
+        ran = " ".join(str(o.n_max) for o in seen[probes:])
+        chosen = " ".join(str(choose(costs, estimate_p(seen[:i]), seen[:i]).n_max)
+                          for i in range(probes, len(seen)))
+        print(f"{LAYERS.name}/{path.stem[len('acceptance-'):]}: ran at {ran}; "
+              f"chosen before each: {chosen}")
     return 0
 
 

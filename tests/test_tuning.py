@@ -354,15 +354,22 @@ def test_an_untried_length_is_held_to_the_share_of_its_prediction_a_tried_one_ra
 
 
 def test_the_recorded_h200_choices_replay_as_results_md_says() -> None:
-    """benchmarks/replay_choice.py, the command behind RESULTS.md's table of replayed
-    choices: length 3 under all three calibrations, and 3 to the end of the edit set."""
+    """benchmarks/replay_choice.py, the command behind RESULTS.md's tables of replayed
+    choices: length 3 under all three calibrations, 3 to the end of the edit set, and 3
+    throughout each first launch on the edit set of h200-first-layers-2026-12-04."""
     proc = subprocess.run([sys.executable, "benchmarks/replay_choice.py"], capture_output=True,
                           text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "launch probe: 0.653 a token at 15"
-    assert [line.split(": ")[1].split(" (")[0] for line in lines[1:]] == ["length 3"] * 9
-    assert lines[-1].endswith("(1.23x)")
+    assert [line.split(": ")[1].split(" (")[0] for line in lines[1:10]] == ["length 3"] * 9
+    assert lines[9].endswith("(1.23x)")
+    # each first launch on the edit set stays at 3 where it ran its last answer at 5
+    firsts = dict(line.split(": ", 1) for line in lines[10:])
+    for run in (1, 2, 3):
+        key = f"h200-first-layers-2026-12-04/first-edit-t0-run{run}"
+        assert firsts[key] == "ran at 3 3 3 3 3 5; chosen before each: 3 3 3 3 3 3"
+    assert len(firsts) == 5
 
 
 def test_off_means_no_draft_pass(tmp_path: Path) -> None:
