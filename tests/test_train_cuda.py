@@ -41,12 +41,13 @@ def _prompts(n: int = 6) -> list[np.ndarray]:
     return [rng.integers(20, 500, size=8 + 5 * i) for i in range(n)]
 
 
-def test_the_cuda_graph_decoder_gives_transformers_greedy_tokens():
+@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
+def test_the_cuda_graph_decoder_gives_transformers_greedy_tokens(attention: str):
     model = _llama()
-    decoder = Decoder(model, dtype=torch.float32)
+    decoder = Decoder(model, dtype=torch.float32, attention=attention)
     prompts = _prompts()
     ours = decoder.greedy(prompts, 24, ())
-    assert decoder.graph_error is None
+    assert decoder.graph_error is None and decoder.timing.steps == 23
     width = max(len(p) for p in prompts)
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
     mask = torch.zeros_like(ids)

@@ -29,6 +29,7 @@ from train.batches import IGNORE, make_batch, padded_ids  # noqa: E402
 from train.cli import _load_draft  # noqa: E402
 from train.config import draft_config  # noqa: E402
 from train.draft import Draft  # noqa: E402
+from train.errors import TrainError  # noqa: E402
 from train.fast_decode import Decoder  # noqa: E402
 from train.features import FeatureStore  # noqa: E402
 from train.fit import FitSettings, batch_index, block_loss, fit, position_weights  # noqa: E402
@@ -236,20 +237,34 @@ def test_the_torch_draft_agrees_with_llama_servers_dflash_on_v1s_first_block(
     assert agree >= 12, (agree, server)
 
 
-def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny):
+@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
+def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny, attention: str):
     """The static-cache decoder (float32 on CPU) against transformers' ``generate`` on the
-    same left-padded batches: prompts of 24–46 ids, so every batch pads some rows."""
+    same left-padded batches: prompts of 24–46 ids, so every batch pads some rows; with each
+    decode attention. Each progress line says where its batch's time went."""
     _, target, seqs, _, _ = tiny
     prompts = seqs.select(range(len(seqs)))
     prompts = build([prompts.prompt(i) for i in range(len(prompts))],
                     [int(x) for x in prompts.plens], [prompts.source(i) for i in
                                                        range(len(prompts))],
                     [bool(x) for x in prompts.heldout])
+    lines: list[str] = []
     fast, stats, skipped = hf_gen.generate(target, prompts, max_new=40, batch=4,
-                                           engine="torch")
+                                           engine="torch", attention=attention,
+                                           progress=lines.append)
     assert stats.engine == "torch" and skipped == 0 and len(fast) == len(seqs)
     for i in range(len(seqs)):
         assert fast.ids(i).tolist() == seqs.ids(i).tolist(), i
+    timed = [re.search(r"batch of (\d+) rows, prompts up to (\d+) tokens: prefill "
+                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s\)$", line) for line in lines]
+    assert all(timed) and sum(int(m[1]) for m in timed) == len(seqs)
+    assert all(0 < int(m[3]) <= 39 for m in timed)
+
+
+def test_the_torch_generator_refuses_an_unknown_attention(tiny):
+    _, target, _, _, _ = tiny
+    with pytest.raises(TrainError, match="unknown decode attention 'flash'.*bmm, sdpa"):
+        Decoder(target.model, attention="flash")
 
 
 def test_the_torch_generator_cuts_each_row_at_its_end_of_generation(tiny):

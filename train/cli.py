@@ -208,7 +208,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
         seqs, stats, skipped = hf_gen.generate(target, prompts, max_new=a.max_new,
                                                batch=a.batch, batch_tokens=a.batch_tokens,
                                                budget_s=a.budget_s, progress=_say,
-                                               engine=a.engine)
+                                               engine=a.engine, attention=a.attention)
         if skipped:
             _say(f"{skipped} json-protocol prompts skipped: their grammar needs the server "
                  "engine")
@@ -514,6 +514,9 @@ def parser() -> argparse.ArgumentParser:
                    help="hf batch size in tokens, (prompt + max-new) x rows: bounds the KV "
                    "cache (SmolLM2 in float32: 46 KB a token)")
     s.add_argument("--device", default="cuda", help="hf device")
+    s.add_argument("--attention", choices=("bmm", "sdpa"), default="bmm",
+                   help="torch engine: how a decode step attends over the cache "
+                   "(benchmarks/gen_profile.py measures both)")
     server(s)
     s.set_defaults(run=cmd_generate)
 

@@ -21,6 +21,7 @@ is what a GPU run uses.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,15 +44,41 @@ class _Layer:
     w_down: torch.Tensor
 
 
+ATTENTION = ("bmm", "sdpa")
+"""How a decode step attends over the cache (:meth:`Decoder._attend`): ``bmm``, each KV head
+multiplied by its group of query heads in two batched matrix products; ``sdpa``, torch's
+``scaled_dot_product_attention`` with ``enable_gqa``. Which is faster at which prompt width is
+measured by ``benchmarks/gen_profile.py``."""
+
+
+@dataclass
+class Timing:
+    """Where one :meth:`Decoder.greedy` call's time went, in seconds (wall clock, the device
+    synchronised at each boundary; ``decode_s`` includes capturing the step's CUDA graph), and
+    the decode steps it ran."""
+
+    prefill_s: float
+    decode_s: float
+    steps: int
+
+
 class Decoder:
     """Greedy continuations of batches of prompts by the llama ``model`` (a transformers
-    ``LlamaForCausalLM``), on the model's device; ``graphs`` False decodes eagerly on CUDA too.
+    ``LlamaForCausalLM``), on the model's device; ``graphs`` False decodes eagerly on CUDA too;
+    ``attention``: one of :data:`ATTENTION`, for decode steps.
 
     Raises :class:`~train.errors.TrainError` for a model this decoder does not reproduce
-    (biases in attention or FFN, another activation than SiLU).
+    (biases in attention or FFN, another activation than SiLU) or an unknown ``attention``.
     """
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype | None = None, graphs: bool = True):
+    def __init__(self, model: nn.Module, dtype: torch.dtype | None = None, graphs: bool = True,
+                 attention: str = "bmm"):
+        if attention not in ATTENTION:
+            raise TrainError(f"unknown decode attention {attention!r}: one of "
+                             f"{', '.join(ATTENTION)}")
+        self.attention = attention
+        self.timing: Timing | None = None
+        """The last :meth:`greedy` call's :class:`Timing`."""
         cfg = model.config
         if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False) or \
                 getattr(cfg, "hidden_act", "silu") != "silu":
@@ -110,10 +137,16 @@ class Decoder:
 
         A decode step (``T = 1``) multiplies each KV head once by its group of query heads:
         SDPA's GQA path would copy the whole cache to ``n_head`` heads every step, and the
-        step is bound by reading the cache. A prefill runs SDPA's fused kernel on the
-        expanded heads, once per batch."""
+        step is bound by reading the cache (``attention="bmm"``); ``"sdpa"`` hands the step
+        to ``scaled_dot_product_attention`` with ``enable_gqa`` instead. A prefill runs SDPA's
+        fused kernel on the expanded heads, once per batch."""
         b, t, nh, hd = q.shape
         group = nh // self.n_head_kv
+        if t == 1 and self.attention == "sdpa":
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k, v,
+                                               attn_mask=mask.view(b, 1, 1, -1),
+                                               scale=1.0 / math.sqrt(hd), enable_gqa=True)
+            return o.transpose(1, 2)
         if t == 1:
             qg = q.view(b, self.n_head_kv, group, hd)
             scores = (qg @ k.transpose(-1, -2)).float() / math.sqrt(hd)
@@ -155,8 +188,9 @@ class Decoder:
         """The greedy continuation of each prompt, cut after its first ``eos`` id (at most
         ``max_new`` ids). ``prefill_tokens`` bounds the prompt tokens run at once (the
         prefill mask is ``rows × W × W`` booleans); every ``check_every`` steps the batch
-        stops once every row has ended."""
+        stops once every row has ended. :attr:`timing` says where the time went."""
         dev = self.device
+        started = self._now()
         b = len(prompts)
         width = max(len(p) for p in prompts)
         s = width + max_new
@@ -185,6 +219,8 @@ class Decoder:
             first[r0:r1] = (hidden[:, -1] @ self.head.T).argmax(-1)
         out = torch.empty((b, max_new), dtype=torch.long, device=dev)
         out[:, 0] = first
+        prefilled = self._now()
+        steps = 0
         eos_t = torch.tensor(eos or (-1,), device=dev)
         done = torch.isin(first, eos_t)
         tok = first[:, None].clone()
@@ -212,16 +248,25 @@ class Decoder:
                 graph.replay()
             else:
                 one_step()
+            steps = t + 1
             if (t + 1) % check_every == 0 and bool(done.all()):
                 out = out[:, : t + 2]
                 break
         rows_out = out.cpu().tolist()
+        self.timing = Timing(prefill_s=prefilled - started, decode_s=self._now() - prefilled,
+                             steps=steps)
         eos_set = set(eos)
         cut: list[list[int]] = []
         for row in rows_out:
             end = next((k + 1 for k, x in enumerate(row) if x in eos_set), len(row))
             cut.append(row[:end])
         return cut
+
+    def _now(self) -> float:
+        """Seconds on a monotonic clock, once the device has finished what it was given."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.monotonic()
 
     @staticmethod
     def _capture(one_step, step: torch.Tensor, done: torch.Tensor, tok: torch.Tensor,

@@ -39,6 +39,9 @@
 #                                #   weights, LAYER_FIT s each alone on the GPU, the same data;
 #                                #   held-out acceptance of both
 #   bash train/h200.sh layered   # waits for them; logs and run records back in layers.tar
+#   bash train/h200.sh genprof   # carry .devkit/m4 when no `data` ran: where the generator's
+#                                #   time goes, GENPROF_BATCHES of its batches under each decode
+#                                #   attention (benchmarks/gen_profile.py); gen-profile.json
 #
 # A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
 # 12: a build failed; 75: still running (call the same stage again).
@@ -61,6 +64,7 @@ NAME=${NAME:-smollm2-135m-dflash-v5}
 GEN_BUDGET=${GEN_BUDGET:-260}       # seconds of generation (no new batch after that)
 GEN_BATCH=${GEN_BATCH:-1024}        # prompts a batch
 GEN_TOKENS=${GEN_TOKENS:-1500000}   # KV cache tokens a batch (23 KB each in bf16)
+GEN_ATTENTION=${GEN_ATTENTION:-bmm} # the decode steps' attention (train generate --attention)
 FIT_STEPS=${FIT_STEPS:-3800}        # the schedule's length: the lr decays to its end
 FIT_BUDGET=${FIT_BUDGET:-760}       # seconds of training at most
 FIT_ARGS=${FIT_ARGS:---batch-seqs 32 --anchors 128 --lr 4e-4 --warmup 100 --gamma 7}
@@ -228,7 +232,7 @@ data)  # generation, then the fit from INIT, one background chain (it outlives t
 nvidia-smi dmon -s um -d 5 > '$T/dmon.log' 2>&1 &
 if [[ ! -f '$T/done/gen' ]]; then
   $PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL' \
-    --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --max-new 512 --budget-s $GEN_BUDGET \
+    --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512 --budget-s $GEN_BUDGET \
     --shard-tokens 5000000 --out '$T/gen/torch' --runs '$T/runs.jsonl' > '$T/gen.log' 2>&1 \
     || { echo 3 > '$T/fit.rc'; exit; }
   touch '$T/done/gen'
@@ -400,7 +404,7 @@ layers)  # 1 and 2 draft layers, from random weights, each LAYER_FIT s alone on 
   touch "$T/gpu.busy" "$T/layers.done"; mkdir -p "$T/lgen"
   setsid -f bash -c "cd '$ROOT'
 $PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL' \
-  --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --max-new 512 --budget-s ${LAYER_GEN:-150} \
+  --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512 --budget-s ${LAYER_GEN:-150} \
   --shard-tokens 5000000 --out '$T/lgen/torch' --runs '$T/lruns.jsonl' > '$T/lgen.log' 2>&1
 rc=\$?; rm -f '$T/gpu.busy'; [[ \$rc == 0 ]] || { echo 3 > '$T/layers.rc'; exit; }
 $PY -m train info '$T'/lgen/*.npz >> '$T/lgen.log' 2>&1
@@ -432,6 +436,17 @@ layered)  # waits for `layers`; its logs and run records back
   cat "$T/layers.rc"
   finish 0
   ;;
+genprof)  # prefill and decode seconds of the generator's batches, each decode attention side
+  # by side, and the kernels of a few eager steps (benchmarks/gen_profile.py)
+  require wheels; collect; join_models
+  "$PY" benchmarks/gen_profile.py --target "$SMOL" --prompts "$PROMPTS" \
+    --batches "${GENPROF_BATCHES:-5,10,13}" --steps "${GENPROF_STEPS:-64}" \
+    --batch "$GEN_BATCH" --batch-tokens "$GEN_TOKENS" --rows "${GENPROF_ROWS:-0}" \
+    --kernels "${GENPROF_KERNELS:-8}" --device "${GENPROF_DEVICE:-cuda}" \
+    --json "$OUT/gen-profile.json" 2>&1 \
+    | grep -v "it/s\]"
+  finish "${PIPESTATUS[0]}"
+  ;;
 lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside baseline: the
   # goodput each length gives on this workload, against what the tuned profile chose
   require bench2; presets "${DRAFT:-$T/run/draft.gguf}"
@@ -444,7 +459,7 @@ lengths)  # the draft at fixed lengths (LENGTHS) on the edit set, each beside ba
   finish 0
   ;;
 *)
-  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench|bench2|first|layers|layered|lengths" >&2
+  echo "usage: bash train/h200.sh wheels|build|model|data|rpc|trained|bench|bench2|first|layers|layered|genprof|lengths" >&2
   exit 2
   ;;
 esac

@@ -8,7 +8,8 @@ Prompts are sorted by length and cut into batches of at most ``batch`` prompts a
 little is padded and long agent requests get small batches. Batches are left-padded
 and decoded greedily to ``max_new`` tokens; each continuation is cut after its first
 end-of-generation token. Batches holding an agent request go first, the others in a seeded
-shuffle (a run cut by its budget still covers every kind of prompt). ``json``-protocol
+shuffle (a run cut by its budget still covers every kind of prompt;
+:func:`generation_batches`). ``json``-protocol
 prompts need the server's grammar and are skipped (counted). No new batch starts after
 ``budget_s`` seconds. Needs only torch, transformers, numpy and gguf (the device image's
 packages plus a gguf wheel), not the product's dependencies.
@@ -49,6 +50,19 @@ def batches(prompts: Sequences, index: list[int], *, batch: int, batch_tokens: i
     return out
 
 
+def generation_batches(prompts: Sequences, *, batch: int, batch_tokens: int,
+                       max_new: int) -> tuple[list[list[int]], int]:
+    """(the batches in the order :func:`generate` runs them, the ``json``-protocol prompts
+    skipped): the batches holding an agent request first, shortest first, then the others in
+    a seeded shuffle."""
+    usable = [i for i in range(len(prompts)) if prompts.schema(i) is None]
+    cut = batches(prompts, usable, batch=batch, batch_tokens=batch_tokens, max_new=max_new)
+    agent = [b for b in cut if any(prompts.source(i).startswith("agent-") for i in b)]
+    rest = [b for b in cut if b not in agent]
+    rest = [rest[k] for k in np.random.default_rng(0).permutation(len(rest))]
+    return agent + rest, len(prompts) - len(usable)
+
+
 def _hf_rows(target: Target, prompts: Sequences, sel: list[int], *, max_new: int,
              pad: int) -> list[list[int]]:
     """transformers' greedy continuations of the prompts ``sel``, left-padded into one
@@ -69,24 +83,22 @@ def _hf_rows(target: Target, prompts: Sequences, sel: list[int], *, max_new: int
 def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
              batch_tokens: int = 1_000_000, budget_s: float = float("inf"),
              progress: Callable[[str], None] | None = None,
-             engine: str = "hf") -> tuple[Sequences, GenStats, int]:
+             engine: str = "hf", attention: str = "bmm") -> tuple[Sequences, GenStats, int]:
     """(sequences, stats, prompts skipped for needing a grammar); ``engine`` is ``hf`` or
-    ``torch``."""
-    usable = [i for i in range(len(prompts)) if prompts.schema(i) is None]
-    skipped = len(prompts) - len(usable)
-    cut = batches(prompts, usable, batch=batch, batch_tokens=batch_tokens, max_new=max_new)
-    agent = [b for b in cut if any(prompts.source(i).startswith("agent-") for i in b)]
-    rest = [b for b in cut if b not in agent]
-    rest = [rest[k] for k in np.random.default_rng(0).permutation(len(rest))]
+    ``torch`` (decode steps attending by ``attention``, :data:`train.fast_decode.ATTENTION`;
+    each progress line then says the batch's rows, width, prefill and decode seconds)."""
+    order, skipped = generation_batches(prompts, batch=batch, batch_tokens=batch_tokens,
+                                        max_new=max_new)
+    usable = len(prompts) - skipped
     pad = target.eos_ids[0] if target.eos_ids else 0
     device = target.device
-    decoder = Decoder(target.model) if engine == "torch" else None
+    decoder = Decoder(target.model, attention=attention) if engine == "torch" else None
     out: dict[int, list[int]] = {}
     graph_said = False
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.monotonic()
-    for sel in agent + rest:
+    for sel in order:
         if time.monotonic() - started > budget_s:
             break
         if decoder is not None:
@@ -98,8 +110,14 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
             graph_said = True
             progress(f"no CUDA graph (decoding eagerly): {decoder.graph_error}")
         if progress:
-            progress(f"{len(out)}/{len(usable)} prompts, {sum(map(len, out.values()))} tokens, "
-                     f"{time.monotonic() - started:.0f} s")
+            line = (f"{len(out)}/{usable} prompts, {sum(map(len, out.values()))} tokens, "
+                    f"{time.monotonic() - started:.0f} s")
+            if decoder is not None and decoder.timing is not None:
+                t = decoder.timing
+                width = max(int(prompts.plens[i]) for i in sel)
+                line += (f" (batch of {len(sel)} rows, prompts up to {width} tokens: prefill "
+                         f"{t.prefill_s:.1f} s, {t.steps} decode steps {t.decode_s:.1f} s)")
+            progress(line)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.monotonic() - started
