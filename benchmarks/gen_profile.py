@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
 
+        from train.errors import TrainError
         from train.fast_decode import ATTENTION, Decoder
         from train.hf_gen import generation_batches
         from train.seqs import load
@@ -63,13 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gen_profile.py needs the trainer's extra (pip install -e '.[train]'): {exc}",
               file=sys.stderr)
         return 2
-    prompts = load(a.prompts)
-    order, _ = generation_batches(prompts, batch=a.batch, batch_tokens=a.batch_tokens,
-                                  max_new=a.max_new)
-    if max(a.batches) > len(order):
-        print(f"--batches: these prompts make {len(order)} batches", file=sys.stderr)
+    try:
+        prompts = load(a.prompts)
+        order, _ = generation_batches(prompts, batch=a.batch, batch_tokens=a.batch_tokens,
+                                      max_new=a.max_new)
+        if max(a.batches) > len(order):
+            raise TrainError(f"--batches: these prompts make {len(order)} batches")
+        target = load_target(a.target, a.device)
+    except TrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    target = load_target(a.target, a.device)
     decoders = {name: Decoder(target.model, attention=name) for name in ATTENTION}
     results = []
     for number in a.batches:

@@ -269,3 +269,27 @@ def test_the_torch_stages_need_only_torch_transformers_numpy_and_gguf():
     top = {n.module for n in cli.body if isinstance(n, ast.ImportFrom)}
     assert top <= {"__future__", "collections", "collections.abc", "pathlib", "typing",
                    "train", "train.errors"}, top
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--batches", "5,x"], "--batches: comma-separated numbers, not '5,x'"),
+    (["--batches", "0"], "--steps and --batches count from 1"),
+    (["--steps", "0"], "--steps and --batches count from 1"),
+])
+def test_the_generator_profile_refuses_bad_batches_before_loading_anything(args, words):
+    proc = subprocess.run([sys.executable, "benchmarks/gen_profile.py", "--target", "t.gguf",
+                           *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_generator_profile_without_torch_says_how_to_install_it():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("torch is installed here; the message is for installs without it")
+    proc = subprocess.run([sys.executable, "benchmarks/gen_profile.py", "--target", "t.gguf"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "needs the trainer's extra (pip install -e '.[train]')" in proc.stderr

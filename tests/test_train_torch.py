@@ -320,3 +320,26 @@ def test_stored_features_are_the_targets_own_and_train_the_same(tiny, tmp_path: 
                      r"backward [0-9.]+, optimizer [0-9.]+ \(total", profile), profile
     assert re.search(r"\[fit\] 6 steps in [0-9.]+ s: [0-9.]+ steps/s, \d+ block positions/s",
                      lines[-1]), lines
+
+
+@pytest.mark.parametrize(("target", "prompts", "words"), [
+    ("missing.gguf", None, "target: "),
+    ("junk.gguf", None, "not a GGUF file"),
+    ("junk.gguf", "junk.npz", "junk.npz"),
+    ("junk.gguf", "many", "--batches: these prompts make 1 batches"),
+])
+def test_the_generator_profile_refuses_broken_inputs_in_one_line(tmp_path: Path, target: str,
+                                                                 prompts: str | None,
+                                                                 words: str):
+    (tmp_path / "junk.gguf").write_bytes(b"junk" * 8)
+    (tmp_path / "junk.npz").write_bytes(b"PK not a zip")
+    save(build([np.arange(5)], [5], ["coding:t"], [False]), tmp_path / "many.npz")
+    args = ["--target", str(tmp_path / target), "--device", "cpu", "--batches", "2"]
+    if prompts:
+        args += ["--prompts", str(tmp_path / (prompts if "." in prompts else f"{prompts}.npz"))]
+    proc = subprocess.run([sys.executable, "benchmarks/gen_profile.py", *args],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
