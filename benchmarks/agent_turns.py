@@ -583,7 +583,9 @@ class ReplayResult(BaseModel):
     sampling: dict[str, Any]
     tool_role: bool = Field(description="The template renders tool messages (json results go "
                             "as tool messages, else as user messages).")
-    servers: list[ServerInfo]
+    servers: list[ServerInfo] = Field(description="The servers the run started, one a "
+                                      "profile, and after it any a profile was relaunched on "
+                                      "without its draft (speculation says so).")
     samples: list[TurnSample]
     groups: list[Group]
     targets: list[TargetCheck]
@@ -1217,11 +1219,12 @@ def _client(state: ServerState, forced: bool = False,
 
 def _unloading(client: ServerClient, states: dict[str, ServerState], profile: str,
                preset: str, sampling: dict[str, Any], timeout: float,
-               note: Callable[[str], None] | None) -> None:
+               note: Callable[[str], None] | None,
+               servers: list[ServerInfo] | None = None) -> None:
     """Let the replay's client of ``profile`` relaunch its server without the draft as a
     session would (:func:`agent.runtime.unload_when_due`; the replay stores no observations),
     keeping ``states`` (what the run stops at its end) and the replay's seed on the new
-    server."""
+    server, and adding the new server to ``servers`` (what the results list)."""
     if not isinstance(client.draft_cap, DraftCap):
         return
     backend = Backend(client, preset, profile, sampling, states[profile], client.draft_cap)
@@ -1232,6 +1235,10 @@ def _unloading(client: ServerClient, states: dict[str, ServerState], profile: st
         if backend.state is not before and backend.state is not None:
             states[profile] = backend.state
             client.request_extra = {**backend.state.request_extra, "seed": REPLAY_SEED}
+            if servers is not None:
+                servers.append(_server_info(profile, backend.state, "relaunched without the "
+                                            "draft: its requests had turned drafting off, and "
+                                            "the loaded draft cost what a relaunch does"))
 
     client.before_request = hook
 
@@ -1290,7 +1297,8 @@ def run(preset: Preset, engine: Engine, profiles: list[str], protocols: list[str
             clients = {p: _client(s, forced, sampling.get("temperature"))
                        for p, s in states.items()}
             for profile, client in clients.items():
-                _unloading(client, states, profile, preset.name, sampling, start_timeout, note)
+                _unloading(client, states, profile, preset.name, sampling, start_timeout, note,
+                           servers)
             tool_role = renders_tool_role(clients[reference])
             try:
                 if forced and forcing is None:

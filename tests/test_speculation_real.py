@@ -415,7 +415,9 @@ def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
         states = {"dflash": drafting.model_copy(update={"ready_s": 0.001})}
         client = _client(drafting, temperature=0.0)
         notes: list[str] = []
-        _unloading(client, states, "dflash", "tinyd", {"temperature": 0.0}, 60.0, notes.append)
+        servers: list = []
+        _unloading(client, states, "dflash", "tinyd", {"temperature": 0.0}, 60.0, notes.append,
+                   servers)
         assert client.complete(COUNT, max_tokens=256).draft_n_max == 3
         assert client.complete(COUNT, max_tokens=256).draft_n_max == 0
         for _ in range(8):  # relaunched before one of them
@@ -427,6 +429,10 @@ def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
         assert client.base_url == plain.base_url and client.draft_cap is None
         assert client.request_extra["seed"] == REPLAY_SEED
         assert any("relaunching the server without the draft" in n for n in notes)
+        # the results list the new server beside the first one
+        [again] = servers
+        assert again.profile == "dflash" and again.argv == plain.argv
+        assert again.speculation.startswith("relaunched without the draft")
         stored = tuning.load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
         assert [o.source for o in stored] == ["session"]  # the replay stored none of its own
     finally:
