@@ -242,8 +242,9 @@ def test_a_torch_stage_without_torch_says_how_to_install_it(tmp_path: Path):
     assert proc.stderr.strip().endswith("not installed; run: pip install -e '.[train]'")
 
 
-DEVICE_SAFE = ("hf_gen", "fast_decode", "fit", "features", "head_loss", "accept", "target",
-               "draft", "batches", "export", "config", "seqs", "gen_stats", "errors", "runlog")
+DEVICE_SAFE = ("hf_gen", "fast_decode", "gen_profile", "fit", "features", "head_loss", "accept",
+               "target", "draft", "batches", "export", "config", "seqs", "gen_stats", "errors",
+               "runlog")
 """The modules the torch stages run on: the device image has torch, transformers and numpy,
 and a gguf wheel travels; the product's own dependencies (pydantic, httpx2, psutil…) do not."""
 
@@ -272,13 +273,12 @@ def test_the_torch_stages_need_only_torch_transformers_numpy_and_gguf():
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--batches", "5,x"], "--batches: comma-separated numbers, not '5,x'"),
-    (["--batches", "0"], "--steps and --batches count from 1"),
-    (["--steps", "0"], "--steps and --batches count from 1"),
+    (["--batches", "5,x"], "argument --batches: comma-separated numbers, not '5,x'"),
+    (["--batches", "0"], "argument --batches: batches count from 1, not '0'"),
+    (["--steps", "0"], "argument --steps: at least 1, not '0'"),
 ])
 def test_the_generator_profile_refuses_bad_batches_before_loading_anything(args, words):
-    proc = subprocess.run([sys.executable, "benchmarks/gen_profile.py", "--target", "t.gguf",
-                           *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = _run("gen-profile", "--target", "t.gguf", *args)
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -289,7 +289,6 @@ def test_the_generator_profile_without_torch_says_how_to_install_it():
         pass
     else:
         pytest.skip("torch is installed here; the message is for installs without it")
-    proc = subprocess.run([sys.executable, "benchmarks/gen_profile.py", "--target", "t.gguf"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "needs the trainer's extra (pip install -e '.[train]')" in proc.stderr
+    proc = _run("gen-profile", "--target", "t.gguf")
+    assert proc.returncode == 3
+    assert proc.stderr.strip().startswith("error: this stage needs torch")

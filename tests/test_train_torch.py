@@ -29,7 +29,7 @@ from train.batches import IGNORE, make_batch, padded_ids  # noqa: E402
 from train.cli import _load_draft  # noqa: E402
 from train.config import draft_config  # noqa: E402
 from train.draft import Draft  # noqa: E402
-from train.errors import TrainError  # noqa: E402
+from train.errors import InputError, TrainError  # noqa: E402
 from train.fast_decode import Decoder  # noqa: E402
 from train.features import FeatureStore  # noqa: E402
 from train.fit import FitSettings, batch_index, block_loss, fit, position_weights  # noqa: E402
@@ -322,6 +322,27 @@ def test_stored_features_are_the_targets_own_and_train_the_same(tiny, tmp_path: 
                      lines[-1]), lines
 
 
+def test_the_generator_profile_times_each_attention_on_the_generators_batches(tiny, capsys):
+    """gen-profile's timings on the tiny target: both attentions on each chosen batch, the
+    same tokens, and a profiler table of the last."""
+    from train.gen_profile import chosen_batches, profile
+
+    _, target, seqs, _, _ = tiny
+    prompts = build([seqs.prompt(i) for i in range(len(seqs))], [int(x) for x in seqs.plens],
+                    [seqs.source(i) for i in range(len(seqs))], [False] * len(seqs))
+    chosen = chosen_batches(prompts, [1, 3], batch=4, batch_tokens=10_000, max_new=40)
+    assert [len(b) for b in chosen.values()] == [4, 4]
+    lines: list[str] = []
+    timings, table = profile(target, prompts, chosen, steps=5, rows=2, kernels=2,
+                             say=lines.append)
+    assert [(t.batch, t.attention, t.rows, t.steps) for t in timings] == [
+        (1, "bmm", 2, 5), (1, "sdpa", 2, 5), (3, "bmm", 2, 5), (3, "sdpa", 2, 5)]
+    assert all(t.rows_same == 2 and t.prefill_s > 0 and t.decode_s > 0 for t in timings)
+    assert "aten::" in table and lines[-1].startswith("batch 3, eager (bmm), 2 decode steps")
+    with pytest.raises(InputError, match="these prompts make 3 batches"):
+        chosen_batches(prompts, [4], batch=4, batch_tokens=10_000, max_new=40)
+
+
 @pytest.mark.parametrize(("target", "prompts", "words"), [
     ("missing.gguf", None, "target: "),
     ("junk.gguf", None, "not a GGUF file"),
@@ -337,7 +358,7 @@ def test_the_generator_profile_refuses_broken_inputs_in_one_line(tmp_path: Path,
     args = ["--target", str(tmp_path / target), "--device", "cpu", "--batches", "2"]
     if prompts:
         args += ["--prompts", str(tmp_path / (prompts if "." in prompts else f"{prompts}.npz"))]
-    proc = subprocess.run([sys.executable, "benchmarks/gen_profile.py", *args],
+    proc = subprocess.run([sys.executable, "-m", "train", "gen-profile", *args],
                           capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 2, proc.stderr

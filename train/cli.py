@@ -14,7 +14,8 @@ Stages, each a separate command so GPU runs can be staged and resumed:
   acceptance; ``--resume`` continues a stopped run;
 - ``accept``   — torch-side acceptance of a draft (.npz or .gguf) on held-out sequences;
 - ``export``   — draft weights (.npz) → upstream ``dflash`` GGUF (numpy + gguf only);
-- ``info``     — what a sequences or prompt file holds.
+- ``info``     — what a sequences or prompt file holds;
+- ``gen-profile`` — where the ``torch`` generator's time goes on chosen batches.
 
 Exit codes: 0 done; 2 bad usage or input (a missing or broken file, a non-llama target);
 3 an error with a stated cause (a server that did not start, torch not installed); 130
@@ -428,6 +429,49 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gen_profile(a: argparse.Namespace) -> int:
+    need_torch()
+    import json
+    from dataclasses import asdict
+
+    from train.gen_profile import chosen_batches, profile
+    from train.seqs import load
+    from train.target import load_target
+
+    prompts = load(a.prompts)
+    chosen = chosen_batches(prompts, a.batches, batch=a.batch, batch_tokens=a.batch_tokens,
+                            max_new=a.max_new)
+    target = load_target(a.target, a.device)
+    timings, kernels = profile(target, prompts, chosen, steps=a.steps, rows=a.rows,
+                               kernels=a.kernels, say=_say)
+    record = {"target": str(a.target), "prompts": str(a.prompts), "device": a.device,
+              "batches": [asdict(t) for t in timings]}
+    if a.json:
+        a.json.write_text(json.dumps({**record, "kernels": kernels}, indent=1) + "\n", "utf-8")
+    runlog.append(a.runs, "gen-profile", record)
+    return 0
+
+
+def _numbers(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"comma-separated numbers, not {text!r}") from exc
+    if min(out) < 1:
+        raise argparse.ArgumentTypeError(f"batches count from 1, not {text!r}")
+    return out
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {text!r}")
+    return value
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 
@@ -576,6 +620,26 @@ def parser() -> argparse.ArgumentParser:
     s = stage("info", "what a sequences or prompt file holds")
     s.add_argument("data", type=Path, nargs="+")
     s.set_defaults(run=cmd_info)
+
+    s = stage("gen-profile", "where the torch generator's time goes: prefill and decode "
+              "seconds of chosen batches under each decode attention, and the kernels of a "
+              "few eager steps")
+    s.add_argument("--target", type=Path, required=True, help="target GGUF")
+    s.add_argument("--prompts", type=Path, default=Path("train/data/prompts-v4.npz"))
+    s.add_argument("--batches", type=_numbers, default=[5, 10, 13],
+                   help="batch numbers (from 1) in the generator's order, comma-separated")
+    s.add_argument("--steps", type=_positive, default=64, help="decode steps timed a batch")
+    s.add_argument("--batch", type=_positive, default=1024, help="as generate's --batch")
+    s.add_argument("--batch-tokens", type=_positive, default=1_500_000,
+                   help="as generate's --batch-tokens")
+    s.add_argument("--max-new", type=_positive, default=512, help="as generate's --max-new")
+    s.add_argument("--rows", type=int, default=0,
+                   help="the first N rows of each batch only (0: all; a CPU check)")
+    s.add_argument("--kernels", type=int, default=8,
+                   help="eager decode steps of the last batch under the profiler (0: none)")
+    s.add_argument("--device", default="cuda")
+    s.add_argument("--json", type=Path, help="write the timings here")
+    s.set_defaults(run=cmd_gen_profile)
     return p
 
 

@@ -48,7 +48,7 @@ ATTENTION = ("bmm", "sdpa")
 """How a decode step attends over the cache (:meth:`Decoder._attend`): ``bmm``, each KV head
 multiplied by its group of query heads in two batched matrix products; ``sdpa``, torch's
 ``scaled_dot_product_attention`` with ``enable_gqa``. Which is faster at which prompt width is
-measured by ``benchmarks/gen_profile.py``."""
+measured by ``python -m train gen-profile``."""
 
 
 @dataclass

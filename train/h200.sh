@@ -41,7 +41,7 @@
 #   bash train/h200.sh layered   # waits for them; logs and run records back in layers.tar
 #   bash train/h200.sh genprof   # carry .devkit/m4 when no `data` ran: where the generator's
 #                                #   time goes, GENPROF_BATCHES of its batches under each decode
-#                                #   attention (benchmarks/gen_profile.py); gen-profile.json
+#                                #   attention (python -m train gen-profile); gen-profile.json
 #
 # A fresh machine (exit 10) starts again at `wheels`. Exit 11: a missing or corrupt part;
 # 12: a build failed; 75: still running (call the same stage again).
@@ -437,9 +437,9 @@ layered)  # waits for `layers`; its logs and run records back
   finish 0
   ;;
 genprof)  # prefill and decode seconds of the generator's batches, each decode attention side
-  # by side, and the kernels of a few eager steps (benchmarks/gen_profile.py)
+  # by side, and the kernels of a few eager steps (python -m train gen-profile)
   require wheels; collect; join_models
-  "$PY" benchmarks/gen_profile.py --target "$SMOL" --prompts "$PROMPTS" \
+  "$PY" -m train gen-profile --target "$SMOL" --prompts "$PROMPTS" \
     --batches "${GENPROF_BATCHES:-5,10,13}" --steps "${GENPROF_STEPS:-64}" \
     --batch "$GEN_BATCH" --batch-tokens "$GEN_TOKENS" --rows "${GENPROF_ROWS:-0}" \
     --kernels "${GENPROF_KERNELS:-8}" --device "${GENPROF_DEVICE:-cuda}" \
