@@ -276,6 +276,8 @@ def test_the_torch_stages_need_only_torch_transformers_numpy_and_gguf():
     (["--batches", "5,x"], "argument --batches: comma-separated numbers, not '5,x'"),
     (["--batches", "0"], "argument --batches: batches count from 1, not '0'"),
     (["--steps", "0"], "argument --steps: at least 1, not '0'"),
+    (["--rows", "-1"], "argument --rows: at least 0, not '-1'"),
+    (["--kernels", "x"], "argument --kernels: a whole number, not 'x'"),
 ])
 def test_the_generator_profile_refuses_bad_batches_before_loading_anything(args, words):
     proc = _run("gen-profile", "--target", "t.gguf", *args)

@@ -462,14 +462,17 @@ def _numbers(text: str) -> list[int]:
     return out
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from exc
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {text!r}")
-    return value
+def _at_least(low: int) -> Any:
+    """An argparse type: a whole number of at least ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from exc
+        if value < low:
+            raise argparse.ArgumentTypeError(f"at least {low}, not {text!r}")
+        return value
+    return parse
 
 
 # --- parser ----------------------------------------------------------------------------------
@@ -560,7 +563,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="cuda", help="hf device")
     s.add_argument("--attention", choices=("bmm", "sdpa"), default="bmm",
                    help="torch engine: how a decode step attends over the cache "
-                   "(benchmarks/gen_profile.py measures both)")
+                   "(python -m train gen-profile measures both)")
     server(s)
     s.set_defaults(run=cmd_generate)
 
@@ -628,14 +631,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--prompts", type=Path, default=Path("train/data/prompts-v4.npz"))
     s.add_argument("--batches", type=_numbers, default=[5, 10, 13],
                    help="batch numbers (from 1) in the generator's order, comma-separated")
-    s.add_argument("--steps", type=_positive, default=64, help="decode steps timed a batch")
-    s.add_argument("--batch", type=_positive, default=1024, help="as generate's --batch")
-    s.add_argument("--batch-tokens", type=_positive, default=1_500_000,
+    s.add_argument("--steps", type=_at_least(1), default=64, help="decode steps timed a batch")
+    s.add_argument("--batch", type=_at_least(1), default=1024, help="as generate's --batch")
+    s.add_argument("--batch-tokens", type=_at_least(1), default=1_500_000,
                    help="as generate's --batch-tokens")
-    s.add_argument("--max-new", type=_positive, default=512, help="as generate's --max-new")
-    s.add_argument("--rows", type=int, default=0,
+    s.add_argument("--max-new", type=_at_least(1), default=512, help="as generate's --max-new")
+    s.add_argument("--rows", type=_at_least(0), default=0,
                    help="the first N rows of each batch only (0: all; a CPU check)")
-    s.add_argument("--kernels", type=int, default=8,
+    s.add_argument("--kernels", type=_at_least(0), default=8,
                    help="eager decode steps of the last batch under the profiler (0: none)")
     s.add_argument("--device", default="cuda")
     s.add_argument("--json", type=Path, help="write the timings here")
