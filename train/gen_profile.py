@@ -17,23 +17,21 @@ from dataclasses import dataclass
 import torch
 
 from train.errors import InputError
-from train.fast_decode import ATTENTION, Decoder
+from train.fast_decode import ATTENTION, Decoder, Timing
 from train.hf_gen import generation_batches
 from train.seqs import Sequences
 from train.target import Target
 
 
 @dataclass
-class BatchTiming:
-    """One batch under one decode attention; seconds, as :class:`train.fast_decode.Timing`."""
+class BatchTiming(Timing):
+    """One batch under one decode attention: its :class:`train.fast_decode.Timing` and what
+    ran it."""
 
     batch: int
     rows: int
     width: int
     attention: str
-    prefill_s: float
-    decode_s: float
-    steps: int
     graph: str | None
     rows_same: int = 0
     """Rows whose tokens were the same under every attention."""
@@ -67,9 +65,8 @@ def profile(target: Target, prompts: Sequences, chosen: dict[int, list[int]], *,
         for name, decoder in decoders.items():
             tokens[name] = decoder.greedy(ids, steps + 1, ())
             t = decoder.timing
-            out.append(BatchTiming(batch=number, rows=len(ids), width=max(map(len, ids)),
-                                   attention=name, prefill_s=t.prefill_s,
-                                   decode_s=t.decode_s, steps=t.steps,
+            out.append(BatchTiming(**vars(t), batch=number, rows=len(ids),
+                                   width=max(map(len, ids)), attention=name,
                                    graph=decoder.graph_error))
             say(f"batch {number} ({len(ids)} rows, prompts up to {out[-1].width} tokens), "
                 f"{name}: prefill {t.prefill_s:.3f} s, {t.steps} decode steps "
