@@ -193,6 +193,13 @@ flash_attn = "on"
 EOF2
 }
 
+generate() {  # generate SECONDS DIR RUNS: the torch generator's command line, for a chain's
+  # script: the shards in $T/DIR, its log in $T/DIR.log, its run record in $T/RUNS
+  echo "$PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL'" \
+    "--batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512" \
+    "--budget-s $1 --shard-tokens 5000000 --out '$T/$2/torch' --runs '$T/$3' > '$T/$2.log' 2>&1"
+}
+
 A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
 
 stage=${1:-}
@@ -231,10 +238,7 @@ data)  # generation, then the fit from INIT, one background chain (it outlives t
   setsid -f bash -c "cd '$ROOT'
 nvidia-smi dmon -s um -d 5 > '$T/dmon.log' 2>&1 &
 if [[ ! -f '$T/done/gen' ]]; then
-  $PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL' \
-    --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512 --budget-s $GEN_BUDGET \
-    --shard-tokens 5000000 --out '$T/gen/torch' --runs '$T/runs.jsonl' > '$T/gen.log' 2>&1 \
-    || { echo 3 > '$T/fit.rc'; exit; }
+  $(generate "$GEN_BUDGET" gen runs.jsonl) || { echo 3 > '$T/fit.rc'; exit; }
   touch '$T/done/gen'
 fi
 $PY -m train info '$T'/gen/*.npz >> '$T/gen.log' 2>&1
@@ -403,9 +407,7 @@ layers)  # 1 and 2 draft layers, from random weights, each LAYER_FIT s alone on 
   [[ -f $T/layers.done ]] && { say "layers already started"; finish 0; }
   touch "$T/gpu.busy" "$T/layers.done"; mkdir -p "$T/lgen"
   setsid -f bash -c "cd '$ROOT'
-$PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL' \
-  --batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512 --budget-s ${LAYER_GEN:-150} \
-  --shard-tokens 5000000 --out '$T/lgen/torch' --runs '$T/lruns.jsonl' > '$T/lgen.log' 2>&1
+$(generate "${LAYER_GEN:-150}" lgen lruns.jsonl)
 rc=\$?; rm -f '$T/gpu.busy'; [[ \$rc == 0 ]] || { echo 3 > '$T/layers.rc'; exit; }
 $PY -m train info '$T'/lgen/*.npz >> '$T/lgen.log' 2>&1
 for i in \$(seq 1 $((${LAYERS_WAIT:-900} / 5))); do [[ -f '$T/first.idle' ]] && break; sleep 5; done
