@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from backend.engine.build import Engine, register_system
+from backend.serve import server
 from backend.serve.profiles import LaunchPlan
 from backend.serve.server import (
     ServerError,
@@ -25,6 +26,7 @@ from backend.serve.server import (
     pick_port,
     up,
 )
+from tests.conftest import recorded_stand_in
 from tests.fake_tools import fake_llama_server
 
 EXPECTED = {
@@ -92,6 +94,22 @@ def test_a_server_that_dies_while_serving_is_named_by_the_next_request(
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "crashed with SIGBUS" in proc.stderr, proc.stderr
     assert "fetch the model again" in proc.stderr
+
+
+def test_a_dying_server_that_is_no_longer_provably_ours_is_not_called_another_homes(
+        tmp_path: Path):
+    """A server dying of SIGBUS stops being provably ours (its executable and log leave
+    /proc) a moment before it is gone: CI once read that moment as "writes another home's
+    log" instead of the crash. Stand-in: a live process whose record names another binary
+    and no log it has open, with the launcher's exit record already written."""
+    with recorded_stand_in(tmp_path / "home", tmp_path) as state:
+        dying = state.model_copy(update={"plan": state.plan.model_copy(
+            update={"binary": tmp_path / "llama-server"})})
+        assert not server.is_ours(dying)
+        dying.log.with_suffix(".exit").write_text(
+            server.ExitRecord(returncode=-signal.SIGBUS).model_dump_json())
+        why = server._why_gone(dying, "", wait=1.0)
+    assert "another home" not in why and "crashed with SIGBUS" in why, why
 
 
 def test_oom_kills_exit_codes_and_stops_from_outside_are_told_apart():

@@ -411,8 +411,11 @@ def crash_report(state: ServerState, wait: float = 5.0) -> str | None:
 
 
 def _why_gone(state: ServerState, log_text: str, wait: float = 10.0) -> str:
-    """Why the server of ``state`` (known to be gone) ended and what to do, one line."""
-    if _still_running(state):
+    """Why the server of ``state`` (known to be gone) ended and what to do, one line.
+
+    A process that is dying is no longer provably ours (its executable and open files leave
+    ``/proc`` first) yet still runs for a moment: only a log of another home proves a copy."""
+    if _writes_another_homes_log(state):
         return ("its process still runs but writes another home's log (this home is a copy): "
                 "it is not this home's server")
     record = read_exit(state, wait)
