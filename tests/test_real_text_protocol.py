@@ -6,7 +6,10 @@ verbatim, and the server's prompt cache covers the first prompt plus that reply;
 session falls back to ``json`` the earlier requests stay a byte-identical prefix.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from agent.client import ServerClient
 from agent.context import ContextKeeper
@@ -16,13 +19,35 @@ from agent.prompts import system_prompt
 from agent.protocols.choice import AUTO_RULES, decide
 from agent.runtime import choose_protocol, renders_tool_role
 from agent.ui import TEMPLATE_SLACK
+from backend.serve.profiles import LaunchPlan
+from backend.serve.server import ServerState, pick_port, stop, up
+from tests.conftest import home_env
 from tests.test_skills_real import RecordingProxy
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
+WORKSPACE = "/home/user/project"
+"""The workspace the system prompt names: greedy SmolLM2's reply follows every token of its
+prompt, and with pytest's numbered temporary folder there it ran to max_tokens on some numbers
+(CI at pytest-132: one request, no second to check)."""
 
-def test_a_text_session_reuses_the_cached_prompt_and_reply(real_server, tmp_path: Path):
-    proxy = RecordingProxy(real_server("ngram").base_url)
+
+@pytest.fixture
+def fresh_ngram(engine, smollm2: Path, tmp_path: Path) -> Iterator[ServerState]:
+    """A real ``ngram`` llama-server of this test's own: the session's shared one holds other
+    tests' prompt cache and n-gram pool, which can change a greedy reply."""
+    plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="ngram", ctx_size=4096)
+    with home_env(tmp_path / "own-home"):
+        state, _ = up(plan, port=pick_port("127.0.0.1", 0), timeout=300)
+        try:
+            yield state
+        finally:
+            stop(state)
+
+
+def test_a_text_session_reuses_the_cached_prompt_and_reply(fresh_ngram: ServerState,
+                                                           tmp_path: Path):
+    proxy = RecordingProxy(fresh_ngram.base_url)
     client = ServerClient(proxy.url)
     # The default rule; SmolLM2's own rule picks json (see agent.protocols.choice), which
     # test_the_embedded_model_gets_json_by_measurement checks.
@@ -33,7 +58,7 @@ def test_a_text_session_reuses_the_cached_prompt_and_reply(real_server, tmp_path
     registry = default_registry(Workspace(tmp_path))
     events: list = []
     agent = Agent(client, registry, session_id="real-text", protocol=protocol,
-                  system=system_prompt(str(tmp_path), protocol, registry.openai_tools()),
+                  system=system_prompt(WORKSPACE, protocol, registry.openai_tools()),
                   emit=events.append, sampling={"temperature": 0.0}, auto_switch=decision,
                   tool_role=renders_tool_role(client), limits=Limits(max_steps=3, max_time=300),
                   context=ContextKeeper(client, client.n_ctx(), max_output=2048))
@@ -41,6 +66,7 @@ def test_a_text_session_reuses_the_cached_prompt_and_reply(real_server, tmp_path
         # A short prose answer (SmolLM2 rarely writes a call) ends its turn quickly, and the
         # format error it earns makes the second request whose cache use is checked; a task
         # asking for a file made it run to max_tokens on some workspace paths (no 2nd request).
+        # On a fresh server and a fixed prompt the reply is the same on every run.
         agent.run("Say hi in one word.")
     finally:
         registry.close()
