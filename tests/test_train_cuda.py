@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from train import fast_decode  # noqa: E402
 from train.config import DraftConfig  # noqa: E402
 from train.draft import Draft  # noqa: E402
 from train.fast_decode import Decoder  # noqa: E402
@@ -41,8 +42,9 @@ def _prompts(n: int = 6) -> list[np.ndarray]:
     return [rng.integers(20, 500, size=8 + 5 * i) for i in range(n)]
 
 
-@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
-def test_the_cuda_graph_decoder_gives_transformers_greedy_tokens(attention: str):
+@pytest.mark.parametrize("attention", ["bmm", "split", "sdpa", "auto"])
+def test_the_cuda_graph_decoder_gives_transformers_greedy_tokens(attention: str, monkeypatch):
+    monkeypatch.setattr(fast_decode, "SPLIT", 16)  # 4 pieces of the 64 columns
     model = _llama()
     decoder = Decoder(model, dtype=torch.float32, attention=attention)
     prompts = _prompts()

@@ -23,7 +23,7 @@ import httpx2  # noqa: E402
 from backend.engine.build import Engine  # noqa: E402
 from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.server import pick_port, stop, up  # noqa: E402
-from train import hf_gen, llama  # noqa: E402
+from train import fast_decode, hf_gen, llama  # noqa: E402
 from train.accept import acceptance  # noqa: E402
 from train.batches import IGNORE, make_batch, padded_ids  # noqa: E402
 from train.cli import _load_draft  # noqa: E402
@@ -237,11 +237,14 @@ def test_the_torch_draft_agrees_with_llama_servers_dflash_on_v1s_first_block(
     assert agree >= 12, (agree, server)
 
 
-@pytest.mark.parametrize("attention", ["bmm", "sdpa"])
-def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny, attention: str):
+@pytest.mark.parametrize("attention", ["bmm", "split", "sdpa", "auto"])
+def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny, attention: str,
+                                                                   monkeypatch):
     """The static-cache decoder (float32 on CPU) against transformers' ``generate`` on the
     same left-padded batches: prompts of 24–46 ids, so every batch pads some rows; with each
-    decode attention. Each progress line says where its batch's time went."""
+    decode attention (``split`` in 16-column pieces, so a row spans several). Each progress
+    line says where its batch's time went and which attention ran."""
+    monkeypatch.setattr(fast_decode, "SPLIT", 16)
     _, target, seqs, _, _ = tiny
     prompts = seqs.select(range(len(seqs)))
     prompts = build([prompts.prompt(i) for i in range(len(prompts))],
@@ -256,14 +259,43 @@ def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny, attentio
     for i in range(len(seqs)):
         assert fast.ids(i).tolist() == seqs.ids(i).tolist(), i
     timed = [re.search(r"batch of (\d+) rows, prompts up to (\d+) tokens: prefill "
-                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s\)$", line) for line in lines]
+                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s by (\w+)(; ms a step.*)?\)$",
+                       line) for line in lines]
     assert all(timed) and sum(int(m[1]) for m in timed) == len(seqs)
     assert all(0 < int(m[3]) <= 39 for m in timed)
+    if attention == "auto":  # each probed for 8 steps: 24 of the 39 a batch may run
+        assert all(m[4] in fast_decode.ATTENTION for m in timed)
+        probed = r"; ms a step, bmm [\d.]+, split [\d.]+, sdpa [\d.]+"
+        assert any(re.fullmatch(probed, m[5] or "") for m in timed), lines
+    else:
+        assert all(m[4] == attention and m[5] is None for m in timed)
+
+
+def test_auto_keeps_the_attention_its_probes_timed_fastest(tiny):
+    """``auto`` on a batch long enough for every probe: each attention's ms a step is
+    recorded, the fastest runs the rest, and the tokens are ``bmm``'s (float32)."""
+    _, target, _, _, _ = tiny
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(100, 40_000, size=n) for n in (7, 30, 12)]
+    plain = Decoder(target.model, attention="bmm").greedy(prompts, 40, ())
+    auto = Decoder(target.model, attention="auto")
+    assert auto.greedy(prompts, 40, ()) == plain
+    timing = auto.timing
+    assert list(timing.step_ms) == list(fast_decode.ATTENTION) and timing.steps == 39
+    assert timing.kind == min(timing.step_ms, key=timing.step_ms.__getitem__)
+    assert all(ms > 0 for ms in timing.step_ms.values())
+
+
+def test_the_generate_command_offers_every_attention_and_auto():
+    from train.cli import ATTENTION_CHOICES
+
+    assert ("auto", *fast_decode.ATTENTION) == ATTENTION_CHOICES
 
 
 def test_the_torch_generator_refuses_an_unknown_attention(tiny):
     _, target, _, _, _ = tiny
-    with pytest.raises(TrainError, match="unknown decode attention 'flash'.*bmm, sdpa"):
+    with pytest.raises(TrainError,
+                       match="unknown decode attention 'flash'.*bmm, split, sdpa, auto"):
         Decoder(target.model, attention="flash")
 
 
@@ -323,8 +355,8 @@ def test_stored_features_are_the_targets_own_and_train_the_same(tiny, tmp_path: 
 
 
 def test_the_generator_profile_times_each_attention_on_the_generators_batches(tiny, capsys):
-    """gen-profile's timings on the tiny target: both attentions on each chosen batch, the
-    same tokens, and a profiler table of the last."""
+    """gen-profile's timings on the tiny target: every attention and ``auto`` on each chosen
+    batch, the same tokens, and a profiler table of the last."""
     from train.gen_profile import chosen_batches, profile
 
     _, target, seqs, _, _ = tiny
@@ -335,8 +367,9 @@ def test_the_generator_profile_times_each_attention_on_the_generators_batches(ti
     lines: list[str] = []
     timings, table = profile(target, prompts, chosen, steps=5, rows=2, kernels=2,
                              say=lines.append)
+    kinds = [*fast_decode.ATTENTION, "auto"]
     assert [(t.batch, t.attention, t.rows, t.steps) for t in timings] == [
-        (1, "bmm", 2, 5), (1, "sdpa", 2, 5), (3, "bmm", 2, 5), (3, "sdpa", 2, 5)]
+        (b, k, 2, 5) for b in (1, 3) for k in kinds]
     assert all(t.rows_same == 2 and t.prefill_s > 0 and t.decode_s > 0 for t in timings)
     assert "aten::" in table and lines[-1].startswith("batch 3, eager (bmm), 2 decode steps")
     with pytest.raises(InputError, match="these prompts make 3 batches"):

@@ -34,6 +34,10 @@ from typing import Any
 from train import runlog
 from train.errors import InputError, TrainError, need_torch
 
+ATTENTION_CHOICES = ("auto", "bmm", "split", "sdpa")
+"""``generate --attention``: ``train.fast_decode.ATTENTION`` and ``auto``, spelled out here
+because this module loads without torch."""
+
 
 def _say(text: str) -> None:
     print(text, flush=True)
@@ -561,9 +565,10 @@ def parser() -> argparse.ArgumentParser:
                    help="hf batch size in tokens, (prompt + max-new) x rows: bounds the KV "
                    "cache (SmolLM2 in float32: 46 KB a token)")
     s.add_argument("--device", default="cuda", help="hf device")
-    s.add_argument("--attention", choices=("bmm", "sdpa"), default="bmm",
-                   help="torch engine: how a decode step attends over the cache "
-                   "(python -m train gen-profile measures both)")
+    s.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
+                   help="torch engine: how a decode step attends over the cache; auto times "
+                   "each on every batch and keeps the fastest (python -m train gen-profile "
+                   "compares them side by side)")
     server(s)
     s.set_defaults(run=cmd_generate)
 

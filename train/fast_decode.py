@@ -8,7 +8,8 @@ reads ~20 GB of KV a step (~6 ms at the H200's bandwidth): the work is memory-bo
 replayed graph of one step leaves nothing else.
 
 Layout of one batch of ``B`` left-padded prompts of width ``W`` and ``max_new`` new tokens:
-the cache holds ``S = W + max_new`` columns per row; row ``b``'s prompt fills columns
+the cache holds ``S = W + max_new`` columns per row (rounded up to whole :data:`SPLIT` pieces
+when ``split`` may run); row ``b``'s prompt fills columns
 ``pad[b] … W − 1`` (positions 0 … ``W − pad[b] − 1``), decode step ``t`` writes column
 ``W + t``. A query sees the columns of its own row from ``pad[b]`` up to its own; padding
 queries also see themselves (an all-masked row would turn into NaN and spread through the
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -44,28 +45,44 @@ class _Layer:
     w_down: torch.Tensor
 
 
-ATTENTION = ("bmm", "sdpa")
+ATTENTION = ("bmm", "split", "sdpa")
 """How a decode step attends over the cache (:meth:`Decoder._attend`): ``bmm``, each KV head
-multiplied by its group of query heads in two batched matrix products; ``sdpa``, torch's
-``scaled_dot_product_attention`` with ``enable_gqa``. Which is faster at which prompt width is
-measured by ``python -m train gen-profile``."""
+multiplied by its group of query heads in two batched matrix products; ``split``, the same
+with the second product (weights × V) cut into :data:`SPLIT`-column pieces summed after;
+``sdpa``, torch's ``scaled_dot_product_attention`` with ``enable_gqa``. ``Decoder(attention=
+"auto")`` times each on every batch and runs the fastest (``python -m train gen-profile``
+compares them side by side)."""
+
+SPLIT = 256
+"""Cache columns per piece of ``split``'s weights × V product. Why: that product has 3 output
+rows (the query heads of one KV head) and 64 columns per (row, KV head), and sums over every
+cache column; in one piece a batch of long prompts gives the GPU ~1,000 long serial sums
+(362 rows × 3 KV heads at 3,600 columns: the H200's decode steps of such batches took ~70 ms
+where reading their cache takes ~8), in pieces some 17,000 short ones."""
+
+PROBE_STEPS = 8
+"""Decode steps each attention runs, timed, before ``auto`` keeps the fastest for the batch."""
 
 
 @dataclass
 class Timing:
     """Where one :meth:`Decoder.greedy` call's time went, in seconds (wall clock, the device
-    synchronised at each boundary; ``decode_s`` includes capturing the step's CUDA graph), and
-    the decode steps it ran."""
+    synchronised at each boundary; ``decode_s`` includes capturing the step's CUDA graphs), the
+    decode steps it ran, the attention that ran them (after ``auto``'s probes) and each probed
+    attention's milliseconds a step (empty without ``auto``)."""
 
     prefill_s: float
     decode_s: float
     steps: int
+    kind: str = ""
+    step_ms: dict[str, float] = field(default_factory=dict)
 
 
 class Decoder:
     """Greedy continuations of batches of prompts by the llama ``model`` (a transformers
     ``LlamaForCausalLM``), on the model's device; ``graphs`` False decodes eagerly on CUDA too;
-    ``attention``: one of :data:`ATTENTION`, for decode steps.
+    ``attention``: one of :data:`ATTENTION` for decode steps, or ``auto``: each in turn for
+    :data:`PROBE_STEPS` steps of a batch, then the fastest for the rest of it.
 
     Raises :class:`~train.errors.TrainError` for a model this decoder does not reproduce
     (biases in attention or FFN, another activation than SiLU) or an unknown ``attention``.
@@ -73,10 +90,12 @@ class Decoder:
 
     def __init__(self, model: nn.Module, dtype: torch.dtype | None = None, graphs: bool = True,
                  attention: str = "bmm"):
-        if attention not in ATTENTION:
+        if attention not in (*ATTENTION, "auto"):
             raise TrainError(f"unknown decode attention {attention!r}: one of "
-                             f"{', '.join(ATTENTION)}")
+                             f"{', '.join(ATTENTION)}, auto")
         self.attention = attention
+        self._kind = ATTENTION[0] if attention == "auto" else attention
+        """The attention :meth:`_attend` runs now."""
         self.timing: Timing | None = None
         """The last :meth:`greedy` call's :class:`Timing`."""
         cfg = model.config
@@ -138,11 +157,13 @@ class Decoder:
         A decode step (``T = 1``) multiplies each KV head once by its group of query heads:
         SDPA's GQA path would copy the whole cache to ``n_head`` heads every step, and the
         step is bound by reading the cache (``attention="bmm"``); ``"sdpa"`` hands the step
-        to ``scaled_dot_product_attention`` with ``enable_gqa`` instead. A prefill runs SDPA's
-        fused kernel on the expanded heads, once per batch."""
+        to ``scaled_dot_product_attention`` with ``enable_gqa`` instead, and ``"split"`` cuts
+        the weights × V product into :data:`SPLIT`-column pieces (the cache's columns are a
+        multiple of it). A prefill runs SDPA's fused kernel on the expanded heads, once per
+        batch."""
         b, t, nh, hd = q.shape
         group = nh // self.n_head_kv
-        if t == 1 and self.attention == "sdpa":
+        if t == 1 and self._kind == "sdpa":
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k, v,
                                                attn_mask=mask.view(b, 1, 1, -1),
                                                scale=1.0 / math.sqrt(hd), enable_gqa=True)
@@ -151,7 +172,14 @@ class Decoder:
             qg = q.view(b, self.n_head_kv, group, hd)
             scores = (qg @ k.transpose(-1, -2)).float() / math.sqrt(hd)
             scores = scores.masked_fill(~mask.view(b, 1, 1, -1), float("-inf"))
-            return (scores.softmax(-1).to(v.dtype) @ v).view(b, 1, nh, hd)
+            weights = scores.softmax(-1).to(v.dtype)
+            if self._kind == "bmm":
+                return (weights @ v).view(b, 1, nh, hd)
+            pieces = k.shape[2] // SPLIT
+            weights = weights.view(b, self.n_head_kv, group, pieces, SPLIT).transpose(2, 3)
+            o = (weights @ v.view(b, self.n_head_kv, pieces, SPLIT, hd)).sum(
+                2, dtype=torch.float32)
+            return o.to(v.dtype).view(b, 1, nh, hd)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(group, 1),
                                            v.repeat_interleave(group, 1), attn_mask=mask,
                                            scale=1.0 / math.sqrt(hd))
@@ -193,7 +221,12 @@ class Decoder:
         started = self._now()
         b = len(prompts)
         width = max(len(p) for p in prompts)
+        kinds = list(ATTENTION) if self.attention == "auto" else [self.attention]
+        # split's pieces need whole SPLIT-column pieces; the columns past the last step stay
+        # masked like every column a step has not reached
         s = width + max_new
+        if "split" in kinds:
+            s = -(-s // SPLIT) * SPLIT
         ids = torch.zeros((b, width), dtype=torch.long)
         pad = torch.tensor([width - len(p) for p in prompts], dtype=torch.long)
         for r, p in enumerate(prompts):
@@ -236,25 +269,38 @@ class Decoder:
             tok.copy_(nxt[:, None])
             done.logical_or_(torch.isin(nxt, eos_t))
 
-        graph = None
+        graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if dev.type == "cuda" and max_new > 1 and self.graph_error is None:
             try:
-                graph = self._capture(one_step, step, done, tok, out)
-            except RuntimeError as exc:  # run on without a graph: slower, the same tokens
+                for kind in kinds:
+                    self._kind = kind
+                    graphs[kind] = self._capture(one_step, step, done, tok, out)
+            except RuntimeError as exc:  # run on without graphs: slower, the same tokens
                 self.graph_error = str(exc).splitlines()[0]
+                graphs.clear()
+        # auto: each attention runs PROBE_STEPS timed steps, then the fastest the rest
+        probes = list(kinds) if len(kinds) > 1 else []
+        step_ms: dict[str, float] = {}
+        self._kind = probes[0] if probes else kinds[0]
+        mark, probe_from = self._now() if probes else 0.0, 0
         for t in range(max_new - 1):
             step.fill_(t)
-            if graph is not None:
-                graph.replay()
+            if self._kind in graphs:
+                graphs[self._kind].replay()
             else:
                 one_step()
             steps = t + 1
+            if probes and steps - probe_from == PROBE_STEPS:
+                now = self._now()
+                step_ms[probes.pop(0)] = 1000 * (now - mark) / PROBE_STEPS
+                mark, probe_from = now, steps
+                self._kind = probes[0] if probes else min(step_ms, key=step_ms.__getitem__)
             if (t + 1) % check_every == 0 and bool(done.all()):
                 out = out[:, : t + 2]
                 break
         rows_out = out.cpu().tolist()
         self.timing = Timing(prefill_s=prefilled - started, decode_s=self._now() - prefilled,
-                             steps=steps)
+                             steps=steps, kind=self._kind, step_ms=step_ms)
         eos_set = set(eos)
         cut: list[list[int]] = []
         for row in rows_out:

@@ -1,8 +1,8 @@
 """Where the ``torch`` generator's time goes, batch by batch (``python -m train gen-profile``):
 prefill and decode seconds of the batches ``generate --engine torch`` runs (numbered in its
 order, as its progress lines count them), under each decode attention of
-:data:`train.fast_decode.ATTENTION` side by side, whether both give the same tokens, and the
-kernels of a few eager decode steps.
+:data:`train.fast_decode.ATTENTION` and ``auto`` side by side, whether all give the same
+tokens, and the kernels of a few eager decode steps.
 
 Why: on one H200 (train/README.md, 2026-12-04) the batches holding the long agent prompts
 made 2-4 k response tokens/s where the coding batches made 37-44 k: 36-38 s a batch, where
@@ -23,10 +23,10 @@ from train.seqs import Sequences
 from train.target import Target
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BatchTiming(Timing):
-    """One batch under one decode attention: its :class:`train.fast_decode.Timing` and what
-    ran it."""
+    """One batch under one decode attention (``auto`` included: ``kind`` then says which one
+    it kept): its :class:`train.fast_decode.Timing` and what ran it."""
 
     batch: int
     rows: int
@@ -52,12 +52,12 @@ def chosen_batches(prompts: Sequences, numbers: list[int], *, batch: int, batch_
 def profile(target: Target, prompts: Sequences, chosen: dict[int, list[int]], *, steps: int,
             rows: int = 0, kernels: int = 0,
             say: Callable[[str], None] = print) -> tuple[list[BatchTiming], str]:
-    """(a :class:`BatchTiming` per batch and attention, the profiler's table of ``kernels``
-    eager decode steps of the last batch, or "" for none). ``chosen``: from
+    """(a :class:`BatchTiming` per batch and attention (``auto`` last), the profiler's table of
+    ``kernels`` eager decode steps of the last batch, or "" for none). ``chosen``: from
     :func:`chosen_batches`; each batch runs ``steps`` decode steps with no end of generation,
     on its first ``rows`` rows (0: all)."""
     numbers = list(chosen)
-    decoders = {name: Decoder(target.model, attention=name) for name in ATTENTION}
+    decoders = {name: Decoder(target.model, attention=name) for name in (*ATTENTION, "auto")}
     out: list[BatchTiming] = []
     for number in numbers:
         ids = [prompts.prompt(i) for i in chosen[number][: rows or None]]
@@ -68,9 +68,11 @@ def profile(target: Target, prompts: Sequences, chosen: dict[int, list[int]], *,
             out.append(BatchTiming(**vars(t), batch=number, rows=len(ids),
                                    width=max(map(len, ids)), attention=name,
                                    graph=decoder.graph_error))
+            probed = "".join(f", {k} {ms:.2f}" for k, ms in t.step_ms.items())
             say(f"batch {number} ({len(ids)} rows, prompts up to {out[-1].width} tokens), "
                 f"{name}: prefill {t.prefill_s:.3f} s, {t.steps} decode steps "
                 f"{t.decode_s:.3f} s = {1000 * t.decode_s / t.steps:.2f} ms a step"
+                f"{f' (kept {t.kind}; probed ms a step{probed})' if probed else ''}"
                 f"{f' (no CUDA graph: {decoder.graph_error})' if decoder.graph_error else ''}")
             if target.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -78,7 +80,7 @@ def profile(target: Target, prompts: Sequences, chosen: dict[int, list[int]], *,
         for timing in out[-len(decoders):]:
             timing.rows_same = same
         say(f"batch {number}: {same} of {len(ids)} rows the same tokens under "
-            f"{' and '.join(tokens)}")
+            f"{', '.join(tokens)}")
     if not kernels:
         return out, ""
     eager = Decoder(target.model, graphs=False)

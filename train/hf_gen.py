@@ -83,10 +83,11 @@ def _hf_rows(target: Target, prompts: Sequences, sel: list[int], *, max_new: int
 def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
              batch_tokens: int = 1_000_000, budget_s: float = float("inf"),
              progress: Callable[[str], None] | None = None,
-             engine: str = "hf", attention: str = "bmm") -> tuple[Sequences, GenStats, int]:
+             engine: str = "hf", attention: str = "auto") -> tuple[Sequences, GenStats, int]:
     """(sequences, stats, prompts skipped for needing a grammar); ``engine`` is ``hf`` or
-    ``torch`` (decode steps attending by ``attention``, :data:`train.fast_decode.ATTENTION`;
-    each progress line then says the batch's rows, width, prefill and decode seconds)."""
+    ``torch`` (decode steps attending by ``attention``, one of :data:`train.fast_decode.ATTENTION`
+    or ``auto``; each progress line then says the batch's rows, width, prefill and decode
+    seconds, the attention that ran and what each probed one took a step)."""
     order, skipped = generation_batches(prompts, batch=batch, batch_tokens=batch_tokens,
                                         max_new=max_new)
     usable = len(prompts) - skipped
@@ -115,8 +116,10 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
             if decoder is not None and decoder.timing is not None:
                 t = decoder.timing
                 width = max(int(prompts.plens[i]) for i in sel)
+                probed = "".join(f", {k} {ms:.1f}" for k, ms in t.step_ms.items())
                 line += (f" (batch of {len(sel)} rows, prompts up to {width} tokens: prefill "
-                         f"{t.prefill_s:.1f} s, {t.steps} decode steps {t.decode_s:.1f} s)")
+                         f"{t.prefill_s:.1f} s, {t.steps} decode steps {t.decode_s:.1f} s by "
+                         f"{t.kind}{f'; ms a step{probed}' if probed else ''})")
             progress(line)
     if device.type == "cuda":
         torch.cuda.synchronize()
