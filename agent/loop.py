@@ -308,6 +308,9 @@ class Agent:
                 return (text if isinstance(text, str) else json.dumps(call["arguments"])), "done"
             verdict = self._loops.observe(call["name"], call["arguments"])
             if verdict == "stop":
+                # shown like the calls it repeats, so the lines on screen add up to the stop's
+                # "called N times"
+                self._show(call)
                 self._deny_pending(f"not executed: {self._loops.report}")
                 return f"stopped: {self._loops.report}", "repeated_call"
             denial = self.approve(call) if self.approve else None
@@ -395,10 +398,14 @@ class Agent:
                 "format_errors"
         return None
 
-    def _execute(self, call: Call, note: str = "") -> None:
+    def _show(self, call: Call) -> None:
+        """The :class:`ToolCall` event of ``call``: the UI's line for it, the log's record."""
         self.emit(ToolCall(session_id=self.session_id, step=self.steps, call_id=call["id"],
                            name=call["name"], arguments=call["arguments"],
                            preview=self.registry.preview(call["name"], call["arguments"])))
+
+    def _execute(self, call: Call, note: str = "") -> None:
+        self._show(call)
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
         text = obs.text + (self.calls.error_hint(call) if obs.is_error else "")

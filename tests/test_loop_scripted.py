@@ -241,6 +241,10 @@ def test_the_same_call_three_times_stops_with_a_report(tmp_path: Path):
     assert result.reason == "repeated_call" and "3 times in a row" in result.text
     results = [e for e in events if e.type == "tool_result"]
     assert len(results) == 3 and "not executed" in results[-1].text
+    # The refused third call is shown like the two before it: new-project printed two "create"
+    # lines above a stop that said "called 3 times".
+    calls = [e for e in events if e.type == "tool_call"]
+    assert [c.call_id for c in calls] == [r.call_id for r in results]
 
 
 def test_max_steps_stops_the_loop(tmp_path: Path):
