@@ -61,6 +61,32 @@ def test_the_cuda_graph_decoder_gives_transformers_greedy_tokens(attention: str,
     assert ours == gen[:, width:].tolist()
 
 
+def test_auto_drops_an_attention_whose_step_cannot_be_captured(monkeypatch):
+    """``auto`` races only captured steps: a kind whose capture fails is dropped for this
+    and every later batch, the others keep their graphs, and the failed capture's warm-up
+    leaves no trace in the tokens."""
+    model = _llama()
+    decoder = Decoder(model, dtype=torch.float32, attention="auto")
+    capture = Decoder._capture
+
+    def failing(one_step, *rest):
+        if decoder._kind != "sdpa":
+            return capture(one_step, *rest)
+
+        def broken():  # fails after a warm-up step has moved the batch's state
+            one_step()
+            raise RuntimeError("capture refused\nsecond line")
+        return capture(broken, *rest)
+
+    monkeypatch.setattr(Decoder, "_capture", staticmethod(failing))
+    prompts = _prompts()
+    for _ in range(2):
+        rows = decoder.greedy(prompts, 40, ())
+        assert decoder.graph_error is None and decoder.dropped == {"sdpa": "capture refused"}
+        assert list(decoder.timing.step_ms) == ["bmm", "split"]
+    assert rows == Decoder(model, dtype=torch.float32).greedy(prompts, 40, ())
+
+
 def test_bf16_decoding_is_the_same_with_and_without_the_graph():
     model = _llama()
     prompts = _prompts(9)

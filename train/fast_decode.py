@@ -130,6 +130,9 @@ class Decoder:
         self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
         self.graph_error: str | None = None if graphs else "turned off"
         """Why the decode step could not be captured as a CUDA graph (then it runs eagerly)."""
+        self.dropped: dict[str, str] = {}
+        """``auto``: the attentions whose step could not be captured (kind → why); the later
+        batches probe only the others (eager steps would not be a fair race)."""
 
     # --- the model ----------------------------------------------------------------------------
 
@@ -221,7 +224,8 @@ class Decoder:
         started = self._now()
         b = len(prompts)
         width = max(len(p) for p in prompts)
-        kinds = list(ATTENTION) if self.attention == "auto" else [self.attention]
+        kinds = [k for k in ATTENTION if k not in self.dropped] if self.attention == "auto" \
+            else [self.attention]
         # split's pieces need whole SPLIT-column pieces; the columns past the last step stay
         # masked like every column a step has not reached
         s = width + max_new
@@ -271,13 +275,18 @@ class Decoder:
 
         graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if dev.type == "cuda" and max_new > 1 and self.graph_error is None:
-            try:
-                for kind in kinds:
-                    self._kind = kind
+            errors = {}
+            for kind in kinds:
+                self._kind = kind
+                try:
                     graphs[kind] = self._capture(one_step, step, done, tok, out)
-            except RuntimeError as exc:  # run on without graphs: slower, the same tokens
-                self.graph_error = str(exc).splitlines()[0]
-                graphs.clear()
+                except RuntimeError as exc:
+                    errors[kind] = str(exc).splitlines()[0]
+            if not graphs:  # run on without graphs: slower, the same tokens
+                self.graph_error = "; ".join(f"{k}: {e}" for k, e in errors.items())
+            elif errors:
+                self.dropped.update(errors)
+                kinds = [k for k in kinds if k in graphs]
         # auto: each attention runs PROBE_STEPS timed steps, then the fastest the rest
         probes = list(kinds) if len(kinds) > 1 else []
         step_ms: dict[str, float] = {}
@@ -322,15 +331,17 @@ class Decoder:
         query can see them; ``done`` and ``tok`` are restored."""
         saved = done.clone(), tok.clone()
         step.fill_(out.shape[1] - 2)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    one_step()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
                 one_step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            one_step()
-        done.copy_(saved[0])
-        tok.copy_(saved[1])
+        finally:  # a failed capture too: the next attention or the eager steps go on from here
+            done.copy_(saved[0])
+            tok.copy_(saved[1])
         return graph
