@@ -354,6 +354,32 @@ def test_stored_features_are_the_targets_own_and_train_the_same(tiny, tmp_path: 
                      lines[-1]), lines
 
 
+def test_auto_features_train_on_the_sequences_whose_features_fit(tiny, monkeypatch, capsys):
+    """Data carried from earlier sessions can outgrow the GPU: ``--features auto`` then stores
+    the features of the agent's sequences first and of a seeded share of the rest, within
+    the budget, and training keeps to those (before, every batch computed them online)."""
+    from train import features
+    from train.cli import _feature_store
+
+    _, target, seqs, _, _ = tiny
+    train = [i for i in range(len(seqs)) if not seqs.heldout[i]]
+    lengths = seqs.lengths()
+    per_token = 2 * int(target.embed.shape[1]) * 4  # 2 layers, float32 on CPU
+    agent = [i for i in train if seqs.source(i).startswith("agent-")]
+    budget = sum(int(lengths[i]) for i in train) * per_token // 2
+    monkeypatch.setattr(features, "free_bytes", lambda device: int(budget / features.STORE_SHARE))
+    store, kept = _feature_store("auto", target, seqs, train + train[:3], (1, 2))
+    assert set(agent) <= set(kept) < set(train)
+    assert sum(int(lengths[i]) for i in set(kept)) * per_token <= budget
+    assert store.flat.shape[0] == sum(int(lengths[i]) for i in set(kept))
+    assert kept == [i for i in train + train[:3] if i in set(kept)]  # repeats kept in order
+    assert f"training on the {len(set(kept))} of {len(train)} sequences" in capsys.readouterr().out
+    monkeypatch.setattr(features, "free_bytes", lambda device: 1)
+    with pytest.raises(InputError, match="use --features online"):
+        _feature_store("auto", target, seqs, train, (1, 2))
+    assert _feature_store("online", target, seqs, train, (1, 2)) == (None, train)
+
+
 def test_the_generator_profile_times_each_attention_on_the_generators_batches(tiny, capsys):
     """gen-profile's timings on the tiny target: every attention and ``auto`` on each chosen
     batch, the same tokens, and a profiler table of the last."""

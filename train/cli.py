@@ -288,23 +288,40 @@ def _target_dtype(device: str) -> Any:
 
 
 def _feature_store(mode: str, target: Any, seqs: Any, index: list[int],
-                   layers: tuple[int, ...]) -> Any:
-    """The training sequences' features computed once (``store``; ``auto`` when they fit),
-    or None for features computed per batch (``online``). Says which and why."""
+                   layers: tuple[int, ...]) -> tuple[Any, list[int]]:
+    """(the training sequences' features computed once, or None for features computed per
+    batch; the training index to use). ``store`` stores them all, ``online`` none, ``auto``
+    all when they fit, else those of the sequences that fit (:func:`train.features.
+    fitting_subset`), and training keeps to those. Says which and why."""
     import time
 
     import torch
 
-    from train.features import FeatureStore, store_bytes, store_fits
+    from train.features import (
+        STORE_SHARE,
+        FeatureStore,
+        fitting_subset,
+        free_bytes,
+        store_bytes,
+        store_fits,
+    )
 
     if mode == "online":
-        return None
+        return None, index
     dtype = torch.bfloat16 if target.device.type == "cuda" else torch.float32
     n_features = len(layers) * int(target.embed.shape[1])
     fits, words = store_fits(store_bytes(seqs, index, n_features, dtype), target.device)
     if mode == "auto" and not fits:
-        _say(f"[fit] features computed per batch: {words}")
-        return None
+        kept = set(fitting_subset(seqs, index, n_features, dtype,
+                                  int(STORE_SHARE * free_bytes(target.device))))
+        lengths = seqs.lengths()
+        _say(f"[fit] {words}: training on the {len(kept)} of {len(set(index))} sequences "
+             f"({sum(int(lengths[i]) for i in kept)} of "
+             f"{sum(int(lengths[i]) for i in set(index))} tokens) whose features fit")
+        index = [i for i in index if i in kept]
+        if not index:
+            raise InputError(f"no training sequence's features fit ({words}): "
+                             "use --features online")
     started = time.monotonic()
     store = FeatureStore(target, seqs, index, layers, dtype=dtype, progress=_say)
     if target.device.type == "cuda":
@@ -312,7 +329,7 @@ def _feature_store(mode: str, target: Any, seqs: Any, index: list[int],
     seconds = time.monotonic() - started
     _say(f"[fit] features stored once ({words}): {store.flat.shape[0]} tokens in "
          f"{seconds:.1f} s = {store.flat.shape[0] / max(seconds, 1e-9):.0f} tokens/s")
-    return store
+    return store, index
 
 
 def cmd_fit(a: argparse.Namespace) -> int:
@@ -343,7 +360,8 @@ def cmd_fit(a: argparse.Namespace) -> int:
     _say(f"[fit] {len(set(train))} training sequences ({train_tokens} tokens), {len(held)} "
          f"held out; draft {sum(p.numel() for p in draft.parameters()) / 1e6:.2f} M params, "
          f"{config.n_layer} layer(s), target layers {list(config.target_layers)}")
-    features = _feature_store(a.features, target, seqs, train, config.target_layers)
+    features, train = _feature_store(a.features, target, seqs, train, config.target_layers)
+    train_tokens = int(sum(seqs.lengths()[i] for i in set(train)))
     state = fit(draft, target, seqs, train, a.out, settings, resume=a.resume,
                 stop_at=a.stop_at, log=_say, features=features,
                 profile_steps=a.profile_steps)
