@@ -218,26 +218,28 @@ def test_pack_keeps_the_responses_and_unpack_joins_them_to_their_prompts(tmp_pat
     """A session brings back its responses alone; joined with the prompt set again they are
     the generated sequences, and ``generate --done`` on them skips their prompts."""
     prompt_ids = [np.random.default_rng(i).integers(0, 49_152, size=20 + i) for i in range(6)]
+    prompt_ids[5] = prompt_ids[2]  # one prompt under two sources, as prompts-v4 has 201
     prompts = build(prompt_ids, [len(x) for x in prompt_ids],
                     ["coding:a", "agent-text:s", "coding:b", "coding:a", "agent-synth-text:x",
-                     "coding:b"], [False, True, False, False, False, True])
+                     "coding:c"], [False, True, False, False, False, True])
     save(prompts, tmp_path / "p.npz")
-    made = _generated(prompts, [4, 1, 2])
+    made = _generated(prompts, [4, 1, 2, 5])
     save_shards(made, tmp_path / "gen" / "torch", 60)
     proc = _run("pack", "--data", str(tmp_path / "gen"), "--prompts", str(tmp_path / "p.npz"),
                 "--out", str(tmp_path / "r.npz"))
     assert proc.returncode == 0, proc.stderr
-    assert f"packed 3 responses, {made.response_tokens()} tokens" in proc.stdout
+    assert f"packed 4 responses, {made.response_tokens()} tokens" in proc.stdout
     with np.load(tmp_path / "r.npz") as z:
-        assert z["index"].tolist() == [4, 1, 2] and len(z["tokens"]) == made.response_tokens()
+        assert z["index"].tolist() == [4, 1, 2, 5] and len(z["tokens"]) == made.response_tokens()
     proc = _run("unpack", "--responses", str(tmp_path / "r.npz"), "--prompts",
                 str(tmp_path / "p.npz"), "--out", str(tmp_path / "back.npz"))
     assert proc.returncode == 0, proc.stderr
     back = load(tmp_path / "back.npz")
-    assert [back.ids(i).tolist() for i in range(3)] == [made.ids(i).tolist() for i in range(3)]
-    assert back.plens.tolist() == made.plens.tolist() and back.heldout.tolist() == [0, 1, 0]
-    assert [back.source(i) for i in range(3)] == ["agent-synth-text:x", "agent-text:s",
-                                                  "coding:b"]
+    assert [back.ids(i).tolist() for i in range(4)] == [made.ids(i).tolist() for i in range(4)]
+    assert back.plens.tolist() == made.plens.tolist() and back.heldout.tolist() == [0, 1, 0, 1]
+    assert [back.source(i) for i in range(4)] == ["agent-synth-text:x", "agent-text:s",
+                                                  "coding:b", "coding:c"]
+    assert not list(tmp_path.glob("*.partial"))
 
 
 def test_unpack_refuses_responses_of_another_prompt_set_or_a_broken_file(tmp_path: Path):

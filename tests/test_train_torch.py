@@ -286,6 +286,31 @@ def test_auto_keeps_the_attention_its_probes_timed_fastest(tiny):
     assert all(ms > 0 for ms in timing.step_ms.values())
 
 
+def test_auto_names_the_attention_that_ran_the_last_step(tiny):
+    """A batch that ends where a probe does (step 16, when every row has ended) names the
+    attention that ran its last steps, not the next one it was about to try."""
+    _, target, _, _, _ = tiny
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(100, 40_000, size=n) for n in (5, 9)]
+    free = Decoder(target.model).greedy(prompts, 30, ())
+    decoder = Decoder(target.model, attention="auto")
+    decoder.greedy(prompts, 30, (free[0][2], free[1][2]))
+    assert (decoder.timing.steps, decoder.timing.kind) == (16, "split")
+    assert list(decoder.timing.step_ms) == ["bmm", "split"]
+
+
+@pytest.mark.parametrize("attention", ["split", "auto"])
+def test_one_token_prompts_decode_under_split(tiny, attention: str, monkeypatch):
+    """A batch of one-token prompts prefills through the decode step's path: ``split`` (in
+    ``auto``, the last batch's choice) has no pieces to cut there, and crashed."""
+    monkeypatch.setattr(fast_decode, "SPLIT", 16)
+    _, target, _, _, _ = tiny
+    prompts = [np.asarray([101]), np.asarray([7_000])]
+    decoder = Decoder(target.model, attention=attention)
+    decoder._kind = "split"
+    assert decoder.greedy(prompts, 30, ()) == Decoder(target.model).greedy(prompts, 30, ())
+
+
 def test_the_generate_command_offers_every_attention_and_auto():
     from train.cli import ATTENTION_CHOICES
 

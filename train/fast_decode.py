@@ -8,8 +8,8 @@ reads ~20 GB of KV a step (~6 ms at the H200's bandwidth): the work is memory-bo
 replayed graph of one step leaves nothing else.
 
 Layout of one batch of ``B`` left-padded prompts of width ``W`` and ``max_new`` new tokens:
-the cache holds ``S = W + max_new`` columns per row (rounded up to whole :data:`SPLIT` pieces
-when ``split`` may run); row ``b``'s prompt fills columns
+the cache holds ``S = W + max_new`` columns per row (a few more when ``split`` may run, so
+that its equal pieces divide them); row ``b``'s prompt fills columns
 ``pad[b] … W − 1`` (positions 0 … ``W − pad[b] − 1``), decode step ``t`` writes column
 ``W + t``. A query sees the columns of its own row from ``pad[b]`` up to its own; padding
 queries also see themselves (an all-masked row would turn into NaN and spread through the
@@ -48,13 +48,15 @@ class _Layer:
 ATTENTION = ("bmm", "split", "sdpa")
 """How a decode step attends over the cache (:meth:`Decoder._attend`): ``bmm``, each KV head
 multiplied by its group of query heads in two batched matrix products; ``split``, the same
-with the second product (weights × V) cut into :data:`SPLIT`-column pieces summed after;
+with the second product (weights × V) cut into equal pieces of at most :data:`SPLIT` columns,
+summed after;
 ``sdpa``, torch's ``scaled_dot_product_attention`` with ``enable_gqa``. ``Decoder(attention=
 "auto")`` times each on every batch and runs the fastest (``python -m train gen-profile``
 compares them side by side)."""
 
 SPLIT = 256
-"""Cache columns per piece of ``split``'s weights × V product. Why: that product has 3 output
+"""Cache columns per piece of ``split``'s weights × V product, at most (the pieces are
+equal: the cache gets a few more columns so that they divide it). Why: that product has 3 output
 rows (the query heads of one KV head) and 64 columns per (row, KV head), and sums over every
 cache column; in one piece a batch of long prompts gives the GPU ~1,000 long serial sums
 (362 rows × 3 KV heads at 3,600 columns: the H200's decode steps of such batches took ~70 ms
@@ -161,9 +163,9 @@ class Decoder:
         SDPA's GQA path would copy the whole cache to ``n_head`` heads every step, and the
         step is bound by reading the cache (``attention="bmm"``); ``"sdpa"`` hands the step
         to ``scaled_dot_product_attention`` with ``enable_gqa`` instead, and ``"split"`` cuts
-        the weights × V product into :data:`SPLIT`-column pieces (the cache's columns are a
-        multiple of it). A prefill runs SDPA's fused kernel on the expanded heads, once per
-        batch."""
+        the weights × V product into equal pieces of at most :data:`SPLIT` columns (the
+        cache's columns are a multiple of their count; where one piece holds them all it is
+        ``bmm``). A prefill runs SDPA's fused kernel on the expanded heads, once per batch."""
         b, t, nh, hd = q.shape
         group = nh // self.n_head_kv
         if t == 1 and self._kind == "sdpa":
@@ -176,11 +178,14 @@ class Decoder:
             scores = (qg @ k.transpose(-1, -2)).float() / math.sqrt(hd)
             scores = scores.masked_fill(~mask.view(b, 1, 1, -1), float("-inf"))
             weights = scores.softmax(-1).to(v.dtype)
-            if self._kind == "bmm":
+            keys = k.shape[2]
+            pieces = -(-keys // SPLIT)
+            # a one-token prefill also comes here, over columns not cut for split
+            if self._kind == "bmm" or pieces < 2 or keys % pieces:
                 return (weights @ v).view(b, 1, nh, hd)
-            pieces = k.shape[2] // SPLIT
-            weights = weights.view(b, self.n_head_kv, group, pieces, SPLIT).transpose(2, 3)
-            o = (weights @ v.view(b, self.n_head_kv, pieces, SPLIT, hd)).sum(
+            size = keys // pieces
+            weights = weights.view(b, self.n_head_kv, group, pieces, size).transpose(2, 3)
+            o = (weights @ v.view(b, self.n_head_kv, pieces, size, hd)).sum(
                 2, dtype=torch.float32)
             return o.to(v.dtype).view(b, 1, nh, hd)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(group, 1),
@@ -226,11 +231,12 @@ class Decoder:
         width = max(len(p) for p in prompts)
         kinds = [k for k in ATTENTION if k not in self.dropped] if self.attention == "auto" \
             else [self.attention]
-        # split's pieces need whole SPLIT-column pieces; the columns past the last step stay
-        # masked like every column a step has not reached
+        # split's pieces are equal, of at most SPLIT columns: a few more columns make them
+        # divide the cache (masked, like every column a step has not reached)
         s = width + max_new
         if "split" in kinds:
-            s = -(-s // SPLIT) * SPLIT
+            pieces = -(-s // SPLIT)
+            s = -(-s // pieces) * pieces
         ids = torch.zeros((b, width), dtype=torch.long)
         pad = torch.tensor([width - len(p) for p in prompts], dtype=torch.long)
         for r, p in enumerate(prompts):
@@ -292,13 +298,14 @@ class Decoder:
         step_ms: dict[str, float] = {}
         self._kind = probes[0] if probes else kinds[0]
         mark, probe_from = self._now() if probes else 0.0, 0
+        ran = self._kind
         for t in range(max_new - 1):
             step.fill_(t)
             if self._kind in graphs:
                 graphs[self._kind].replay()
             else:
                 one_step()
-            steps = t + 1
+            steps, ran = t + 1, self._kind
             if probes and steps - probe_from == PROBE_STEPS:
                 now = self._now()
                 step_ms[probes.pop(0)] = 1000 * (now - mark) / PROBE_STEPS
@@ -309,7 +316,7 @@ class Decoder:
                 break
         rows_out = out.cpu().tolist()
         self.timing = Timing(prefill_s=prefilled - started, decode_s=self._now() - prefilled,
-                             steps=steps, kind=self._kind, step_ms=step_ms)
+                             steps=steps, kind=ran, step_ms=step_ms)
         eos_set = set(eos)
         cut: list[list[int]] = []
         for row in rows_out:

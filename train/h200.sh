@@ -197,8 +197,9 @@ EOF2
 
 generate() {  # generate SECONDS DIR RUNS: the torch generator's command line, for a chain's
   # script: the shards in $T/DIR, its log in $T/DIR.log, its run record in $T/RUNS
-  local done=""  # the prompts of carried responses are answered already
-  [[ -f $T/gen/carried.npz ]] && done="--done '$T/gen/carried.npz'"
+  local done="" f  # data's: the prompts its carried responses answer are skipped
+  for f in "$T"/gen/carried-*.npz; do [[ $2 == gen && -f $f ]] && done+=" '$f'"; done
+  [[ -n $done ]] && done="--done$done"
   echo "$PY -m train generate --engine torch --device cuda --prompts '$PROMPTS' --target '$SMOL'" \
     "--batch $GEN_BATCH --batch-tokens $GEN_TOKENS --attention $GEN_ATTENTION --max-new 512" \
     "--budget-s $1 --shard-tokens 5000000 --out '$T/$2/torch' --runs '$T/$3' $done" \
@@ -239,11 +240,13 @@ model)
 data)  # generation, then the fit from INIT, one background chain (it outlives this call)
   require build; collect; join_models
   mkdir -p "$T/gen"
-  carried=(${RESPONSES-train/data/responses-*.npz})
-  if [[ -f ${carried[0]:-} && ! -f $T/gen/carried.npz ]]; then
-    "$PY" -m train unpack --responses "${carried[@]}" --prompts "$PROMPTS" \
-      --out "$T/gen/carried.npz" || { rm -f "$T/gen/carried.npz"; say "carried responses unused"; }
-  fi
+  k=0
+  for f in ${RESPONSES-train/data/responses-*.npz}; do  # each alone: a stale one costs itself
+    [[ -f $f && ! -f $T/done/gen ]] || continue
+    "$PY" -m train unpack --responses "$f" --prompts "$PROMPTS" --out "$T/gen/carried-$k.npz" \
+      || { rm -f "$T/gen/carried-$k.npz"; say "$f: not used"; }
+    k=$((k + 1))
+  done
   setsid -f bash -c "cd '$ROOT'
 nvidia-smi dmon -s um -d 5 > '$T/dmon.log' 2>&1 &
 if [[ ! -f '$T/done/gen' ]]; then
@@ -251,9 +254,10 @@ if [[ ! -f '$T/done/gen' ]]; then
   touch '$T/done/gen'
 fi
 $PY -m train info '$T'/gen/*.npz >> '$T/gen.log' 2>&1
-# this session's responses alone, for the next one (trained brings them back)
+# this session's responses alone, for the next one (trained brings them back; named by
+# the time, so that committed ones add up)
 $PY -m train pack --data '$T'/gen/torch-*.npz --prompts '$PROMPTS' \
-  --out '$T/responses-$NAME.npz' >> '$T/gen.log' 2>&1
+  --out '$T/responses-$NAME-'\$(date -u +%Y%m%d-%H%M).npz >> '$T/gen.log' 2>&1
 $PY -m train fit --target '$SMOL' --data '$T/gen' --out '$T/run' --device cuda --draft-layers 2 \
   ${INIT:+--init '$INIT'} --steps $FIT_STEPS $FIT_ARGS --repeat-agent 8 --budget-s $FIT_BUDGET \
   --ckpt-every 1000 --log-every 200 --profile-steps 20 --eval-seqs 60 --eval-blocks 32 \
@@ -299,7 +303,7 @@ trained)
   grep -h "accept\]\|steps/s\|profiled\|features stored\|generated\|packed" "$T"/gen.log \
     "$T"/fit.log "$T"/accept.log
   # the responses as soon as they exist (train/data/responses-*.npz once committed)
-  cp "$T/responses-$NAME.npz" "$OUT/" 2>/dev/null
+  cp "$T"/responses-*.npz "$OUT/" 2>/dev/null
   [[ -f $T/fit.rc ]] || { tail -3 "$T/fit.log"; finish 75; }
   cat "$T/fit.rc"
   bring "$T/run/draft.gguf" "$NAME.gguf"  # with `fit --init` a later run trains on from it

@@ -95,7 +95,7 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
     device = target.device
     decoder = Decoder(target.model, attention=attention) if engine == "torch" else None
     out: dict[int, list[int]] = {}
-    graph_said = False
+    graph_said, dropped_said = False, set()
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.monotonic()
@@ -110,6 +110,12 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
         if decoder is not None and decoder.graph_error and progress and not graph_said:
             graph_said = True
             progress(f"no CUDA graph (decoding eagerly): {decoder.graph_error}")
+        if decoder is not None and progress and len(decoder.dropped) > len(dropped_said):
+            for kind, why in decoder.dropped.items():
+                if kind not in dropped_said:
+                    progress(f"{kind} left out of auto's probes (its step was not captured): "
+                             f"{why}")
+            dropped_said = set(decoder.dropped)
         if progress:
             line = (f"{len(out)}/{usable} prompts, {sum(map(len, out.values()))} tokens, "
                     f"{time.monotonic() - started:.0f} s")

@@ -39,10 +39,14 @@ def write_responses(seqs: Sequences, prompts: Sequences, path: Path) -> int:
     """Write the responses of ``seqs`` (each sequence's tokens after its prompt) with their
     prompts' indices in ``prompts`` to ``path``; the count written. Raises
     :class:`InputError` for a sequence whose prompt is not in ``prompts``."""
-    where = {prompts.prompt(i).tobytes(): i for i in range(len(prompts))}
+    # a prompt set can hold one prompt twice under two sources (prompts-v4: 201, e.g.
+    # coding:func and coding:stdlib-func): its source picks the copy, so unpack gives it back
+    by_source = {(prompts.prompt(i).tobytes(), prompts.source(i)): i for i in range(len(prompts))}
+    by_ids = {key: i for (key, _), i in by_source.items()}
     index, parts = [], []
     for i in range(len(seqs)):
-        found = where.get(seqs.prompt(i).tobytes())
+        key = seqs.prompt(i).tobytes()
+        found = by_source.get((key, seqs.source(i)), by_ids.get(key))
         if found is None:
             raise InputError(f"sequence {i}'s prompt is not in the prompt set "
                              f"({seqs.plens[i]} tokens, source {seqs.source(i)})")
@@ -53,9 +57,11 @@ def write_responses(seqs: Sequences, prompts: Sequences, path: Path) -> int:
                            else np.int32)
     offs = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as fh:
+    partial = path.with_name(path.name + ".partial")  # whole or absent: a copy may race it
+    with partial.open("wb") as fh:
         np.savez_compressed(fh, prompt_set=np.asarray(prompt_set_id(prompts)),
                             index=np.asarray(index, np.int32), tokens=tokens, offs=offs)
+    partial.replace(path)
     return len(index)
 
 
