@@ -87,6 +87,20 @@ def test_auto_drops_an_attention_whose_step_cannot_be_captured(monkeypatch):
     assert rows == Decoder(model, dtype=torch.float32).greedy(prompts, 40, ())
 
 
+def test_a_compacted_batch_recaptures_its_step_and_gives_the_same_tokens():
+    """Under CUDA graphs, dropping ended rows captures the step again for the rows left;
+    the tokens are those of the whole batch decoded eagerly."""
+    model = _llama()
+    prompts = _prompts(8)
+    free = Decoder(model, dtype=torch.float32, graphs=False).greedy(prompts, 60, (), compact=0)
+    eos = tuple({row[k] for row, k in zip(free, (2, 3, 5, 9, 30, 40), strict=False)})
+    whole = Decoder(model, dtype=torch.float32, graphs=False).greedy(prompts, 60, eos,
+                                                                     compact=0)
+    graphed = Decoder(model, dtype=torch.float32)
+    assert graphed.greedy(prompts, 60, eos, check_every=4, compact_min_steps=4) == whole
+    assert graphed.graph_error is None and graphed.timing.compacted
+
+
 def test_bf16_decoding_is_the_same_with_and_without_the_graph():
     model = _llama()
     prompts = _prompts(9)

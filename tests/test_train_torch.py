@@ -259,7 +259,8 @@ def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny, attentio
     for i in range(len(seqs)):
         assert fast.ids(i).tolist() == seqs.ids(i).tolist(), i
     timed = [re.search(r"batch of (\d+) rows, prompts up to (\d+) tokens: prefill "
-                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s by (\w+)(; ms a step.*)?\)$",
+                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s by (\w+)(; ms a step[^;]*)?"
+                       r"(; ended rows dropped(, \d+ rows on after step \d+)+)?\)$",
                        line) for line in lines]
     assert all(timed) and sum(int(m[1]) for m in timed) == len(seqs)
     assert all(0 < int(m[3]) <= 39 for m in timed)
@@ -284,6 +285,28 @@ def test_auto_keeps_the_attention_its_probes_timed_fastest(tiny):
     assert list(timing.step_ms) == list(fast_decode.ATTENTION) and timing.steps == 39
     assert timing.kind == min(timing.step_ms, key=timing.step_ms.__getitem__)
     assert all(ms > 0 for ms in timing.step_ms.values())
+
+
+@pytest.mark.parametrize("attention", ["bmm", "auto"])
+def test_a_batch_drops_its_ended_rows_and_gives_the_same_tokens(tiny, attention: str):
+    """Rows ending at different steps: once at most half run, the batch goes on with those
+    alone (twice here), and every row's tokens are those of the batch run whole."""
+    _, target, _, _, _ = tiny
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(100, 40_000, size=n) for n in (5, 9, 14, 6, 21, 8, 11, 3)]
+    free = Decoder(target.model).greedy(prompts, 60, (), compact=0)
+    # each row ends at the first of these ids it writes: rows end from step 2 to never
+    eos = tuple({row[k] for row, k in zip(free, (2, 3, 5, 9, 30, 40), strict=False)})
+    whole = Decoder(target.model).greedy(prompts, 60, eos, compact=0)
+    ends = sorted(len(r) for r in whole)
+    assert ends[0] < 8 and ends[-1] == 60, ends  # some rows end early, one runs to the cap
+    decoder = Decoder(target.model, attention=attention)
+    assert decoder.greedy(prompts, 60, eos, check_every=4, compact_min_steps=4) == whole
+    compacted = decoder.timing.compacted
+    assert len(compacted) >= 2 and all(n <= 4 for _, n in compacted[:1]), compacted
+    if attention == "auto":  # no compaction while the attentions are probed
+        assert compacted[0][0] >= 3 * fast_decode.PROBE_STEPS
+    assert Decoder(target.model).greedy(prompts, 60, eos, check_every=4) == whole
 
 
 def test_auto_names_the_attention_that_ran_the_last_step(tiny):

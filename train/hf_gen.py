@@ -87,7 +87,8 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
     """(sequences, stats, prompts skipped for needing a grammar); ``engine`` is ``hf`` or
     ``torch`` (decode steps attending by ``attention``, one of :data:`train.fast_decode.ATTENTION`
     or ``auto``; each progress line then says the batch's rows, width, prefill and decode
-    seconds, the attention that ran and what each probed one took a step)."""
+    seconds, the attention that ran, what each probed one took a step and when the batch
+    dropped its ended rows)."""
     order, skipped = generation_batches(prompts, batch=batch, batch_tokens=batch_tokens,
                                         max_new=max_new)
     usable = len(prompts) - skipped
@@ -123,9 +124,11 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
                 t = decoder.timing
                 width = max(int(prompts.plens[i]) for i in sel)
                 probed = "".join(f", {k} {ms:.1f}" for k, ms in t.step_ms.items())
+                dropped = "".join(f", {n} rows on after step {at}" for at, n in t.compacted)
                 line += (f" (batch of {len(sel)} rows, prompts up to {width} tokens: prefill "
                          f"{t.prefill_s:.1f} s, {t.steps} decode steps {t.decode_s:.1f} s by "
-                         f"{t.kind}{f'; ms a step{probed}' if probed else ''})")
+                         f"{t.kind}{f'; ms a step{probed}' if probed else ''}"
+                         f"{f'; ended rows dropped{dropped}' if dropped else ''})")
             progress(line)
     if device.type == "cuda":
         torch.cuda.synchronize()
