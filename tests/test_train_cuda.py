@@ -27,11 +27,11 @@ pytestmark = [pytest.mark.train,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
-def _llama(dtype=None):
+def _llama(dtype=None, **extra):
     config = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
                                       num_hidden_layers=4, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=2048,
-                                      tie_word_embeddings=True)
+                                      tie_word_embeddings=True, **extra)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval().requires_grad_(False)
     return model.to(device="cuda", dtype=dtype or torch.float32)
@@ -87,18 +87,49 @@ def test_auto_drops_an_attention_whose_step_cannot_be_captured(monkeypatch):
     assert rows == Decoder(model, dtype=torch.float32).greedy(prompts, 40, ())
 
 
-def test_a_compacted_batch_recaptures_its_step_and_gives_the_same_tokens():
-    """Under CUDA graphs, dropping ended rows captures the step again for the rows left;
-    the tokens are those of the whole batch decoded eagerly."""
-    model = _llama()
+def _ending_rows() -> tuple[object, list[np.ndarray], tuple[int, ...], list[list[int]]]:
+    """(model, prompts, end-of-generation ids, the whole batch's rows decoded eagerly): rows
+    that end from step 1 to never (on CPU: 1, 2, 3, 5, 18, 40, 47 and 60 tokens)."""
+    model = _llama(initializer_range=0.1)
     prompts = _prompts(8)
     free = Decoder(model, dtype=torch.float32, graphs=False).greedy(prompts, 60, (), compact=0)
     eos = tuple({row[k] for row, k in zip(free, (2, 3, 5, 9, 30, 40), strict=False)})
     whole = Decoder(model, dtype=torch.float32, graphs=False).greedy(prompts, 60, eos,
                                                                      compact=0)
-    graphed = Decoder(model, dtype=torch.float32)
+    ends = sorted(len(r) for r in whole)
+    assert ends[3] < 8 and ends[-1] == 60, ends
+    return model, prompts, eos, whole
+
+
+@pytest.mark.parametrize("attention", ["bmm", "auto"])
+def test_a_compacted_batch_recaptures_its_step_and_gives_the_same_tokens(attention: str):
+    """Under CUDA graphs, dropping ended rows (twice or more) captures the step again for
+    the rows left; the tokens are those of the whole batch decoded eagerly."""
+    model, prompts, eos, whole = _ending_rows()
+    graphed = Decoder(model, dtype=torch.float32, attention=attention)
     assert graphed.greedy(prompts, 60, eos, check_every=4, compact_min_steps=4) == whole
-    assert graphed.graph_error is None and graphed.timing.compacted
+    assert graphed.graph_error is None and len(graphed.timing.compacted) >= 2
+
+
+def test_a_failed_capture_after_a_compaction_costs_only_that_batch_its_graph(monkeypatch):
+    """The step captured again for fewer rows may fail (an OOM, say): the batch goes on
+    eagerly with the same tokens, and the next batch captures its graphs as before."""
+    model, prompts, eos, whole = _ending_rows()
+    decoder = Decoder(model, dtype=torch.float32)
+    capture, calls = Decoder._capture, []
+
+    def second_fails(*args):
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        return capture(*args)
+
+    monkeypatch.setattr(Decoder, "_capture", staticmethod(second_fails))
+    assert decoder.greedy(prompts, 60, eos, check_every=4, compact_min_steps=4) == whole
+    assert decoder.graph_error is None and decoder.dropped == {}
+    before = len(calls)
+    assert decoder.greedy(prompts, 60, eos, check_every=4, compact_min_steps=4) == whole
+    assert len(calls) > before and decoder.graph_error is None
 
 
 def test_bf16_decoding_is_the_same_with_and_without_the_graph():

@@ -298,7 +298,9 @@ class Decoder:
             tok.copy_(nxt[:, None])
             done.logical_or_(torch.isin(nxt, eos_t))
 
-        def capture(kinds: list[str]) -> dict[str, torch.cuda.CUDAGraph]:
+        def capture(kinds: list[str], again: bool = False) -> dict[str, torch.cuda.CUDAGraph]:
+            """A graph of the step per kind that captures; ``again`` after a compaction,
+            where a failure (an OOM, say) costs only the rest of this batch its graph."""
             graphs, errors = {}, {}
             if dev.type != "cuda" or max_new <= 1 or self.graph_error is not None:
                 return graphs
@@ -308,6 +310,8 @@ class Decoder:
                     graphs[kind] = self._capture(one_step, step, done, tok, out)
                 except RuntimeError as exc:
                     errors[kind] = str(exc).splitlines()[0]
+            if again:
+                return graphs
             if not graphs:  # run on without graphs: slower, the same tokens
                 self.graph_error = "; ".join(f"{k}: {e}" for k, e in errors.items())
             else:
@@ -342,7 +346,7 @@ class Decoder:
             if not running:
                 break
             if compact and not probes and running <= compact * len(where) \
-                    and max_new - 2 - t >= compact_min_steps:
+                    and running < len(where) and max_new - 2 - t >= compact_min_steps:
                 # the running rows' cache, tokens and state into a batch of their own; the
                 # graphs go first, so their memory and the old cache are freed
                 keep = (~done).nonzero().squeeze(1)
@@ -351,9 +355,10 @@ class Decoder:
                 graphs.clear()
                 where, out, tok, done = where[keep], out[keep], tok[keep], done[keep]
                 pad, base = pad[keep], base[keep]
-                cache_k = [c[keep] for c in cache_k]
-                cache_v = [c[keep] for c in cache_v]
-                graphs = capture([self._kind])
+                for layer in range(len(cache_k)):  # a layer at a time: the peak is one more
+                    cache_k[layer] = cache_k[layer][keep]
+                    cache_v[layer] = cache_v[layer][keep]
+                graphs = capture([self._kind], again=True)
                 compacted.append((steps, running))
         if out is not final:
             final.index_copy_(0, where, out)
