@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -225,15 +227,17 @@ def test_pack_keeps_the_responses_and_unpack_joins_them_to_their_prompts(tmp_pat
     save(prompts, tmp_path / "p.npz")
     made = _generated(prompts, [4, 1, 2, 5])
     save_shards(made, tmp_path / "gen" / "torch", 60)
-    proc = _run("pack", "--data", str(tmp_path / "gen"), "--prompts", str(tmp_path / "p.npz"),
-                "--out", str(tmp_path / "r.npz"))
+    save(made.select([1]), tmp_path / "again.npz")  # a shard given twice: one response kept
+    proc = _run("pack", "--data", str(tmp_path / "gen"), str(tmp_path / "again.npz"),
+                "--prompts", str(tmp_path / "p.npz"), "--out", str(tmp_path / "r.npz"))
     assert proc.returncode == 0, proc.stderr
-    assert f"packed 4 responses, {made.response_tokens()} tokens" in proc.stdout
+    assert "packed 4 responses (1 repeated prompts left out)" in proc.stdout
     with np.load(tmp_path / "r.npz") as z:
         assert z["index"].tolist() == [4, 1, 2, 5] and len(z["tokens"]) == made.response_tokens()
-    proc = _run("unpack", "--responses", str(tmp_path / "r.npz"), "--prompts",
-                str(tmp_path / "p.npz"), "--out", str(tmp_path / "back.npz"))
+    proc = _run("unpack", "--responses", str(tmp_path / "r.npz"), str(tmp_path / "r.npz"),
+                "--prompts", str(tmp_path / "p.npz"), "--out", str(tmp_path / "back.npz"))
     assert proc.returncode == 0, proc.stderr
+    assert "4 prompts answered twice kept once" in proc.stdout
     back = load(tmp_path / "back.npz")
     assert [back.ids(i).tolist() for i in range(4)] == [made.ids(i).tolist() for i in range(4)]
     assert back.plens.tolist() == made.plens.tolist() and back.heldout.tolist() == [0, 1, 0, 1]
@@ -246,10 +250,10 @@ def test_unpack_refuses_responses_of_another_prompt_set_or_a_broken_file(tmp_pat
     from train.responses import read_responses, write_responses
 
     prompts = _seqs(6)
-    write_responses(_generated(prompts, [0, 3]), prompts, tmp_path / "r.npz")
+    assert write_responses(_generated(prompts, [0, 3]), prompts, tmp_path / "r.npz") == (2, 0)
     other = _seqs(7)
     with pytest.raises(InputError, match="r.npz: made from another prompt set"):
-        read_responses(tmp_path / "r.npz", other)
+        read_responses([tmp_path / "r.npz"], other)
     with pytest.raises(InputError, match="prompt is not in the prompt set"):
         write_responses(_generated(other, [6]), prompts, tmp_path / "x.npz")
     with np.load(tmp_path / "r.npz") as z:
@@ -258,19 +262,44 @@ def test_unpack_refuses_responses_of_another_prompt_set_or_a_broken_file(tmp_pat
         ("offs.npz", {"offs": good["offs"][:-1]}, "offsets do not fit 2 responses"),
         ("index.npz", {"index": np.asarray([0, 6], np.int32)}, "outside the 6 prompts"),
         ("keys.npz", {"index": None}, "not a responses file (no index)"),
+        ("float.npz", {"index": np.asarray([0.0, 3.0])}, "whole numbers >= 0"),
+        ("negative.npz", {"tokens": good["tokens"].astype(np.int32) - 70_000},
+         "whole numbers >= 0"),
     ]:
         arrays = {k: v for k, v in {**good, **change}.items() if v is not None}
         np.savez(tmp_path / name, **arrays)
         with pytest.raises(InputError, match=re.escape(words)):
-            read_responses(tmp_path / name, prompts)
+            read_responses([tmp_path / name], prompts)
+    # a member's compressed data damaged inside a sound zip: zlib's own error, once a traceback
+    _damage(tmp_path / "r.npz", "tokens.npy", tmp_path / "zlib.npz")
+    with pytest.raises(InputError, match="zlib.npz: not a readable npz file"):
+        read_responses([tmp_path / "zlib.npz"], prompts)
+    (tmp_path / "pickled.npz").write_bytes(b"\x80\x04junk")  # numpy's words suggest unpickling
+    with pytest.raises(InputError, match=re.escape("not a readable npz file (not an .npz of")):
+        read_responses([tmp_path / "pickled.npz"], prompts)
+
+
+def _damage(path: Path, member: str, out: Path) -> Path:
+    """``path`` with the first bytes of ``member``'s compressed data overwritten: the zip is
+    sound, and reading that member raises ``zlib.error`` (not an OSError or a ValueError)."""
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        at = archive.getinfo(member).header_offset
+    name, extra = struct.unpack("<HH", data[at + 26:at + 30])  # the local header's lengths
+    data[at + 30 + name + extra:at + 38 + name + extra] = b"\xff" * 8
+    out.write_bytes(bytes(data))
+    return out
 
 
 def test_bad_inputs_exit_2_with_one_error_line(tmp_path: Path):
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really")
+    save(_seqs(), tmp_path / "s.npz")
+    _damage(tmp_path / "s.npz", "tokens.npy", tmp_path / "zlib.npz")
     (tmp_path / "p.jsonl").write_text("{oops\n")
     (tmp_path / "notgguf.gguf").write_text("text")
     cases = [
         (["info", str(tmp_path / "broken.npz")], "broken.npz"),
+        (["info", str(tmp_path / "zlib.npz")], "zlib.npz: not a readable npz file"),
         (["unpack", "--responses", str(tmp_path / "broken.npz"), "--prompts",
           str(tmp_path / "broken.npz"), "--out", str(tmp_path / "o.npz")], "broken.npz"),
         (["pack", "--data", str(tmp_path / "none.npz"), "--prompts",
@@ -348,6 +377,14 @@ def test_the_torch_stages_need_only_torch_transformers_numpy_and_gguf():
 def test_the_generator_profile_refuses_bad_batches_before_loading_anything(args, words):
     proc = _run("gen-profile", "--target", "t.gguf", *args)
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_generate_refuses_a_limit_below_one(limit: str):
+    """``--limit 0`` read as no limit and started every prompt of the set."""
+    proc = _run("generate", "--prompts", "p.npz", "--target", "t.gguf", "--out", "o",
+                "--limit", limit)
+    assert proc.returncode == 2 and f"argument --limit: at least 1, not '{limit}'" in proc.stderr
 
 
 def test_the_generator_profile_without_torch_says_how_to_install_it():

@@ -259,7 +259,8 @@ def test_the_torch_generator_gives_transformers_own_greedy_tokens(tiny, attentio
     for i in range(len(seqs)):
         assert fast.ids(i).tolist() == seqs.ids(i).tolist(), i
     timed = [re.search(r"batch of (\d+) rows, prompts up to (\d+) tokens: prefill "
-                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s by (\w+)(; ms a step[^;]*)?"
+                       r"[\d.]+ s, (\d+) decode steps [\d.]+ s by (\w+)(?: \(auto still "
+                       r"probing\))?(; ms a step[^;]*)?"
                        r"(; ended rows dropped(, \d+ rows on after step \d+)+)?\)$",
                        line) for line in lines]
     assert all(timed) and sum(int(m[1]) for m in timed) == len(seqs)
@@ -284,6 +285,7 @@ def test_auto_keeps_the_attention_its_probes_timed_fastest(tiny):
     timing = auto.timing
     assert list(timing.step_ms) == list(fast_decode.ATTENTION) and timing.steps == 39
     assert timing.kind == min(timing.step_ms, key=timing.step_ms.__getitem__)
+    assert not timing.probing
     assert all(ms > 0 for ms in timing.step_ms.values())
 
 
@@ -323,7 +325,7 @@ def test_auto_names_the_attention_that_ran_the_last_step(tiny):
     decoder = Decoder(target.model, attention="auto")
     decoder.greedy(prompts, 30, (free[0][2], free[1][2]))
     assert (decoder.timing.steps, decoder.timing.kind) == (16, "split")
-    assert list(decoder.timing.step_ms) == ["bmm", "split"]
+    assert list(decoder.timing.step_ms) == ["bmm", "split"] and decoder.timing.probing
 
 
 @pytest.mark.parametrize("attention", ["split", "auto"])
@@ -336,6 +338,20 @@ def test_one_token_prompts_decode_under_split(tiny, attention: str, monkeypatch)
     decoder = Decoder(target.model, attention=attention)
     decoder._kind = "split"
     assert decoder.greedy(prompts, 30, ()) == Decoder(target.model).greedy(prompts, 30, ())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for machines without CUDA")
+def test_a_cuda_device_on_a_machine_without_one_is_one_line_before_loading(tmp_path: Path):
+    """``--device`` defaults to cuda: on a CPU-only machine ``generate`` loaded the target,
+    then ended in a driver traceback."""
+    save(build([np.arange(5)], [5], ["coding:t"], [False]), tmp_path / "none.npz")
+    proc = subprocess.run([sys.executable, "-m", "train", "generate", "--engine", "torch",
+                           "--prompts", str(tmp_path / "none.npz"), "--target",
+                           str(tmp_path / "none.gguf"), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == ("error: --device cuda: torch sees no CUDA device here; "
+                                   "pass --device cpu")
 
 
 def test_the_generate_command_offers_every_attention_and_auto():

@@ -8,13 +8,16 @@ Stages, each a separate command so GPU runs can be staged and resumed:
 - ``prompts``  — coding prompts (.jsonl) + agent sessions (the fixtures, synthetic ones) → a
   prompt set (.npz), rendered by a real llama-server's chat template (torch-free);
 - ``generate`` — a prompt set → target-greedy sequences (.npz shards), on llama-server with
-  many slots (``--engine server``) or transformers batches (``--engine hf``); prints tokens
-  per GPU minute;
+  many slots (``--engine server``), the target's own weights with a static cache and CUDA
+  graphs (``--engine torch``, the GPU engine) or transformers batches (``--engine hf``);
+  prints response tokens a second and a minute;
 - ``fit``      — sequences → a trained draft (checkpoint, weights .npz, GGUF), held-out
   acceptance; ``--resume`` continues a stopped run;
 - ``accept``   — torch-side acceptance of a draft (.npz or .gguf) on held-out sequences;
 - ``export``   — draft weights (.npz) → upstream ``dflash`` GGUF (numpy + gguf only);
 - ``info``     — what a sequences or prompt file holds;
+- ``pack`` / ``unpack`` — generated sequences ↔ their responses alone, by prompt index into
+  the prompt set (what a GPU session brings back, train/responses.py);
 - ``gen-profile`` — where the ``torch`` generator's time goes on chosen batches.
 
 Exit codes: 0 done; 2 bad usage or input (a missing or broken file, a non-llama target);
@@ -222,6 +225,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
     _say(f"wrote {', '.join(map(str, paths))}: {_summary(seqs)}")
     runlog.append(a.runs, "generate", {"prompts": [str(p) for p in a.prompts],
                                        "out": [str(p) for p in paths], "max_new": a.max_new,
+                                       "engine": a.engine, "device": a.device,
+                                       "attention": a.attention if a.engine == "torch" else None,
                                        "stats": stats.as_dict(), "skipped_json": skipped,
                                        "data": _data_record(seqs)})
     return 0
@@ -457,21 +462,22 @@ def cmd_pack(a: argparse.Namespace) -> int:
 
     prompts = load(a.prompts)
     seqs = load_many(a.data)
-    n = write_responses(seqs, prompts, a.out)
-    _say(f"packed {n} responses, {seqs.response_tokens()} tokens, into {a.out} "
-         f"({a.out.stat().st_size / 1e6:.1f} MB; prompts: {a.prompts}, "
-         f"set {prompt_set_id(prompts)})")
+    n, repeats = write_responses(seqs, prompts, a.out)
+    left_out = f" ({repeats} repeated prompts left out)" if repeats else ""
+    _say(f"packed {n} responses{left_out} into {a.out} ({a.out.stat().st_size:,} bytes; "
+         f"prompts: {a.prompts}, set {prompt_set_id(prompts)})")
     return 0
 
 
 def cmd_unpack(a: argparse.Namespace) -> int:
     from train.responses import read_responses
-    from train.seqs import concat, load, save
+    from train.seqs import load, save
 
     prompts = load(a.prompts)
-    seqs = concat(read_responses(path, prompts) for path in a.responses)
+    seqs, repeats = read_responses(a.responses, prompts)
     save(seqs, a.out)
-    _say(f"wrote {a.out}: {_summary(seqs)}")
+    _say(f"wrote {a.out}: {_summary(seqs)}"
+         f"{f'; {repeats} prompts answered twice kept once' if repeats else ''}")
     return 0
 
 
@@ -593,7 +599,8 @@ def parser() -> argparse.ArgumentParser:
                    "target's weights with a static cache and a CUDA graph")
     s.add_argument("--out", type=Path, required=True, help="stem: STEM-000.npz, ...")
     s.add_argument("--max-new", type=int, default=512, help="tokens per continuation")
-    s.add_argument("--limit", type=int, help="the first N prompts only")
+    s.add_argument("--limit", type=_at_least(1),
+                   help="the first N prompts only (after --done's are left out)")
     s.add_argument("--done", type=Path, nargs="+",
                    help="sequence files/folders already generated: their prompts are skipped")
     s.add_argument("--budget-s", type=float, default=float("inf"),

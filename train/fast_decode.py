@@ -91,6 +91,9 @@ class Timing:
     step_ms: dict[str, float] = field(default_factory=dict)
     compacted: list[tuple[int, int]] = field(default_factory=list)
     """(decode steps run, rows left) at each compaction (:data:`COMPACT`)."""
+    probing: bool = False
+    """``auto`` had not timed every attention when the batch ended: ``kind`` ran its last
+    steps but was not chosen."""
 
 
 class Decoder:
@@ -364,7 +367,8 @@ class Decoder:
             final.index_copy_(0, where, out)
         rows_out = final[:, : steps + 1].cpu().tolist()
         self.timing = Timing(prefill_s=prefilled - started, decode_s=self._now() - prefilled,
-                             steps=steps, kind=ran, step_ms=step_ms, compacted=compacted)
+                             steps=steps, kind=ran, step_ms=step_ms, compacted=compacted,
+                             probing=bool(probes))
         eos_set = set(eos)
         cut: list[list[int]] = []
         for row in rows_out:

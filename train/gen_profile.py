@@ -69,10 +69,11 @@ def profile(target: Target, prompts: Sequences, chosen: dict[int, list[int]], *,
                                    width=max(map(len, ids)), attention=name,
                                    graph=decoder.graph_error))
             probed = "".join(f", {k} {ms:.2f}" for k, ms in t.step_ms.items())
+            state = "still probing" if t.probing else f"kept {t.kind}"
             say(f"batch {number} ({len(ids)} rows, prompts up to {out[-1].width} tokens), "
                 f"{name}: prefill {t.prefill_s:.3f} s, {t.steps} decode steps "
                 f"{t.decode_s:.3f} s = {1000 * t.decode_s / t.steps:.2f} ms a step"
-                f"{f' (kept {t.kind}; probed ms a step{probed})' if probed else ''}"
+                f"{f' ({state}; probed ms a step{probed})' if probed else ''}"
                 f"{f' (no CUDA graph: {decoder.graph_error})' if decoder.graph_error else ''}")
             if target.device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -127,7 +127,8 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
                 dropped = "".join(f", {n} rows on after step {at}" for at, n in t.compacted)
                 line += (f" (batch of {len(sel)} rows, prompts up to {width} tokens: prefill "
                          f"{t.prefill_s:.1f} s, {t.steps} decode steps {t.decode_s:.1f} s by "
-                         f"{t.kind}{f'; ms a step{probed}' if probed else ''}"
+                         f"{t.kind}{' (auto still probing)' if t.probing else ''}"
+                         f"{f'; ms a step{probed}' if probed else ''}"
                          f"{f'; ended rows dropped{dropped}' if dropped else ''})")
             progress(line)
     if device.type == "cuda":
@@ -139,5 +140,5 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
                  [prompts.source(i) for i in keep], [bool(prompts.heldout[i]) for i in keep])
     stats = GenStats(engine=engine, sequences=len(seqs), prompt_tokens=int(seqs.plens.sum()),
                      response_tokens=seqs.response_tokens(), seconds=seconds,
-                     setting=f"batch {batch}")
+                     setting=f"batch {batch}" + (f", attention {attention}" if decoder else ""))
     return seqs, stats, skipped

@@ -16,13 +16,12 @@ concatenated), ``offs`` (int64 ``[n + 1]``).
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from train.errors import InputError
-from train.seqs import Sequences, build
+from train.seqs import NPZ_ERRORS, Sequences, build, npz_error
 
 
 def prompt_set_id(prompts: Sequences) -> str:
@@ -35,21 +34,25 @@ def prompt_set_id(prompts: Sequences) -> str:
     return digest.hexdigest()[:16]
 
 
-def write_responses(seqs: Sequences, prompts: Sequences, path: Path) -> int:
+def write_responses(seqs: Sequences, prompts: Sequences, path: Path) -> tuple[int, int]:
     """Write the responses of ``seqs`` (each sequence's tokens after its prompt) with their
-    prompts' indices in ``prompts`` to ``path``; the count written. Raises
-    :class:`InputError` for a sequence whose prompt is not in ``prompts``."""
+    prompts' indices in ``prompts`` to ``path``, each prompt's once (greedy decoding gives a
+    prompt one response); (written, repeats left out). Raises :class:`InputError` for a
+    sequence whose prompt is not in ``prompts``."""
     # a prompt set can hold one prompt twice under two sources (prompts-v4: 201, e.g.
     # coding:func and coding:stdlib-func): its source picks the copy, so unpack gives it back
     by_source = {(prompts.prompt(i).tobytes(), prompts.source(i)): i for i in range(len(prompts))}
     by_ids = {key: i for (key, _), i in by_source.items()}
-    index, parts = [], []
+    index, parts, seen = [], [], set()
     for i in range(len(seqs)):
         key = seqs.prompt(i).tobytes()
         found = by_source.get((key, seqs.source(i)), by_ids.get(key))
         if found is None:
             raise InputError(f"sequence {i}'s prompt is not in the prompt set "
                              f"({seqs.plens[i]} tokens, source {seqs.source(i)})")
+        if found in seen:
+            continue
+        seen.add(found)
         index.append(found)
         parts.append(seqs.ids(i)[int(seqs.plens[i]):])
     tokens = np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -62,15 +65,34 @@ def write_responses(seqs: Sequences, prompts: Sequences, path: Path) -> int:
         np.savez_compressed(fh, prompt_set=np.asarray(prompt_set_id(prompts)),
                             index=np.asarray(index, np.int32), tokens=tokens, offs=offs)
     partial.replace(path)
-    return len(index)
+    return len(index), len(seqs) - len(index)
 
 
-def read_responses(path: Path, prompts: Sequences) -> Sequences:
-    """The sequences of a responses file, each prompt from ``prompts`` (with its source and
-    held-out flag, as ``generate`` writes them). Raises :class:`InputError` naming the file
-    when it is missing, not a responses file, made from another prompt set, or inconsistent
-    (offsets, indices)."""
-    path = Path(path)
+def read_responses(paths: list[Path], prompts: Sequences) -> tuple[Sequences, int]:
+    """(the sequences of responses files, each prompt from ``prompts`` with its source and
+    held-out flag as ``generate`` writes them; repeats left out): a prompt answered in two
+    files is kept once. Raises :class:`InputError` naming the file when one is missing, not
+    a responses file, made from another prompt set, or inconsistent (offsets, indices, ids).
+    """
+    index, parts, seen, read = [], [], set(), 0
+    for path in paths:
+        at, tokens, offs = _read(Path(path), prompts)
+        read += len(at)
+        for k, j in enumerate(at.tolist()):
+            if j not in seen:
+                seen.add(j)
+                index.append(j)
+                parts.append(tokens[offs[k]:offs[k + 1]].astype(np.int64))
+    ids = [np.concatenate([prompts.prompt(j), part]) for j, part in zip(index, parts,
+                                                                         strict=True)]
+    seqs = build(ids, [int(prompts.plens[j]) for j in index], [prompts.source(j) for j in index],
+                 [bool(prompts.heldout[j]) for j in index])
+    return seqs, read - len(index)
+
+
+def _read(path: Path, prompts: Sequences) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt indices, tokens, offsets) of one responses file, checked against ``prompts``
+    (:func:`read_responses`)."""
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     try:
@@ -82,19 +104,19 @@ def read_responses(path: Path, prompts: Sequences) -> Sequences:
             index, tokens, offs = z["index"], z["tokens"], z["offs"].astype(np.int64)
     except InputError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-        raise InputError(f"{path}: not a readable npz file ({exc})") from exc
+    except NPZ_ERRORS as exc:
+        raise npz_error(path, exc) from exc
     if made_from != prompt_set_id(prompts):
         raise InputError(f"{path}: made from another prompt set ({made_from}; these prompts "
                          f"are {prompt_set_id(prompts)})")
     n = len(index)
+    if index.dtype.kind not in "iu" or tokens.dtype.kind not in "iu" \
+            or tokens.size and int(tokens.min()) < 0:
+        raise InputError(f"{path}: prompt indices and token ids must be whole numbers >= 0 "
+                         f"(index {index.dtype}, tokens {tokens.dtype})")
     if offs.shape != (n + 1,) or n and (offs[0] != 0 or offs[-1] != len(tokens)
                                         or np.any(np.diff(offs) < 0)):
         raise InputError(f"{path}: offsets do not fit {n} responses of {len(tokens)} tokens")
     if n and (int(index.min()) < 0 or int(index.max()) >= len(prompts)):
         raise InputError(f"{path}: a prompt index outside the {len(prompts)} prompts")
-    ids = [np.concatenate([prompts.prompt(int(j)), tokens[offs[k]:offs[k + 1]].astype(np.int64)])
-           for k, j in enumerate(index)]
-    return build(ids, [int(prompts.plens[j]) for j in index],
-                 [prompts.source(int(j)) for j in index],
-                 [bool(prompts.heldout[j]) for j in index])
+    return index, tokens, offs

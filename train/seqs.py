@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,18 @@ def save_shards(seqs: Sequences, stem: Path, max_tokens: int) -> list[Path]:
     return paths
 
 
+NPZ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, zlib.error)
+"""What reading a damaged ``.npz`` raises: a damaged member's compressed data gives
+``zlib.error``, which is none of the others."""
+
+
+def npz_error(path: Path, exc: BaseException) -> InputError:
+    """One line for a file :data:`NPZ_ERRORS` came from. Not numpy's own words where they
+    suggest ``allow_pickle``: the file is not one of ours, and unpickling it is no fix."""
+    why = "not an .npz of arrays" if "pickle" in str(exc) else str(exc) or type(exc).__name__
+    return InputError(f"{path}: not a readable npz file ({why})")
+
+
 def _strings(z: np.lib.npyio.NpzFile, key: str) -> tuple[str, ...]:
     return tuple(str(s) for s in z[key]) if key in z.files else ()
 
@@ -185,8 +198,8 @@ def load(path: Path) -> Sequences:
                        else np.full(n, -1, np.int16))
     except InputError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-        raise InputError(f"{path}: not a readable npz file ({exc})") from exc
+    except NPZ_ERRORS as exc:
+        raise npz_error(path, exc) from exc
     _check(path, tokens, offs, plens, src, names, grammar, grammars,
            heldout if heldout is not None else np.zeros(n, bool))
     seqs = Sequences(tokens=tokens.astype(np.int32), offs=offs, plens=plens.astype(np.int32),

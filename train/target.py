@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from train.config import target_architecture
-from train.errors import TrainError
+from train.errors import InputError, TrainError
 
 
 class _Stop(Exception):
@@ -76,12 +76,16 @@ def load_target(path: Path, device: str = "cpu", dtype: torch.dtype = torch.floa
     """Load the GGUF at ``path`` into transformers (dequantised to float32, then cast to
     ``dtype``: bfloat16 halves a GPU's feature passes) on ``device``.
 
-    Raises :class:`~train.errors.InputError` for a missing file or an unsupported
-    architecture, :class:`TrainError` when transformers cannot load it.
+    Raises :class:`~train.errors.InputError` for a missing file, an unsupported
+    architecture or a CUDA ``device`` on a machine without one (before loading anything),
+    :class:`TrainError` when transformers cannot load it.
     """
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: torch sees no CUDA device here; pass "
+                         "--device cpu")
     target_architecture(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
