@@ -59,8 +59,9 @@ SPLIT = 256
 equal: the cache gets a few more columns so that they divide it). Why: that product has 3 output
 rows (the query heads of one KV head) and 64 columns per (row, KV head), and sums over every
 cache column; in one piece a batch of long prompts gives the GPU ~1,000 long serial sums
-(362 rows × 3 KV heads at 3,600 columns: the H200's decode steps of such batches took ~70 ms
-where reading their cache takes ~8), in pieces some 17,000 short ones."""
+(362 rows × 3 KV heads at ~4,100 columns: on one H200 such batches took ~70 ms a step if they
+ran all 512, where reading their cache takes ~7), in pieces ~18,000 short ones. Not yet
+measured on a GPU (train/README.md)."""
 
 PROBE_STEPS = 8
 """Decode steps each attention runs, timed, before ``auto`` keeps the fastest for the batch."""
@@ -70,7 +71,8 @@ COMPACT = 0.5
 this share of its rows still runs, with :data:`COMPACT_MIN_STEPS` steps or more left. Why: a
 step costs the same for an ended row as for a running one, and the batches of short agent
 replies ran 512 steps for the few rows that went on: on one H200 the last four of them made
-81-145 k tokens from 362-624 rows each, ~40 % of the rows running on average."""
+81-145 k tokens from 362-624 rows each, 44-50 % of the rows running on average (if each ran
+all 512 steps)."""
 
 COMPACT_MIN_STEPS = 64
 """Steps that must be left for a compaction (its copy and the step's new CUDA graph cost a
