@@ -111,12 +111,10 @@ def generate(target: Target, prompts: Sequences, *, max_new: int, batch: int,
         if decoder is not None and decoder.graph_error and progress and not graph_said:
             graph_said = True
             progress(f"no CUDA graph (decoding eagerly): {decoder.graph_error}")
-        if decoder is not None and progress and len(decoder.dropped) > len(dropped_said):
-            for kind, why in decoder.dropped.items():
-                if kind not in dropped_said:
-                    progress(f"{kind} left out of auto's probes (its step was not captured): "
-                             f"{why}")
-            dropped_said = set(decoder.dropped)
+        for kind in sorted(decoder.dropped.keys() - dropped_said) if decoder and progress else ():
+            progress(f"{kind} left out of auto's probes (its step was not captured): "
+                     f"{decoder.dropped[kind]}")
+            dropped_said.add(kind)
         if progress:
             line = (f"{len(out)}/{usable} prompts, {sum(map(len, out.values()))} tokens, "
                     f"{time.monotonic() - started:.0f} s")
