@@ -247,6 +247,25 @@ def test_the_same_call_three_times_stops_with_a_report(tmp_path: Path):
     assert [c.call_id for c in calls] == [r.call_id for r in results]
 
 
+def test_a_refused_repeat_shows_no_more_than_the_calls_it_repeats(tmp_path: Path):
+    """The third identical call is shown though never run: its preview goes through the same
+    workspace checks as a run, so an edit through a symlink pointing outside shows nothing of
+    the file it points at, on screen or in the log."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("SECRET-OUTSIDE line\n")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "link.txt").symlink_to(outside)
+    edit = call("str_replace", path="link.txt", old_str="line", new_str="x")
+    with ScriptedModel([edit] * 3) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("go")
+    assert result.reason == "repeated_call"
+    calls = [e for e in events if e.type == "tool_call"]
+    assert len(calls) == 3 and all(c.preview is None for c in calls)
+    assert "SECRET-OUTSIDE" not in "".join(e.model_dump_json() for e in events)
+    assert outside.read_text() == "SECRET-OUTSIDE line\n"
+
+
 def test_max_steps_stops_the_loop(tmp_path: Path):
     script = [call("view", path="."), call("glob", pattern="*"), call("view", path=".")]
     with ScriptedModel(script) as model:
