@@ -322,11 +322,13 @@ def test_calibrate_times_the_real_draft_at_each_length_on_bee_old(bee_old: Engin
     out = bee_home / "cal-bee.json"
     args = ("backend", "calibrate", "--preset", "smol-cal", "--lengths", "1,7", "--tokens",
             "48", "--repeats", "1", "--json", str(out))
-    proc = _agent(*args, home=bee_home)
-    if proc.returncode == 3 and "do not hold together" in proc.stderr:
-        # The drift check refused a run on a busy machine (plain measured first and last
-        # differed): what it tells the user to do is calibrate again.
+    for _ in range(3):
         proc = _agent(*args, home=bee_home)
+        # The drift check refuses a run whose plain rate moved between first and last (a busy
+        # machine; CI on 2 cores once read 160.8 then 190.6 tok/s twice in a row): what it
+        # tells the user to do is calibrate again.
+        if not (proc.returncode == 3 and "do not hold together" in proc.stderr):
+            break
     assert proc.returncode == 0, proc.stderr
     assert "timing the real draft at each length" in proc.stderr + proc.stdout
     rows = {r["n_max"]: r for r in json.loads(out.read_text("utf-8"))["rows"]}
