@@ -206,6 +206,30 @@ def test_info_prints_what_a_file_holds(tmp_path: Path):
     assert "agent-text:s: 2 sequences" in proc.stdout
 
 
+def test_info_on_many_sources_stops_quietly_when_its_reader_goes_away(tmp_path: Path):
+    """``info ... | head -1``: the closed pipe ends it with no traceback, and each source's
+    count is right (one pass over the sources, not one per source)."""
+    n = 4000
+    ids = [np.arange(6) + i for i in range(n)]
+    names = [f"coding:prompt-{i:05d}" for i in range(n)]
+    save(build(ids, [3] * n, names, [i % 3 == 0 for i in range(n)]), tmp_path / "s.npz")
+    whole = _run("info", str(tmp_path / "s.npz"))
+    assert whole.returncode == 0, whole.stderr
+    lines = whole.stdout.splitlines()
+    assert lines[1] == "  coding:prompt-00000: 1 sequences, 1 held out"
+    assert lines[2] == "  coding:prompt-00001: 1 sequences, 0 held out"
+    assert len(lines) == n + 1
+    with subprocess.Popen([sys.executable, "-m", "train", "info", str(tmp_path / "s.npz")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                          stdin=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert b"sequences" in proc.stdout.readline()
+        proc.stdout.close()  # more than a pipe's buffer is still to come
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def _generated(prompts, pick: list[int], seed: int = 1):
     """Sequences as ``generate`` writes them: prompts of ``prompts`` at ``pick``, each with a
     response of its own (ids past uint16 in one, as a larger vocabulary would have)."""

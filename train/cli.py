@@ -28,6 +28,7 @@ interrupted. Every failure is one ``error:`` line.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -445,14 +446,17 @@ def _summary(seqs: Any) -> str:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
+    import numpy as np
+
     from train.seqs import load_many
 
     seqs = load_many(a.data)
     _say(_summary(seqs))
-    for name in sorted({seqs.source(i) for i in range(len(seqs))}):
-        index = [i for i in range(len(seqs)) if seqs.source(i) == name]
-        held = sum(bool(seqs.heldout[i]) for i in index)
-        _say(f"  {name}: {len(index)} sequences, {held} held out")
+    # one pass over the source indices (a loop per source was quadratic: minutes on 400 k)
+    counts = np.bincount(seqs.src, minlength=len(seqs.src_names))
+    held = np.bincount(seqs.src, weights=seqs.heldout, minlength=len(seqs.src_names))
+    for k in sorted(np.flatnonzero(counts), key=lambda k: seqs.src_names[k]):
+        _say(f"  {seqs.src_names[k]}: {counts[k]} sequences, {int(held[k])} held out")
     return 0
 
 
@@ -726,6 +730,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`info ... | head`): stop quietly, and keep Python's flush at
+        # exit from raising again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
