@@ -280,6 +280,14 @@ def test_unpack_refuses_responses_of_another_prompt_set_or_a_broken_file(tmp_pat
         read_responses([tmp_path / "r.npz"], other)
     with pytest.raises(InputError, match="prompt is not in the prompt set"):
         write_responses(_generated(other, [6]), prompts, tmp_path / "x.npz")
+    # the command line names the files it read
+    save(prompts, tmp_path / "p.npz")
+    save(_generated(other, [6]), tmp_path / "gen.npz")
+    proc = _run("pack", "--data", str(tmp_path / "gen.npz"), "--prompts", str(tmp_path / "p.npz"),
+                "--out", str(tmp_path / "x.npz"))
+    assert proc.returncode == 2 and not (tmp_path / "x.npz").exists()
+    assert re.fullmatch(r"error: \S*gen\.npz against \S*p\.npz: sequence 0's prompt is not in the "
+                        r"prompt set \(\d+ tokens, source coding:a\)\n", proc.stderr), proc.stderr
     with np.load(tmp_path / "r.npz") as z:
         good = {k: z[k] for k in z.files}
     for name, change, words in [

@@ -466,7 +466,10 @@ def cmd_pack(a: argparse.Namespace) -> int:
 
     prompts = load(a.prompts)
     seqs = load_many(a.data)
-    n, repeats = write_responses(seqs, prompts, a.out)
+    try:
+        n, repeats = write_responses(seqs, prompts, a.out)
+    except InputError as exc:  # its sequence index runs over all the --data files
+        raise InputError(f"{', '.join(map(str, a.data))} against {a.prompts}: {exc}") from exc
     left_out = f" ({repeats} repeated prompts left out)" if repeats else ""
     _say(f"packed {n} responses{left_out} into {a.out} ({a.out.stat().st_size:,} bytes; "
          f"prompts: {a.prompts}, set {prompt_set_id(prompts)})")
