@@ -419,6 +419,23 @@ def test_generate_refuses_a_limit_below_one(limit: str):
     assert proc.returncode == 2 and f"argument --limit: at least 1, not '{limit}'" in proc.stderr
 
 
+@pytest.mark.parametrize("engine", ["hf", "server"])
+def test_generate_refuses_a_decode_attention_its_engine_would_ignore(engine: str):
+    """``--attention`` is the torch engine's: with another engine it was silently dropped."""
+    proc = _run("generate", "--prompts", "p.npz", "--target", "t.gguf", "--out", "o",
+                "--engine", engine, "--attention", "bmm")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--attention is the torch engine's (--engine torch); the {engine} engine" \
+        in proc.stderr
+
+
+def test_generate_help_says_which_engine_reads_each_option_and_its_default():
+    help_text = " ".join(_run("generate", "--help").stdout.split())
+    assert "--batch BATCH hf and torch engines: prompts a batch (default: 192)" in help_text
+    assert "--device DEVICE hf and torch engines: the torch device (default: cuda)" in help_text
+    assert "torch engine only: how a decode step attends" in help_text
+
+
 def test_the_generator_profile_without_torch_says_how_to_install_it():
     try:
         import torch  # noqa: F401

@@ -183,6 +183,10 @@ def _server_bin(a: argparse.Namespace) -> Path:
 def cmd_generate(a: argparse.Namespace) -> int:
     from train.seqs import load_many, save_shards
 
+    if a.attention and a.engine != "torch":
+        raise InputError(f"--attention is the torch engine's (--engine torch); the "
+                         f"{a.engine} engine attends its own way")
+    attention = a.attention or "auto"
     prompts = load_many(a.prompts)
     if a.done:
         done = load_many(a.done)
@@ -217,7 +221,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
         seqs, stats, skipped = hf_gen.generate(target, prompts, max_new=a.max_new,
                                                batch=a.batch, batch_tokens=a.batch_tokens,
                                                budget_s=a.budget_s, progress=_say,
-                                               engine=a.engine, attention=a.attention)
+                                               engine=a.engine, attention=attention)
         if skipped:
             _say(f"{skipped} json-protocol prompts skipped: their grammar needs the server "
                  "engine")
@@ -227,7 +231,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     runlog.append(a.runs, "generate", {"prompts": [str(p) for p in a.prompts],
                                        "out": [str(p) for p in paths], "max_new": a.max_new,
                                        "engine": a.engine, "device": a.device,
-                                       "attention": a.attention if a.engine == "torch" else None,
+                                       "attention": attention if a.engine == "torch" else None,
                                        "stats": stats.as_dict(), "skipped_json": skipped,
                                        "data": _data_record(seqs)})
     return 0
@@ -543,7 +547,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="stage", required=True)
 
     def stage(name: str, help_text: str) -> argparse.ArgumentParser:
-        s = sub.add_parser(name, help=help_text, description=help_text)
+        s = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         s.add_argument("--runs", type=Path, default=None,
                        help=f"run log to append to (default {runlog.DEFAULT})")
         return s
@@ -614,17 +619,17 @@ def parser() -> argparse.ArgumentParser:
                    help="start nothing new after this many seconds")
     s.add_argument("--shard-tokens", type=int, default=6_000_000,
                    help="tokens per output file (uint16 ids: ~6 M tokens < 16 MiB)")
-    s.add_argument("--parallel", type=int, default=8, help="server slots (-np)")
-    s.add_argument("--gpu-layers", help="server -ngl (e.g. all)")
-    s.add_argument("--batch", type=int, default=192, help="hf batch size (prompts)")
+    s.add_argument("--parallel", type=int, default=8, help="server engine: slots (-np)")
+    s.add_argument("--gpu-layers", help="server engine: -ngl (e.g. all)")
+    s.add_argument("--batch", type=int, default=192, help="hf and torch engines: prompts a batch")
     s.add_argument("--batch-tokens", type=int, default=1_000_000,
-                   help="hf batch size in tokens, (prompt + max-new) x rows: bounds the KV "
-                   "cache (SmolLM2 in float32: 46 KB a token)")
-    s.add_argument("--device", default="cuda", help="hf device")
-    s.add_argument("--attention", choices=ATTENTION_CHOICES, default="auto",
-                   help="torch engine: how a decode step attends over the cache; auto times "
-                   "each on every batch and keeps the fastest (python -m train gen-profile "
-                   "compares them side by side)")
+                   help="hf and torch engines: a batch's tokens, (prompt + max-new) x rows: "
+                   "bounds the KV cache (SmolLM2: 46 KB a token in float32, 23 in bf16)")
+    s.add_argument("--device", default="cuda", help="hf and torch engines: the torch device")
+    s.add_argument("--attention", choices=ATTENTION_CHOICES,
+                   help="torch engine only: how a decode step attends over the cache; auto "
+                   "(its default) times each on every batch and keeps the fastest (python -m "
+                   "train gen-profile compares them side by side)")
     server(s)
     s.set_defaults(run=cmd_generate)
 
