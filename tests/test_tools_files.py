@@ -236,6 +236,20 @@ def test_create_replacing_a_crlf_file_keeps_crlf(reg: Registry, ws: Path):
     assert (ws / "win.txt").read_bytes() == b"new one\r\nnew two\r\n"
 
 
+def test_create_with_the_content_already_there_says_unchanged_not_replaced(reg: Registry,
+                                                                          ws: Path):
+    """new-project showed "✓ replaced notes.txt" for a second identical create; a CRLF file
+    given the same text with LF is the same bytes once its line endings are kept."""
+    (ws / "same.txt").write_bytes(b"one\ntwo\n")
+    (ws / "win.txt").write_bytes(b"one\r\n")
+    assert reg.call("create", {"path": "same.txt", "file_text": "one\ntwo\n"}).text == \
+        "unchanged same.txt (2 lines, the same content)"
+    assert reg.call("create", {"path": "win.txt", "file_text": "one\n"}).text == \
+        "unchanged win.txt (1 line, the same content)"
+    assert reg.call("create", {"path": "same.txt", "file_text": "one\n"}).text == \
+        "replaced same.txt (1 line)"
+
+
 def test_create_with_crlf_text_over_a_crlf_file_does_not_double_carriage_returns(
         reg: Registry, ws: Path):
     (ws / "win.txt").write_bytes(b"old\r\n")

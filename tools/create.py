@@ -31,10 +31,15 @@ class Create(Tool):
         path = resolve(self.ctx, args.path)
         if path.is_dir():
             raise ToolError(f"{args.path} is a directory")
-        # An existing file keeps its encoding and line endings.
-        fmt = read_text(self.ctx, path) if path.is_file() else TextFile("", "utf-8", "\n", False)
         existed = path.is_file()
-        write_recorded(self.ctx, path, encode(fmt, args.file_text))
-        verb = "replaced" if existed else "created"
-        return Observation(text=f"{verb} {self.ctx.workspace.relative(path)} "
-                                f"({lines_label(args.file_text)})")
+        # An existing file keeps its encoding and line endings.
+        fmt = read_text(self.ctx, path) if existed else TextFile("", "utf-8", "\n", False)
+        data = encode(fmt, args.file_text)
+        # Compared as bytes, as written: "replaced" for a file left as it was misled the user
+        # and the model alike (a weak model rewrites a file it has just written).
+        same = existed and self.ctx.workspace.read_bytes(path) == data
+        write_recorded(self.ctx, path, data)
+        rel, label = self.ctx.workspace.relative(path), lines_label(args.file_text)
+        if same:
+            return Observation(text=f"unchanged {rel} ({label}, the same content)")
+        return Observation(text=f"{'replaced' if existed else 'created'} {rel} ({label})")
