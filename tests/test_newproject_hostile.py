@@ -304,6 +304,23 @@ def test_the_simple_recipes_module_can_always_be_imported():
     assert module_name("日本語") == "new_project"
 
 
+@pytest.mark.parametrize(("description", "module"), [
+    ("a CLI that counts words, with tests", "a_cli_that_counts_words"),
+    ("a CLI todo app with tests", "a_cli_todo_app"),
+    ("A stack class WITH UNIT TESTS.", "a_stack_class"),
+    ("a calculator, including a test suite", "a_calculator"),
+    ("a word counter with tests and a README", "a_word_counter"),
+    ("json with tests", "project_json"),  # the cut name is checked like any other
+    ("a plugin that works with test runners", "plugin_works_test"),  # not a test clause
+    ("with tests", "with_tests"),  # nothing would be left: the description is kept
+])
+def test_the_simple_recipes_module_name_leaves_out_a_clause_asking_for_tests(
+        description: str, module: str):
+    """Before, "a CLI that counts words, with tests" made cli_counts_words_tests.py: the
+    words telling the agent to write tests ended up in the module's name."""
+    assert module_name(description) == module
+
+
 def test_a_repository_the_model_broke_is_a_stated_error_not_a_crash(tmp_path: Path,
                                                                    agent_home: Path):
     """Before: exit 4, an internal error with a GitCommandError."""
@@ -326,7 +343,7 @@ def test_a_slug_too_long_for_its_limit_drops_filler_words_before_real_ones():
     """Before, the simple recipe's module for "a CLI todo app with tests" (24 characters at
     most) was a_cli_todo_app_with: cut at the limit, "tests" went and "with" stayed."""
     assert slugify("a CLI todo app with tests", 24) == "cli-todo-app-tests"
-    assert module_name("a CLI todo app with tests") == "cli_todo_app_tests"
+    assert module_name("a CLI todo app for the team") == "cli_todo_app_team"
     assert slugify("a CLI todo app with tests") == "a-cli-todo-app-with-tests"  # fits whole
     text = "a web server for the notes of a team with a REST API and a SQLite database"
     assert slugify(text) == "web-server-notes-team-rest-api-sqlite"  # whole words only

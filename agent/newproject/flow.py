@@ -115,11 +115,21 @@ def slugify(description: str, limit: int = 40) -> str:
     return slug or words[0][:limit]
 
 
+_TESTS_CLAUSE = re.compile(r"""[\s,;]* \b(?:with|including|plus) \s+ (?:\w+\s+)?  # ", with unit"
+                               tests? (?:\s+suite)? \s*
+                               (?:$|[,.;:!(]|\b(?:and|or)\b)  # it ends there: not "test data"
+                               .*""", re.IGNORECASE | re.DOTALL | re.VERBOSE)
+"""A clause asking for tests ("with tests", ", including unit tests."), and all after it."""
+
+
 def module_name(description: str) -> str:
     """The simple recipe's Python module name for ``description``: its slug as an
-    identifier, prefixed with ``project_`` where the slug could not be imported as itself (a
-    leading digit, a keyword, a standard-library module it would shadow)."""
-    name = slugify(description, 24).replace("-", "_")
+    identifier (without a clause asking for tests: :data:`_TESTS_CLAUSE`), prefixed with
+    ``project_`` where the slug could not be imported as itself (a leading digit, a keyword,
+    a standard-library module it would shadow)."""
+    # "with tests" tells the agent what to write; it names nothing the module holds
+    # ("a CLI todo app with tests" gave cli_todo_app_tests.py).
+    name = slugify(_TESTS_CLAUSE.sub("", description) or description, 24).replace("-", "_")
     if not name.isidentifier() or keyword.iskeyword(name) or name in sys.stdlib_module_names:
         return f"project_{name}"
     return name
