@@ -184,6 +184,22 @@ def test_sessions_lists_a_new_project_by_its_description_with_one_task(agent_hom
     assert "Create a new project" not in line
 
 
+def test_new_project_indents_the_test_runs_last_lines_under_its_tests_line(agent_home: Path,
+                                                                           tmp_path: Path):
+    """Before, pytest's "no tests ran in 0.01s" stood at the margin under "Tests (run by
+    dflash-agent): no tests (...)", read as a line of the summary's own."""
+    with ScriptedModel([call("final_answer", text="scaffolded")]) as model:
+        proc = agent("new-project", "a todo app", "--dir", str(tmp_path / "proj"),
+                     "--base-url", model.url, "--tool-protocol", "json", home=agent_home,
+                     cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr  # the scripted project has no tests
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Tests (run by"))
+    assert lines[at].startswith("Tests (run by dflash-agent): no tests ("), proc.stdout
+    assert lines[at + 1].startswith("    no tests ran in "), proc.stdout
+    assert lines[at + 2].startswith("Steps: "), proc.stdout
+
+
 def _help_texts() -> dict[str, str]:
     """Every command's --help text, rendered in-process from the real command tree."""
     import typer

@@ -224,7 +224,10 @@ def new_project_cmd(
         runner = f" ({runner})" if runner else ""
         out.print(f"Tests (run by dflash-agent): {result.tests.status}{runner}", markup=False)
         if result.tests.detail and result.tests.status != "passed":
-            out.print(result.tests.detail, markup=False)
+            # Under its "Tests" line, as in the commit message: at the margin the runner's
+            # last line ("no tests ran in 0.01s") read as a line of the summary's own.
+            out.print("\n".join(f"    {line}" for line in result.tests.detail.splitlines()),
+                      markup=False)
         speed = f"{stats['decode_tok_s']} tok/s" if stats["decode_tok_s"] else "n/a"
         cached = "cache reuse not reported" if stats["cached_tokens"] is None \
             else f"{stats['cached_tokens']} cached"
