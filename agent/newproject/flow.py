@@ -124,12 +124,16 @@ _TESTS_CLAUSE = re.compile(r"""[\s,;]* \b(?:with|including|plus) \s+ (?:\w+\s+)?
 
 def module_name(description: str) -> str:
     """The simple recipe's Python module name for ``description``: its slug as an
-    identifier (without a clause asking for tests: :data:`_TESTS_CLAUSE`), prefixed with
+    identifier (without a clause asking for tests, :data:`_TESTS_CLAUSE`, and without filler
+    words, :data:`_FILLER`, unless nothing else is left), prefixed with
     ``project_`` where the slug could not be imported as itself (a leading digit, a keyword,
     a standard-library module it would shadow)."""
     # "with tests" tells the agent what to write; it names nothing the module holds
-    # ("a CLI todo app with tests" gave cli_todo_app_tests.py).
-    name = slugify(_TESTS_CLAUSE.sub("", description) or description, 24).replace("-", "_")
+    # ("a CLI todo app with tests" gave cli_todo_app_tests.py). Nor do filler words, even
+    # where they would fit ("a CLI that counts words" made a_cli_that_counts_words.py).
+    text = _TESTS_CLAUSE.sub("", description) or description
+    words = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _FILLER]
+    name = slugify(" ".join(words) or text, 24).replace("-", "_")
     if not name.isidentifier() or keyword.iskeyword(name) or name in sys.stdlib_module_names:
         return f"project_{name}"
     return name
