@@ -19,7 +19,7 @@ from backend.serve.profiles import LaunchPlan
 from tests.conftest import greedy_timings
 from tests.test_presets_cli import OFFLINE, listed
 
-SHIPPED = "packaged://smollm2-135m-dflash-v4.gguf"
+SHIPPED = "packaged://smollm2-135m-dflash-v5.gguf"
 
 
 def _field(reader: GGUFReader, key: str):
@@ -44,7 +44,7 @@ def test_the_shipped_draft_is_an_upstream_dflash_draft_for_smollm2(smollm2: Path
     ("packaged://../presets.toml", "expected packaged://FILE"),
     ("packaged://sub/x.gguf", "expected packaged://FILE"),
     ("packaged://no-such-draft.gguf", "ships no no-such-draft.gguf (it ships: "
-                                      "smollm2-135m-dflash-v4.gguf)"),
+                                      "smollm2-135m-dflash-v5.gguf)"),
 ])
 def test_a_packaged_source_the_product_does_not_ship_is_one_plain_error(source: str, says: str):
     with pytest.raises(ModelError, match=says.replace("(", r"\(").replace(")", r"\)")) as info:

@@ -61,7 +61,7 @@ SMOL=$T/models/SmolLM2-135M-Instruct.Q4_1.gguf
 HOME_UP=$T/home
 OUT=${OUT:-$T/out}
 PROMPTS=${PROMPTS:-train/data/prompts-v4.npz}
-INIT=${INIT-backend/models/packaged/smollm2-135m-dflash-v4.gguf}  # empty: from scratch
+INIT=${INIT-backend/models/packaged/smollm2-135m-dflash-v5.gguf}  # empty: from scratch
 NAME=${NAME:-smollm2-135m-dflash-v5}
 GEN_BUDGET=${GEN_BUDGET:-260}       # seconds of generation (no new batch after that)
 GEN_BATCH=${GEN_BATCH:-1024}        # prompts a batch
@@ -364,7 +364,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
   while [[ ! -f $T/build.rc || -f $T/gpu.busy ]] && (($(left) > 300)); do sleep 10; done
   [[ -f $T/gpu.busy ]] && { say "the GPU is still generating for layers"; pack 75; }
   [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
-  presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}"
+  presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v5.gguf}"
   [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
     --lengths "${CAL_LENGTHS:-1,2,3,5,7,15}" --json "$R/calibrate-smol-v3.json" \
     && touch "$T/done/cal-smol-v3"; }
@@ -411,7 +411,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
     [[ -f $T/done/pmin-$cut ]] && continue
     (($(left) > 120)) || pack 75
     k=${cut%%:*}; pm=${cut#*:}; name=smol-pmin-$k-${pm//./}  # no dot in a TOML table name
-    fixed_preset "$name" "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v4.gguf}" "$k" "$pm"
+    fixed_preset "$name" "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v5.gguf}" "$k" "$pm"
     "${A[@]}" backend bench --preset "$name" --profiles baseline,dflash-fixed \
       --prompts edit --temperatures 0 --max-tokens 1200 --repeats 2 \
       --json "$R/pmin-edit-k$k-p$pm.json" && touch "$T/done/pmin-$cut"
