@@ -204,8 +204,9 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
 
     On an engine that takes the draft length per request (the product's build), the tuned
     ``dflash`` profile's off state is measured too: the draft loaded, every request at
-    ``speculative.n_max`` 0 (``CostModel.idle_ratio``; off keeps the draft loaded only where
-    that is nearly free). Costs are stored per engine key, target, draft and device
+    ``speculative.n_max`` 0 (``CostModel.idle_ratio``: a session that turns drafting off keeps
+    the draft loaded where that is nearly free). Costs are stored per engine key, target,
+    draft and device
     (:func:`tuning.save_costs`).
     ``tokens``: decoded per timed request; None: :func:`request_tokens` of the first plain
     measurement's speed. That first measurement is the machine's warm-up and is not kept:
@@ -382,9 +383,12 @@ def table_lines(cal: Calibration) -> list[str]:
     lines.append("break-even: the acceptance above which drafting that length beats plain "
                  "decoding")
     if c.idle_ratio is not None:
-        kept = "keeps it loaded" if c.idle_is_free() else "starts without it"
+        # A launch choosing off starts without the draft whatever this reads (tuning._launch);
+        # it decides only for a session whose requests turn drafting off (DraftCap).
         lines.append(f"draft loaded, off: {c.idle_ratio * base.step_ms:.2f} ms a token "
-                     f"({1 / c.idle_ratio:.2f}x plain): off {kept}")
+                     f"({1 / c.idle_ratio:.2f}x plain)")
+        lines.append("  off in a session: " + ("the draft stays loaded" if c.idle_is_free()
+                     else "relaunched without the draft once it cost a relaunch"))
     if not c.synthetic:
         lines.append("(real draft timed: no synthetic acceptance in this engine)")
     return lines

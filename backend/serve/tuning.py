@@ -48,13 +48,15 @@ spread 0.88-1.09x on the shared VM), and requests capped at 3 on a server launch
 0.88x at a synthetic acceptance of 0.75): a true off within the noise, and a length that
 changes between two requests without a restart. That injection is not free everywhere: on an
 H200 requests at 0 decoded at 0.90x (SmolLM2; 1.02x on the 2-core CPU with the 2-layer v2
-draft, ``agent backend calibrate``). So off keeps the draft loaded only where calibration
-measured it at :data:`IDLE_FLOOR` of plain or better (``CostModel.idle_ratio``); otherwise off
-is a launch without the draft.
+draft, ``agent backend calibrate``), and calibration's idle row does not tell where: on the
+H200 it put v5 at 1.01x of plain, and benches with it loaded and off ran 0.92-0.93x. So a
+launch that chooses off starts without the draft; a session whose requests turn drafting off
+later keeps it loaded until it has cost a relaunch (:meth:`DraftCap.unload_due`, where
+calibration measured it under :data:`IDLE_FLOOR` of plain).
 
 So on a patched engine the tuned ``dflash`` profile (:func:`per_request_cap`) launches with the
-draft loaded at the longest length when it drafts (or when a loaded draft was measured free, or
-drafting is predicted near break-even: :data:`EXPLORE_FROM`), and :class:`DraftCap` chooses each
+draft loaded at the longest length when it drafts (or when drafting is predicted near
+break-even: :data:`EXPLORE_FROM`), and :class:`DraftCap` chooses each
 request's length (0 = off) from the stored observations and the session's own, re-choosing after
 every request, against what off costs on that server (the loaded draft's measured idle cost, not
 plain decoding); while off, a request drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due,
@@ -873,7 +875,7 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         choice = choose(costs, synth_p, max_n=longest)
         choice = choice.model_copy(update={"reason": "synthetic " + choice.reason,
                                            "off_label": off_label})
-        return _launch(plan, choice, longest, costs)
+        return _launch(plan, choice, longest)
     draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
     observations = at_temperature(load_observations(draft_only, note), temperature)
     if probe_due(observations) and allow_probe:
@@ -914,7 +916,7 @@ def tune(plan: LaunchPlan, *, synth_p: float | None = None, allow_probe: bool = 
         choice = choice.model_copy(update={
             "reason": choice.reason + "; the launch probes the draft first and may choose "
                                       "otherwise"})
-    return _launch(plan, choice, longest, costs, pending=pending)
+    return _launch(plan, choice, longest, pending=pending)
 
 
 def _is_bee_old(binary: Path) -> bool:
@@ -925,22 +927,24 @@ def _is_bee_old(binary: Path) -> bool:
         return False
 
 
-def _launch(plan: LaunchPlan, choice: Tuning, longest: int, costs: CostModel,
+def _launch(plan: LaunchPlan, choice: Tuning, longest: int,
             pending: bool = False) -> tuple[LaunchPlan, Tuning]:
     """The plan to launch for ``choice``: the chosen length, or, on a server that takes the
     length per request (:func:`per_request_cap`), the draft loaded at ``longest`` with the
-    choice carried by each request — except drafting off where calibration did not measure a
-    loaded draft as free (:meth:`CostModel.idle_is_free`), which launches without the draft.
+    choice carried by each request — except drafting off, which launches without the draft.
     A loaded draft costs even when no request drafts (its feature injection runs after every
     target batch): requests at ``speculative.n_max`` 0 decoded at 0.90x of a server without
     the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x for the 7.4 B
     shape; 0.97-1.01x on the 2-core CPU with v1, 1.02x with v2 (benchmarks/RESULTS.md).
+    Calibration's idle row (:attr:`CostModel.idle_ratio`) is not trusted for this: on the
+    H200 it put v5 loaded and off at 1.01x of plain, and the benches that then kept it loaded
+    ran 0.92-0.93x (2026-12-05; v4: 1.10x calibrated, 0.94x in the agent replay); a session
+    whose requests turn drafting off later weighs it itself (:meth:`DraftCap.unload_due`).
     ``pending``: a command shown before the probe that decides (``--print-cmd``) is the
     drafting one, the draft loaded per request: the launch itself probes first. Drafting off
     near break-even (:meth:`Tuning.explores`) keeps the draft loaded too: the session's first
     requests measure it."""
-    if per_request_cap(plan) and (choice.n_max > 0 or pending or choice.explores()
-                                  or costs.idle_is_free()):
+    if per_request_cap(plan) and (choice.n_max > 0 or pending or choice.explores()):
         return (plan.model_copy(update={"draft_n_max": longest}),
                 choice.model_copy(update={"per_request": True}))
     return plan.model_copy(update={"draft_n_max": choice.n_max}), choice
