@@ -434,6 +434,8 @@ def test_generate_help_says_which_engine_reads_each_option_and_its_default():
     assert "--batch BATCH hf and torch engines: prompts a batch (default: 192)" in help_text
     assert "--device DEVICE hf and torch engines: the torch device (default: cuda)" in help_text
     assert "torch engine only: how a decode step attends" in help_text
+    # a default of None is the help's to explain, not "(default: None)"
+    assert "(default: None)" not in help_text and help_text.count("(default:") >= 5
 
 
 def test_the_generator_profile_without_torch_says_how_to_install_it():

@@ -541,6 +541,15 @@ def _at_least(low: int) -> Any:
 # --- parser ----------------------------------------------------------------------------------
 
 
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, where it has one: for a default of None the help
+    says what happens ("(default: None)" read as wrong beside "default: the llama.cpp engine
+    built in the dflash-agent home")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -548,7 +557,7 @@ def parser() -> argparse.ArgumentParser:
 
     def stage(name: str, help_text: str) -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_text, description=help_text,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=_DefaultsHelp)
         s.add_argument("--runs", type=Path, default=None,
                        help=f"run log to append to (default {runlog.DEFAULT})")
         return s
