@@ -184,6 +184,20 @@ def test_a_symlink_swapped_in_after_the_check_is_not_followed(ws: Path, outside:
         workspace.read_bytes(ws / "src" / "last")  # the final component is never followed
 
 
+def test_create_is_no_oracle_for_a_file_outside_through_a_symlink(reg: Registry, ws: Path,
+                                                                   outside: Path):
+    """``create`` compares its text with the file's to say "unchanged": through a symlink that
+    would tell an injected model whether a guess matches a file outside the workspace. The
+    link is refused before anything is read, for the right guess as for a wrong one."""
+    (ws / "passwd").symlink_to(outside / "secret.txt")
+    for guess in ("root:x:0:0:OUTSIDE-SECRET\n", "wrong\n"):
+        obs = reg.call("create", {"path": "passwd", "file_text": guess})
+        assert obs.is_error and "outside the workspace" in obs.text, obs.text
+        assert "unchanged" not in obs.text and "replaced" not in obs.text
+    assert (outside / "secret.txt").read_text() == "root:x:0:0:OUTSIDE-SECRET\n"
+    assert (ws / "passwd").is_symlink()
+
+
 def test_undo_edit_goes_through_the_same_checks(reg: Registry, ws: Path, outside: Path):
     assert not reg.call("create", {"path": "a.txt", "file_text": "one\n"}).is_error
     assert not reg.call("create", {"path": "a.txt", "file_text": "two\n"}).is_error
