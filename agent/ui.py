@@ -22,6 +22,7 @@ from rich.text import Text
 
 from agent.acceptance import collapse_note
 from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolResult
+from backend.home import home
 from tools.create import lines_label
 
 _SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
@@ -303,8 +304,8 @@ class Reporter:
             self._build_line(step, done, total, time.monotonic())
             return
         if self._progress is None:
-            self.console.print("[bold]Building llama-server[/bold] (first run only; the full "
-                               "log is kept beside the engine)")
+            self.console.print(Text.assemble(("Building llama-server", "bold"),
+                                             f" (first run only; {_build_log_hint()})"))
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                       TextColumn("{task.completed}/{task.total}"),
                                       TimeElapsedColumn(), console=self.console, transient=True)
@@ -323,8 +324,8 @@ class Reporter:
         if self._build_plain is None:
             # Measured from fresh clones on 2 idle cores: 3 min 37 s (AMD EPYC, 2026-12-05)
             # to 11 min (2026-12-02); "about 10 minutes" overstated the usual case.
-            self.console.print("Building llama-server (first run only, 4 to 11 minutes on 2 "
-                               "cores; the full log is kept beside the engine)")
+            self.console.print(Text("Building llama-server (first run only, 4 to 11 minutes on 2 "
+                                    f"cores; {_build_log_hint()})"))
             self._build_plain = (now, now - PROGRESS_EVERY_S, "")
         started, said, last = self._build_plain
         elapsed = f"{int(now - started) // 60} min {int(now - started) % 60:02d} s"
@@ -340,6 +341,12 @@ class Reporter:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def _build_log_hint() -> str:
+    """Where a build's full log goes, for a user who wants to follow it while the build runs:
+    the engine's folder is named by a key the build computes, so the line names its parent."""
+    return f"full log: {home().engines}/<engine>/build.log"
 
 
 TICK_S = 1.0

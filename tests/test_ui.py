@@ -4,6 +4,7 @@ from rich.console import Console
 
 from agent.events import ModelTurn, Timings, ToolCall
 from agent.ui import Reporter
+from backend.home import home
 
 
 def _reporter() -> tuple[Reporter, io.StringIO]:
@@ -126,6 +127,9 @@ def test_a_build_to_a_file_or_pipe_prints_lines_not_a_silent_bar():
         reporter._build_line(step, done, total, at)
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("Building llama-server (first run only")
+    # The line says where the log is, so a user can follow a long build (it said "beside the
+    # engine", which is no path).
+    assert f"full log: {home().engines}/<engine>/build.log" in lines[0]
     assert lines[1:] == ["build: fetch (0 min 00 s)", "build: unpack (0 min 05 s)",
                          "build: configure (0 min 15 s)", "build: build 1/208 (0 min 20 s)",
                          "build: build 90/208 (1 min 00 s)", "build: done in 9 min 25 s"]
