@@ -112,3 +112,38 @@ def test_new_project_offers_the_skill_catalog_and_activates_a_forced_skill(tmp_p
     assert any("scripts/scaffold.py" in str(m.get("content")) for m in first[1:])  # the body
     assert unknown.returncode == 2 and "no skill named 'no-such-skill'" in unknown.stderr
     assert not (tmp_path / "n").exists()
+
+
+def test_the_projects_pytest_settings_are_found_where_pytest_finds_them(tmp_path: Path):
+    """A pyproject.toml with no pytest table was taken for the project's pytest settings, so a
+    tox.ini's ``[pytest]`` section was ignored: its test files were never collected."""
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "0.1"\n')
+    (proj / "tox.ini").write_text("[pytest]\npython_files = check_*.py\n")
+    (proj / "check_add.py").write_text("def test_add():\n    assert 1 + 2 == 3\n")
+    report = run_project_tests(proj)
+    assert (report.status, report.counts.split()[:2]) == ("passed", ["1", "passed"])
+    assert "-c tox.ini" in report.runner
+    # The same settings in pyproject.toml's table, and in setup.cfg's section.
+    (proj / "tox.ini").unlink()
+    (proj / "pyproject.toml").write_text('[tool.pytest.ini_options]\n'
+                                         'python_files = ["check_*.py"]\n')
+    assert run_project_tests(proj).status == "passed"
+    (proj / "pyproject.toml").unlink()
+    (proj / "setup.cfg").write_text("[tool:pytest]\npython_files = check_*.py\n")
+    assert run_project_tests(proj).status == "passed"
+    # A setup.cfg without the section sets nothing: pytest's defaults collect no check_*.py.
+    (proj / "setup.cfg").write_text("[metadata]\nname = p\n")
+    assert run_project_tests(proj).status == "no tests"
+
+
+def test_a_broken_pytest_config_is_reported_not_skipped(tmp_path: Path):
+    """A pyproject.toml that does not parse is handed to pytest, which names the error; the
+    project's tests are not run as if it had no settings."""
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text("[tool.pytest.ini_options\naddopts = \n")
+    (proj / "test_ok.py").write_text("def test_ok():\n    assert True is not False\n")
+    report = run_project_tests(proj)
+    assert report.status.startswith(("failed", "error")) and "pyproject.toml" in report.detail

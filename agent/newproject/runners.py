@@ -9,6 +9,7 @@ mean "ran nothing" (node's runner, cargo, go, maven), from its summary line.
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +83,7 @@ class Runner:
 
 _PYTEST_STATUS = {0: "passed", 1: "failed", 5: "no tests"}
 _PROJECT_INIS = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+"""pytest's configuration files, in the order pytest looks for them."""
 _NPM_PLACEHOLDER = "no test specified"
 
 
@@ -119,9 +122,39 @@ def _exit_verdict(code: int, out: str) -> str:
     return "passed" if code == 0 else "failed"
 
 
+def _pytest_config(directory: Path) -> Path | None:
+    """The file pytest would take its settings from in ``directory``, or None.
+
+    pytest's own rule (``_pytest.config.findpaths.locate_config``): ``pytest.ini`` and
+    ``.pytest.ini`` whatever they hold; ``pyproject.toml`` only with a ``[tool.pytest]`` or
+    ``[tool.pytest.ini_options]`` table, ``tox.ini`` only with ``[pytest]``, ``setup.cfg`` only
+    with ``[tool:pytest]``. A file that does not parse is taken, so pytest reports it in its own
+    words instead of the project's settings being dropped in silence."""
+    for name in _PROJECT_INIS:
+        path = directory / name
+        if not path.is_file():
+            continue
+        if name in ("pytest.ini", ".pytest.ini"):
+            return path
+        try:
+            text = path.read_text("utf-8")
+            if name == "pyproject.toml":
+                tool = tomllib.loads(text).get("tool")
+                found = isinstance(tool, dict) and isinstance(tool.get("pytest"), dict)
+            else:
+                parser = configparser.ConfigParser(interpolation=None)
+                parser.read_string(text)
+                found = parser.has_section("pytest" if name == "tox.ini" else "tool:pytest")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
+            return path
+        if found:
+            return path
+    return None
+
+
 def _python_runner(directory: Path) -> Runner:
     venv_python = directory / VENV / "bin" / "python"
-    ini = next((directory / n for n in _PROJECT_INIS if (directory / n).is_file()), None)
+    ini = _pytest_config(directory)
     # Confined to the project (its own config file or none), so a project made inside another
     # is not judged by the outer project's pytest settings.
     args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(directory),
