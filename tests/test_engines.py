@@ -1,7 +1,10 @@
 import io
 import os
+import signal
 import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,42 @@ def test_a_failing_configure_names_the_step_and_keeps_the_log(tmp_path: Path):
     assert err.log is not None and err.log.is_file()
     assert "boom-42" in err.tail and "boom-42" in err.log.read_text()
     assert str(err.log) in str(err)
+
+
+def test_a_killed_builds_work_folder_is_swept_by_the_next_build_of_that_engine(
+        tmp_path: Path, agent_home: Path):
+    """A build killed with SIGKILL (or SIGTERM: Python's default never runs the clean-up)
+    left its ``build-*`` work folder in the engines folder for good; the next build of the same
+    engine removes it, and leaves another engine's (whose build may be running) alone."""
+    src = tmp_path / "slow"
+    (src / "ggml").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.14)\nproject(x NONE)\n'
+        'if(DEFINED ENV{SLOW_CONFIGURE})\n  execute_process(COMMAND sleep 120)\nendif()\n'
+        'message(FATAL_ERROR "boom-43")\n')
+    engines = agent_home / "cache" / "engines"
+    code = ("from pathlib import Path; from backend.engine.build import build_llama_cpp; "
+            f"build_llama_cpp(source=Path({str(src)!r}), cuda=False)")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ,
+                            "SLOW_CONFIGURE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(600):
+            if list(engines.glob("build-*")) and proc.poll() is None:
+                break
+            time.sleep(0.1)
+        left = list(engines.glob("build-*"))
+        assert len(left) == 1 and left[0].is_dir(), left
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # cmake's sleep too
+        proc.wait()
+    assert left[0].is_dir()  # the kill skipped its clean-up
+    other = engines / "build-some-other-engine-x1y2"
+    other.mkdir()
+    with pytest.raises(BuildError, match="boom-43"):
+        build_llama_cpp(source=src, cuda=False)
+    assert not left[0].exists() and other.is_dir()
+    assert sorted(p.name for p in engines.glob("build-*")) == [other.name]
 
 
 def test_an_sdist_the_patch_does_not_fit_stops_at_the_patch_step(tmp_path: Path):

@@ -785,7 +785,8 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
         target.mkdir(parents=True, exist_ok=True)
         log = target / "build.log"
         log.write_text(f"# build of {key}\n# source: {source_label or version}\n", "utf-8")
-        with tempfile.TemporaryDirectory(prefix="build-", dir=root) as work:
+        _sweep_work_dirs(root, key)
+        with tempfile.TemporaryDirectory(prefix=f"{_WORK_PREFIX}{key}-", dir=root) as work:
             work_dir = Path(work)
             src = obtain(work_dir, log)
             # Out of tree, so a user's --source checkout is never written to.
@@ -823,6 +824,21 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
             if templates.is_dir():
                 shutil.copytree(templates, target / "templates", dirs_exist_ok=True)
     return engine
+
+
+_WORK_PREFIX = "build-"
+"""A build's work folder in the engines folder is ``build-<key>-<random>``."""
+
+
+def _sweep_work_dirs(root: Path, key: str) -> None:
+    """Remove the work folders earlier builds of ``key`` left behind: a build killed by SIGTERM
+    or SIGKILL, or a machine that lost power, never reaches its temporary folder's clean-up,
+    and each left ~1 GB of source and objects in the engines folder. Called with ``key``'s lock
+    held, so no live build of that key owns one; other keys' folders are not touched (their
+    builds may be running)."""
+    for leftover in root.glob(f"{_WORK_PREFIX}{key}-*"):
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 BUILD_TOOLS = (("cmake", "cmake"), ("c++", "build-essential (a C++ compiler)"),
