@@ -22,6 +22,14 @@ EXIT_CODES_HELP = ("Exit codes: 0 success; 1 the task did not finish or the proj
                    "the crash log); 130 interrupted.")
 
 
+def interrupted_by(exc: KeyboardInterrupt) -> str:
+    """What interrupted the command: ``""`` for Ctrl-C, or the name of the termination signal
+    (``SIGTERM``, ``SIGHUP``) that :func:`backend.serve.server.interrupt_on_termination` turned
+    into the same ``KeyboardInterrupt`` (its only argument)."""
+    cause = exc.args[0] if len(exc.args) == 1 else None
+    return cause if isinstance(cause, str) and cause.startswith("SIG") else ""
+
+
 class UserError(RuntimeError):
     """A failure the user can act on; the message says what happened and what to do (no crash
     log: the line says it all)."""

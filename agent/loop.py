@@ -23,6 +23,7 @@ from typing import Any
 from agent.client import ContextOverflow, ServerClient, TimeLimitReached, Turn
 from agent.context import PROTECTED, ContextKeeper
 from agent.doom import LoopDetector
+from agent.errors import interrupted_by
 from agent.events import (
     Compaction,
     Event,
@@ -180,9 +181,11 @@ class Agent:
                     return self._finish(str(exc), "approval_needed")
                 if outcome is not None:
                     return self._finish(*outcome)
-        except KeyboardInterrupt:
-            self._deny_pending("interrupted by the user before this call finished")
-            return self._finish("", "interrupted")
+        except KeyboardInterrupt as exc:
+            cause = interrupted_by(exc)
+            self._deny_pending(f"interrupted by {cause} before this call finished" if cause
+                               else "interrupted by the user before this call finished")
+            return self._finish(cause, "interrupted")
 
     def _add(self, message: dict[str, Any], why: str = "the results above came first") -> None:
         """Append ``message`` to the history and log it.

@@ -423,7 +423,7 @@ STOP_LINES = {
     "approval_needed": "stopped: {text}",
     "length": "stopped: {text}; the model ran on without finishing: rephrase the task, or use "
               "a larger model (--preset)",
-    "interrupted": "interrupted (Ctrl-C) after {steps} model calls: the task stopped; the "
+    "interrupted": "interrupted ({text}) after {steps} model calls: the task stopped; the "
                    "files it changed so far stay as they are",
 }
 """What to print for each :class:`agent.events.FinalAnswer` ``reason`` other than done."""
@@ -445,6 +445,8 @@ def stop_line(reason: str, text: str, steps: int) -> str:
     template = STOP_LINES.get(reason, "stopped ({reason}): {text}")
     if reason == "max_time" and detail:
         template = TIME_LIMIT_IN_STEP
+    if reason == "interrupted":
+        detail = detail or "Ctrl-C"  # a termination signal's name otherwise
     return template.format(reason=reason, text=detail or "no details", steps=steps)
 
 

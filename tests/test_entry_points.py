@@ -6,8 +6,11 @@ command lines."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -85,6 +88,28 @@ def test_host_entries_written_by_earlier_versions_still_start(entry: str, tmp_pa
     command, args = ((str(AGENT_SCRIPT), args) if entry == "script"
                      else (sys.executable, ["-m", "agent", *args]))
     assert "run_task" in _tools(command, args, agent_home)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_mcp_serve_over_stdio_ends_at_once_on_sigterm_with_stdin_open(
+        sig: signal.Signals, tmp_path: Path, agent_home: Path) -> None:
+    """`agent` turns SIGTERM and SIGHUP into an interrupt, which the MCP SDK's stdin reader
+    thread does not see: a host's SIGTERM with our stdin still open waited until the host
+    closed it. Over stdio the server keeps the default: it ends at once."""
+    proc = subprocess.Popen([str(AGENT_SCRIPT), "mcp", "serve", "--root", str(tmp_path),
+                             "--base-url", UNREACHABLE], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, HOME_ENV: str(agent_home)})
+    try:
+        deadline = time.monotonic() + 60
+        assert proc.stderr is not None
+        while b"workspace roots" not in proc.stderr.readline():
+            assert time.monotonic() < deadline and proc.poll() is None
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == -sig
+    finally:
+        proc.kill()
+        proc.communicate()
 
 
 def test_version_from_a_source_tree_that_was_never_installed(monkeypatch: pytest.MonkeyPatch

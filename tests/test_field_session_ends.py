@@ -23,19 +23,21 @@ def _run(repo: Path, home: Path, task: str, script: list[dict], *flags: str) -> 
     return proc.returncode
 
 
-def _signalled(repo: Path, home: Path, task: str, sig: signal.Signals) -> None:
-    """An `agent run` that gets ``sig`` while it waits for the model's first reply."""
+def _signalled(repo: Path, home: Path, task: str, sig: signal.Signals) -> tuple[int, str]:
+    """An `agent run` that gets ``sig`` while it waits for the model's first reply: its exit
+    status and standard error."""
     env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
     with ScriptedModel([reply("slow", delay=60)]) as model:
         proc = subprocess.Popen([*AGENT, "run", task, "--base-url", model.url], cwd=repo,
                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not model.requests and time.monotonic() < deadline:
             time.sleep(0.05)
         assert model.requests, "the agent never asked the model"
         proc.send_signal(sig)
-        proc.wait(timeout=60)
+        _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr
 
 
 def test_sessions_say_how_each_one_ended(tmp_path: Path, agent_home: Path):
@@ -48,6 +50,12 @@ def test_sessions_say_how_each_one_ended(tmp_path: Path, agent_home: Path):
         500, {"code": 500, "message": "model exploded", "type": "server_error"})]) == 3
     _signalled(repo, agent_home, "ctrl-c", signal.SIGINT)
     _signalled(repo, agent_home, "killed", signal.SIGKILL)
+    # `timeout` and a closed terminal: the same clean end as Ctrl-C (they killed the process
+    # at once, and the session read "no end recorded").
+    for task, sig in (("terminated", signal.SIGTERM), ("hung up", signal.SIGHUP)):
+        code, stderr = _signalled(repo, agent_home, task, sig)
+        assert code == 130 and f"interrupted ({sig.name})" in stderr, (code, stderr)
+        assert "Traceback" not in stderr
     listed = agent("sessions", "--json", home=agent_home, cwd=repo)
     assert listed.returncode == 0, listed.stderr
     ended = {s["task"]: (s["ended"], s["end_detail"]) for s in json.loads(listed.stdout)}
@@ -57,6 +65,8 @@ def test_sessions_say_how_each_one_ended(tmp_path: Path, agent_home: Path):
     assert "model exploded" in ended["broken server"][1]
     assert ended["ctrl-c"] == ("interrupted", "interrupted (Ctrl-C)")
     assert ended["killed"] == ("no_end", "no end recorded (killed, or still running)")
+    assert ended["terminated"] == ("interrupted", "interrupted (SIGTERM)")
+    assert ended["hung up"] == ("interrupted", "interrupted (SIGHUP)")
     text = agent("sessions", home=agent_home, cwd=repo).stdout
     line = next(x for x in text.splitlines() if "'loop'" in x)
     assert "stopped: the step limit ran out" in line

@@ -803,7 +803,12 @@ def main() -> None:
     command = typer.main.get_command(app)
     debug = "--debug" in sys.argv[1:]
     try:
-        code = command.main(args=sys.argv[1:], prog_name="agent", standalone_mode=False)
+        # SIGTERM (`timeout`, systemd, a host stopping us) and SIGHUP (a closed terminal, a
+        # dropped ssh) end a command the way Ctrl-C does: the pending tool call is answered,
+        # the session log ends on the interruption, servers a command started for itself are
+        # stopped. Python's default for them ends the process with none of that.
+        with server.interrupt_on_termination():
+            code = command.main(args=sys.argv[1:], prog_name="agent", standalone_mode=False)
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.TyperException as exc:  # typer's vendored click usage errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -59,6 +60,13 @@ def serve_cmd(
     jobs = JobManager({"preset": preset, "profile": profile, "base_url": base_url,
                        "max_steps": max_steps, "max_time": max_time})
     server = build_server(roots, jobs)
+    if not http:
+        # `agent` turns SIGTERM and SIGHUP into an interrupt, but over stdio the SDK reads
+        # stdin in a thread that nothing interrupts: a host that sent SIGTERM with our stdin
+        # still open (the MCP spec's step after closing it) waited until it closed. The
+        # default ends the process at once; running tasks are in sessions of their own.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
     jobs.warm()
     err.print(f"workspace roots: {', '.join(map(str, roots.paths))}", markup=False)
     try:

@@ -18,7 +18,7 @@ import git
 from agent.client import ServerClient
 from agent.config import Settings
 from agent.context import DEFAULT_N_CTX, ContextKeeper
-from agent.errors import UsageError, UserError
+from agent.errors import UsageError, UserError, interrupted_by
 from agent.events import (
     ErrorEvent,
     Event,
@@ -404,10 +404,11 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
                              recipe_reason=recipe.reason, attempt=0, status="refused",
                              plan=plan.model_dump(), problems=[refused]))
             raise ToolchainMissing(refused)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Ctrl-C while planning: nothing was written; the log says how the session ended.
         client.close()
-        return _served(_unmade(directory, log, emit, recipe, "interrupted", "", []), backend)
+        return _served(_unmade(directory, log, emit, recipe, "interrupted", interrupted_by(exc),
+                               []), backend)
     except Exception as exc:
         emit(ErrorEvent(session_id=session_id, message=str(exc), kind=type(exc).__name__))
         client.close()
@@ -443,12 +444,12 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
             tests = run_project_tests(s.directory, s.plan.toolchain, s.env,
                                       timeout=time_for_tests(s.settings.max_time, started),
                                       own_pytest=s.recipe.name == "simple")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # The agent's run ended (its answer is logged); the log must end on the
             # interruption, or `agent sessions` lists the session as done.
-            s.emit(FinalAnswer(session_id=s.log.id, text=result.text, reason="interrupted",
-                               steps=steps))
-            return LoopResult(result.text, "interrupted", steps, result.timings), \
+            s.emit(FinalAnswer(session_id=s.log.id, text=interrupted_by(exc),
+                               reason="interrupted", steps=steps))
+            return LoopResult(interrupted_by(exc), "interrupted", steps, result.timings), \
                 TestReport("not run", "interrupted")
         steps_left = s.settings.max_steps - steps
         time_left = s.settings.max_time - (time.monotonic() - started)
@@ -494,7 +495,8 @@ def _unmade(directory: Path, log: SessionLog, emit: Callable[[Event], None], rec
     steps = MAX_PLAN_ATTEMPTS if reason == "plan_rejected" else 0
     emit(FinalAnswer(session_id=log.id, text=text, reason=reason, steps=steps))
     return ProjectResult(directory, log.id, log.path, LoopResult(text, reason, steps, timings),
-                         TestReport("not run", text or reason), recipe=recipe, created=False)
+                         TestReport("not run", reason if reason == "interrupted" else
+                                    text or reason), recipe=recipe, created=False)
 
 
 @dataclass
@@ -526,14 +528,14 @@ def _build(s: _Accepted) -> ProjectResult:
     progress = _Progress()
     try:
         return _make(s, progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Outside the agent's own run (git init, the .venv, the commit): the agent's loop and
         # the product's test run handle their own interruption.
         s.backend.client.close()
-        s.emit(FinalAnswer(session_id=s.log.id, text="", reason="interrupted",
+        s.emit(FinalAnswer(session_id=s.log.id, text=interrupted_by(exc), reason="interrupted",
                            steps=progress.steps))
         return ProjectResult(s.directory, s.log.id, s.log.path,
-                             LoopResult("", "interrupted", progress.steps, []),
+                             LoopResult(interrupted_by(exc), "interrupted", progress.steps, []),
                              TestReport("not run", "interrupted"), recipe=s.recipe,
                              plan=s.plan, environment=progress.environment,
                              plan_timings=s.plan_timings)

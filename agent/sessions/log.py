@@ -167,7 +167,8 @@ def _ending(lines: list[str], torn: bool) -> tuple[str, str, int, int]:
             if reason == "done":
                 ended, detail = "done", "done"
             elif reason == "interrupted":
-                ended, detail = "interrupted", "interrupted (Ctrl-C)"
+                cause = " ".join(str(event.get("text") or "").split())[:20]
+                ended, detail = "interrupted", f"interrupted ({cause or 'Ctrl-C'})"
             else:
                 ended, detail = "stopped", f"stopped: {STOPPED.get(reason, reason)}"
     return ended, detail, steps, tasks
