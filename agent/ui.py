@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -46,10 +47,51 @@ def printable(text: str) -> str:
 
 class SafeConsole(Console):
     """A rich :class:`~rich.console.Console` whose printed strings and :class:`Text` pass
-    through :func:`printable` (rich itself strips only BEL, BS, VT, FF and CR)."""
+    through :func:`printable` (rich itself strips only BEL, BS, VT, FF and CR), and whose
+    writes to a terminal that went away are dropped (:class:`_GoneTerminalSafe`)."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (rich's own)
         super().print(*(_printable(o) for o in objects), **kwargs)
+
+    @property
+    def file(self) -> IO[str]:  # noqa: D102 (rich's own)
+        return _GoneTerminalSafe(Console.file.fget(self))  # type: ignore[attr-defined]
+
+    @file.setter
+    def file(self, new_file: IO[str]) -> None:
+        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
+
+
+_GONE = frozenset({errno.EIO, errno.EPIPE, errno.ENXIO})
+"""What writing to a closed terminal (EIO, ENXIO) or a closed pipe (EPIPE) raises."""
+
+
+class _GoneTerminalSafe:
+    """A text stream whose writes to a terminal or pipe that went away (a closed terminal, a
+    dropped ssh, ``| head``) are dropped instead of raised. A hang-up ends a command like
+    Ctrl-C does, and its clean-up (answering the pending call, ending the session log) prints
+    as it goes: a closed terminal made that an internal error with a crash log."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                raise
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _printable(obj: Any) -> Any:

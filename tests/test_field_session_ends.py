@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import time
@@ -70,6 +72,46 @@ def test_sessions_say_how_each_one_ended(tmp_path: Path, agent_home: Path):
     text = agent("sessions", home=agent_home, cwd=repo).stdout
     line = next(x for x in text.splitlines() if "'loop'" in x)
     assert "stopped: the step limit ran out" in line
+
+
+def test_a_closed_terminal_ends_the_session_like_ctrl_c(tmp_path: Path, agent_home: Path):
+    """The terminal of an `agent run` goes away (a closed window, a dropped ssh) while a tool
+    call runs: the kernel sends SIGHUP, the call is answered, the session ends interrupted
+    (SIGHUP). Writing that to the gone terminal raised EIO, which made it an internal error
+    with a crash log and no end in the session log."""
+    repo = tmp_path / "repo"
+    committed_repo(repo, {"app.py": "x = 1\n"}).close()
+    script = [call("bash", command="sleep 30"), reply("never", delay=60)]
+    with ScriptedModel(script) as model:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: `agent run` on the new terminal, which it controls
+            os.chdir(repo)
+            os.environ.update({"DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"})
+            os.execvp(AGENT[0], [*AGENT, "run", "hang up", "--tool-protocol", "json",
+                                 "--approval", "full-auto", "--base-url", model.url])
+        shown = b""
+        deadline = time.monotonic() + 60
+        while b"sleep 30" not in shown and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    shown += os.read(fd, 4096)
+                except OSError:
+                    break
+        assert b"sleep 30" in shown, shown
+        time.sleep(0.5)  # the call is running
+        os.close(fd)  # the terminal goes away
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 130
+    listed = json.loads(agent("sessions", "--json", home=agent_home, cwd=repo).stdout)
+    assert [(s["ended"], s["end_detail"]) for s in listed] == [
+        ("interrupted", "interrupted (SIGHUP)")]
+    log = (agent_home / "data" / "sessions" / f"{listed[0]['id']}.jsonl").read_text()
+    events = [json.loads(line) for line in log.splitlines()]
+    [result] = [e for e in events if e["type"] == "tool_result"]
+    assert result["text"] == "interrupted by SIGHUP before this call finished"
+    assert not [e for e in events if e["type"] == "error"]
+    assert not (agent_home / "state" / "crashes").exists() or \
+        not list((agent_home / "state" / "crashes").iterdir())
 
 
 def test_a_session_with_a_damaged_log_still_lists_as_unknown(tmp_path: Path,
