@@ -286,6 +286,87 @@ def test_force_keeps_what_the_folder_had(tmp_path: Path, agent_home: Path):
     assert len(list(work.iter_commits())) == 1
 
 
+def test_force_refuses_a_folder_with_files_git_ignores(tmp_path: Path, agent_home: Path):
+    """A field trial lost a user's file for good: the folder's own .gitignore hid notes.txt
+    from the commit made before the model wrote, and the model replaced it. Files git ignores
+    cannot be committed, so --force refuses before the model is asked anything; caches and a
+    virtualenv (nothing a user wrote) do not count."""
+    folder = tmp_path / "p"
+    (folder / "src").mkdir(parents=True)
+    (folder / ".gitignore").write_text("*.txt\n.env\n", "utf-8")
+    (folder / "notes.txt").write_text("my precious notes\n", "utf-8")
+    (folder / ".env").write_text("TOKEN=x\n", "utf-8")
+    (folder / "src" / "app.py").write_text("x = 1\n", "utf-8")
+    with ScriptedModel([]) as model:
+        proc = new_project("a greeter", folder, model, agent_home, None, "--force")
+    assert proc.returncode == 2, proc.stderr
+    assert f"error: {folder} holds files git ignores (.env, notes.txt)" in proc.stderr
+    assert model.requests == [] and not (folder / ".git").exists()
+    assert (folder / "notes.txt").read_text("utf-8") == "my precious notes\n"
+
+    # The same in a clean repository of the user's (its .gitignore, its info/exclude).
+    (folder / "notes.txt").unlink()
+    (folder / ".env").unlink()
+    repo = git.Repo.init(folder)
+    repo.index.add([".gitignore", "src/app.py"])
+    repo.index.commit("mine", author=git.Actor("u", "u@localhost"),
+                      committer=git.Actor("u", "u@localhost"))
+    (folder / ".git" / "info" / "exclude").write_text("secret.key\n", "utf-8")
+    (folder / "secret.key").write_text("k\n", "utf-8")
+    with ScriptedModel([]) as model:
+        proc = new_project("a greeter", folder, model, agent_home, None, "--force")
+    assert proc.returncode == 2 and "holds files git ignores (secret.key)" in proc.stderr, \
+        proc.stderr
+    (folder / "secret.key").unlink()
+
+    # Caches and a virtualenv are no reason to refuse.
+    (folder / ".gitignore").write_text("*.txt\n.env\n__pycache__/\n.venv/\n", "utf-8")
+    repo.index.add([".gitignore"])
+    repo.index.commit("ignore caches", author=git.Actor("u", "u@localhost"),
+                      committer=git.Actor("u", "u@localhost"))
+    (folder / "src" / "__pycache__").mkdir()
+    (folder / "src" / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
+    (folder / ".venv" / "bin").mkdir(parents=True)
+    (folder / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n", "utf-8")
+    script = [plan_reply(**MAKE_PLAN),
+              call("create", path="Makefile", file_text="test:\n\t@echo '1 passed, 0 failed'\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = new_project("a make project", folder, model, agent_home, None, "--force")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_folder_inside_a_repository_with_uncommitted_changes_there_is_refused(
+        tmp_path: Path, agent_home: Path):
+    """A field trial ran --force on `sub/` of a repository whose sub/notes.txt had an
+    uncommitted edit: a repository was made inside the user's, and the edit lived on only
+    in it. Refused now; a new folder inside a repository is made, and the user is told."""
+    outer = tmp_path / "outer"
+    (outer / "sub").mkdir(parents=True)
+    (outer / "sub" / "notes.txt").write_text("v1\n", "utf-8")
+    repo = git.Repo.init(outer)
+    repo.index.add(["sub/notes.txt"])
+    repo.index.commit("mine", author=git.Actor("u", "u@localhost"),
+                      committer=git.Actor("u", "u@localhost"))
+    (outer / "sub" / "notes.txt").write_text("v2, not committed\n", "utf-8")
+    with ScriptedModel([]) as model:
+        proc = new_project("a greeter", outer / "sub", model, agent_home, None, "--force")
+    assert proc.returncode == 2, proc.stderr
+    assert (f"error: {outer / 'sub'} has uncommitted changes in the git repository at {outer}"
+            in proc.stderr)
+    assert model.requests == [] and not (outer / "sub" / ".git").exists()
+
+    script = [plan_reply(**MAKE_PLAN),
+              call("create", path="Makefile", file_text="test:\n\t@echo '1 passed, 0 failed'\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = new_project("a make project", outer / "fresh", model, agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert (f"{outer / 'fresh'} is inside the git repository at {outer}: the project gets a "
+            "repository of its own there") in proc.stderr
+    assert (outer / "fresh" / ".git").is_dir()
+
+
 def test_the_commit_subject_is_one_printable_line_whatever_the_description(tmp_path: Path):
     result = ProjectResult(tmp_path, "s", tmp_path / "log", LoopResult("", "done", 1),
                            TestReport("passed"))

@@ -169,7 +169,10 @@ def new_project_cmd(
         help="auto (text, falling back to json), text, native or json.")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
     max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
-    force: Annotated[bool, typer.Option(help="Use a non-empty directory.")] = False,
+    force: Annotated[bool, typer.Option(help="Use a non-empty directory: its files are "
+                                        "committed first; refused when it holds files git "
+                                        "ignores (caches and a virtualenv aside) or "
+                                        "uncommitted changes.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]
     = False,
     skill: Annotated[list[str] | None, typer.Option(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import keyword
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -198,6 +199,20 @@ def _check_target(directory: Path, force: bool) -> None:
         raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
     if directory.is_dir() and any(directory.iterdir()) and not force:
         raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
+    if directory.is_dir() and force:
+        hidden = _ignored_files(directory)
+        if hidden:
+            shown = ", ".join(hidden[:5]) + (f" and {len(hidden) - 5} more" if len(hidden) > 5
+                                             else "")
+            raise UsageError(f"{directory} holds files git ignores ({shown}): --force commits "
+                             "the folder's files before the model writes anything, so none "
+                             "is lost, and these cannot be committed; move them out of the "
+                             "folder, or choose another --dir")
+    outer = _enclosing_repo(directory)
+    if outer is not None and directory.is_dir() and _dirty_under(outer, directory):
+        raise UsageError(f"{directory} has uncommitted changes in the git repository at "
+                         f"{outer}; commit or stash them first, or choose "
+                         "another --dir")
     if (directory / ".git").exists():
         # The model may rewrite any file, and the commit takes every change: work the user
         # had not committed could be lost, or end up in the new project's commit.
@@ -211,6 +226,65 @@ def _check_target(directory: Path, force: bool) -> None:
                              "first, or choose another --dir")
 
 
+PRODUCT_EXCLUDES = (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/")
+"""What :func:`_prepare` keeps out of the project's commits (``.git/info/exclude``)."""
+REGENERABLE = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                         ".tox", ".nox", "node_modules"})
+"""Ignored folders that hold nothing a user wrote (caches, installed dependencies)."""
+
+
+def _ignored_files(directory: Path) -> list[str]:
+    """What a commit of ``directory`` would leave out: the entries git ignores there (its
+    ``.gitignore`` files, its repository's ``info/exclude`` when it has one, the user's global
+    excludes) and :data:`PRODUCT_EXCLUDES`, folders as ``name/``, caches (:data:`REGENERABLE`,
+    ``*.pyc``) and a virtualenv (``pyvenv.cfg``) left out. Git answers, so its rules are
+    applied exactly; a folder without a repository is asked through a temporary one."""
+    args = ["ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z",
+            *(f"--exclude={pattern}" for pattern in PRODUCT_EXCLUDES)]
+    try:
+        if (directory / ".git").exists():
+            listed = git.Git(directory).execute(["git", *args])
+        else:
+            with tempfile.TemporaryDirectory(prefix="dflash-agent-git-") as tmp:
+                git.Git(tmp).init("-q")
+                listed = git.Git(directory).execute(
+                    ["git", f"--git-dir={Path(tmp) / '.git'}", f"--work-tree={directory}",
+                     *args])
+    except git.GitError as exc:
+        raise UsageError(f"git cannot list the files of {directory} ({exc}); choose another "
+                         "--dir") from exc
+    hidden = []
+    for entry in filter(None, str(listed).split("\0")):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name in REGENERABLE or name.endswith(".pyc") or \
+                (entry.endswith("/") and (directory / entry / "pyvenv.cfg").is_file()):
+            continue
+        hidden.append(entry)
+    return sorted(hidden)
+
+
+def _enclosing_repo(directory: Path) -> Path | None:
+    """The top of the git work tree that holds ``directory`` (or, for a folder not made yet,
+    its nearest existing parent), when that is not ``directory`` itself."""
+    start = next((p for p in (directory, *directory.parents) if p.is_dir()), None)
+    if start is None:
+        return None
+    try:
+        top = Path(git.Git(start).rev_parse("--show-toplevel")).resolve()
+    except git.GitError:
+        return None  # not in a work tree (or git cannot tell)
+    return None if top == directory else top
+
+
+def _dirty_under(top: Path, directory: Path) -> bool:
+    """Whether the repository at ``top`` has uncommitted changes (untracked files too) under
+    ``directory``."""
+    try:
+        return bool(git.Git(top).status("--porcelain", "--", str(directory)).strip())
+    except git.GitError:
+        return True  # unreadable: the refusal's message asks to commit first, which is safe
+
+
 def _prepare(directory: Path, toolchain: str = "python") -> git.Repo:
     """``git init`` and a ``.gitignore`` for the toolchain; the isolated environment and the
     tools' scratch folder are also excluded through ``.git/info/exclude``, so a ``.gitignore``
@@ -218,7 +292,7 @@ def _prepare(directory: Path, toolchain: str = "python") -> git.Repo:
     in a folder without commits are committed first, as they were."""
     directory.mkdir(parents=True, exist_ok=True)
     repo = git.Repo.init(directory)
-    for pattern in (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/"):
+    for pattern in PRODUCT_EXCLUDES:
         hide_from_git(directory, pattern)
     if not repo.head.is_valid() and _staged_files(repo):
         # A folder that had files but no git (--force): they are committed first, as they
@@ -351,6 +425,10 @@ def new_project(description: str, directory: Path, settings: Settings, reporter:
     description = description.strip()
     directory = directory.expanduser().resolve()
     _check_target(directory, force)
+    outer = _enclosing_repo(directory)
+    if outer is not None:
+        reporter.note(f"{directory} is inside the git repository at {outer}: "
+                      "the project gets a repository of its own there")
     try:
         found = find_skills(directory, skills)
     except UnknownSkill as exc:
