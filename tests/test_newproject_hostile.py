@@ -367,6 +367,26 @@ def test_a_folder_inside_a_repository_with_uncommitted_changes_there_is_refused(
     assert (outer / "fresh" / ".git").is_dir()
 
 
+def test_a_dir_that_cannot_be_made_is_refused_before_the_model_is_asked(tmp_path: Path,
+                                                                         agent_home: Path):
+    """A field trial: --dir under a file, under /sys or /proc, or with a 300-character name
+    was an internal error (exit 4) from mkdir after the plan, and the session read "no end
+    recorded"."""
+    (tmp_path / "afile").write_text("x\n", "utf-8")
+    cases = [(tmp_path / "afile" / "sub", 2, f"cannot be made: {tmp_path / 'afile'} is a file"),
+             (tmp_path / ("n" * 300), 2, "cannot be used: File name too long"),
+             # Refused up front where access() knows (not for root), else when mkdir fails.
+             (Path("/sys/dflash-agent-test"), None, "cannot be made: "),
+             (Path("/proc/self/dflash-agent-test"), None, "cannot be made: ")]
+    for target, code, said in cases:
+        with ScriptedModel([plan_reply(**MAKE_PLAN)]) as model:
+            proc = new_project("a make project", target, model, agent_home)
+        assert proc.returncode in ((code,) if code else (2, 3)), (target, proc.stderr)
+        assert said in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+        assert proc.returncode == 3 or model.requests == []
+        assert not os.path.exists(target)  # Path.exists raises on a name too long
+
+
 def test_the_commit_subject_is_one_printable_line_whatever_the_description(tmp_path: Path):
     result = ProjectResult(tmp_path, "s", tmp_path / "log", LoopResult("", "done", 1),
                            TestReport("passed"))

@@ -5,6 +5,7 @@ product, and a commit whose message says what exists and how the tests went."""
 from __future__ import annotations
 
 import keyword
+import os
 import re
 import sys
 import tempfile
@@ -195,8 +196,15 @@ def _check_target(directory: Path, force: bool) -> None:
         what = "the root folder" if directory.parent == directory else "your home folder"
         raise UsageError(f"{directory} is {what}; new-project makes a folder of its own: give "
                          "--dir a new folder inside it")
+    try:
+        directory.exists()
+    except OSError as exc:  # a name longer than the file system allows, a path it refuses
+        raise UsageError(f"{directory} cannot be used: {exc.strerror or exc}; choose another "
+                         "--dir") from exc
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
+    if not directory.exists():
+        _check_creatable(directory)
     if directory.is_dir() and any(directory.iterdir()) and not force:
         raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
     if directory.is_dir() and force:
@@ -224,6 +232,19 @@ def _check_target(directory: Path, force: bool) -> None:
         if dirty:
             raise UsageError(f"{directory} has uncommitted changes; commit or stash them "
                              "first, or choose another --dir")
+
+
+def _check_creatable(directory: Path) -> None:
+    """Raise :class:`UsageError` when ``directory`` (which does not exist) cannot be made:
+    its nearest existing parent is a file or not writable. Checked before the model is asked
+    anything: ``mkdir`` failing after the plan was an internal error (exit 4), with minutes of
+    the model's work thrown away."""
+    parent = next(p for p in directory.parents if p.exists())
+    if not parent.is_dir():
+        raise UsageError(f"{directory} cannot be made: {parent} is a file; choose another --dir")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{directory} cannot be made: no permission to create folders in "
+                         f"{parent} (or its file system is read-only); choose another --dir")
 
 
 PRODUCT_EXCLUDES = (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/")
@@ -290,7 +311,11 @@ def _prepare(directory: Path, toolchain: str = "python") -> git.Repo:
     tools' scratch folder are also excluded through ``.git/info/exclude``, so a ``.gitignore``
     the model rewrites cannot put ``.venv`` or ``node_modules`` into the commit. Files already
     in a folder without commits are committed first, as they were."""
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # what _check_creatable cannot foresee (/proc, a race)
+        raise UserError(f"{directory} cannot be made: {exc.strerror or exc}; choose another "
+                        "--dir") from exc
     repo = git.Repo.init(directory)
     for pattern in PRODUCT_EXCLUDES:
         hide_from_git(directory, pattern)
