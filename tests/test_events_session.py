@@ -4,7 +4,10 @@ from pathlib import Path
 import pytest
 
 from agent.events import FinalAnswer, ModelTurn, SessionStart, Timings, parse_event
-from agent.sessions.log import SessionLog, read_events
+from agent.sessions.log import SessionLog, SessionLogError, read_events
+from tests.gitrepo import committed_repo
+from tests.scripted import ScriptedModel
+from tests.test_cli_ux import agent, call
 
 
 def test_events_round_trip_through_jsonl_with_version_and_type():
@@ -74,3 +77,36 @@ def test_a_bad_log_line_is_described_plainly(tmp_path: Path, line: str, said: st
         assert "[type=" not in text
     assert "agent undo" in str(raised.value)  # what still works when resume cannot
     assert "undo and diff" in warnings[0]
+
+
+def test_a_log_that_cannot_be_written_is_a_plain_error_not_a_crash(agent_home: Path,
+                                                                  tmp_path: Path):
+    """A field trial: a read-only session log or sessions folder was an internal error (exit
+    4) at the first event, in the middle of a turn. It is a SessionLogError (exit 3) naming
+    the file: at the start when the log or the index cannot be opened, and at any event."""
+    log = SessionLog("s1", "task", tmp_path)
+    log.path.unlink()
+    log.path.mkdir()  # stands for a log that became unwritable mid-session
+    with pytest.raises(SessionLogError, match=f"cannot write the session log {log.path}: Is a "
+                       "directory"):
+        log.append(FinalAnswer(session_id="s1", text="x", reason="done", steps=1))
+    with pytest.raises(SessionLogError, match="s1.jsonl"):
+        SessionLog("s1", "", tmp_path, resume=True)
+    index = log.path.parent / "index.jsonl"
+    index.unlink()
+    index.mkdir()
+    with pytest.raises(SessionLogError, match="index.jsonl: Is a directory"):
+        SessionLog("s2", "task", tmp_path)
+
+
+def test_agent_run_with_an_unwritable_session_index_exits_3(agent_home: Path, tmp_path: Path):
+    repo = tmp_path / "repo"
+    committed_repo(repo, {"app.py": "x = 1\n"}).close()
+    index = agent_home / "data" / "sessions" / "index.jsonl"
+    index.mkdir(parents=True)
+    with ScriptedModel([call("final_answer", text="ok")]) as model:
+        proc = agent("run", "hi", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo)
+    assert proc.returncode == 3, proc.stderr
+    assert f"error: cannot write the session log {index}: Is a directory" in proc.stderr
+    assert "internal error" not in proc.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent.errors import UserError
 from agent.events import Event, describe_invalid, parse_event
 from backend.home import home, private_open
 
@@ -21,6 +22,18 @@ from backend.home import home, private_open
 def new_session_id() -> str:
     """A sortable, unique id: UTC time plus random hex (e.g. ``20261130-131600-a1b2c3``)."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+class SessionLogError(UserError):
+    """The session log cannot be written (a read-only file or folder, a full disk): the
+    session stops rather than run on unrecorded, which would leave nothing to resume or
+    undo from."""
+
+
+def _unwritable(path: Path, exc: OSError) -> SessionLogError:
+    return SessionLogError(f"cannot write the session log {path}: {exc.strerror or exc}; free "
+                           "some space or make it writable, then run again (the files in the "
+                           "workspace are as the task left them)")
 
 
 class SessionLog:
@@ -35,19 +48,34 @@ class SessionLog:
         folder = home().ensure().sessions
         self.path = folder / f"{session_id}.jsonl"
         self.set_aside: Path | None = None
-        if resume:
-            self.set_aside = mend_torn_tail(self.path)
-            return
-        with private_open(folder / "index.jsonl", "a", encoding="utf-8") as idx:
-            idx.write(json.dumps({"id": session_id, "task": task, "workspace": str(workspace),
-                                  "started": time.time()}) + "\n")
+        # Checked before the task starts: a log that cannot be written was found only at
+        # the first event, an internal error (exit 4) in the middle of a turn.
+        target = self.path
+        try:
+            if resume:
+                self.set_aside = mend_torn_tail(self.path)
+            else:
+                target = folder / "index.jsonl"
+                with private_open(target, "a", encoding="utf-8") as idx:
+                    idx.write(json.dumps({"id": session_id, "task": task,
+                                          "workspace": str(workspace),
+                                          "started": time.time()}) + "\n")
+                target = self.path
+            with private_open(self.path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise _unwritable(target, exc) from exc
 
     def append(self, event: Event) -> None:
-        """Write ``event`` as one JSON line and fsync."""
-        with private_open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(event.model_dump_json() + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Write ``event`` as one JSON line and fsync; raises :class:`SessionLogError` when
+        the log cannot be written."""
+        try:
+            with private_open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(event.model_dump_json() + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise _unwritable(self.path, exc) from exc
 
 
 def mend_torn_tail(path: Path) -> Path | None:
