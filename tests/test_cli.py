@@ -135,6 +135,9 @@ def test_new_project_says_the_managed_server_it_leaves_running(engine, smollm2, 
                    home=home)
         as_json = run("new-project", "add two numbers", "--dir", str(tmp_path / "p2"), *args,
                       "--json", home=home)
+        # `run` says it too (a field trial: nothing told the user the model held its memory).
+        task = run("run", "say hi", "--preset", "tiny", "--max-steps", "1", "--no-git",
+                   "--repo", str(tmp_path / "p1"), home=home)
         [state] = json.loads(run("backend", "status", "--json", home=home).stdout)
     finally:
         down = run("backend", "down", "--all", home=home)
@@ -143,6 +146,7 @@ def test_new_project_says_the_managed_server_it_leaves_running(engine, smollm2, 
     assert line == (f"Server: llama-server pid {state['pid']} is still running at "
                     f"{state['url']} (the next command reuses it); stop it with "
                     "`agent backend down`")
+    assert line in task.stderr.splitlines(), task.stderr
     summary = json.loads(as_json.stdout.splitlines()[-1])
     assert summary["type"] == "summary"
     assert summary["server"] == {"pid": state["pid"], "url": state["url"],

@@ -121,6 +121,31 @@ def test_run_with_commit_commits_only_the_tasks_files(repo: git.Repo, agent_home
     assert "notes.txt" in repo.untracked_files  # the user's file was left alone
 
 
+def test_run_with_commit_says_what_it_left_out_and_why_it_did_not_commit(repo: git.Repo,
+                                                                          agent_home: Path):
+    """A field trial: --commit committed only the test file of a task that had also edited a
+    file the user had changed before it, and said only "committed <sha>"; a task that stopped
+    was not committed, and nothing said so."""
+    root = Path(repo.working_tree_dir)
+    (root / "app.py").write_text((root / "app.py").read_text() + "# mine, not committed\n")
+    script = [call("str_replace", path="app.py", old_str="# mine", new_str="# mine (kept)"),
+              call("create", path="test_app.py", file_text="def test_x():\n    pass\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "add a test", "--commit", "--base-url", model.url,
+                     home=agent_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(repo.head.commit.stats.files) == ["test_app.py"]
+    assert ("(left out, changed by you before the task: app.py; --include-user-changes "
+            "commits them too)") in proc.stderr
+    head = repo.head.commit.hexsha
+    with ScriptedModel([call("view", path="app.py")]) as model:
+        proc = agent("run", "look", "--commit", "--max-steps", "1", "--base-url", model.url,
+                     home=agent_home, cwd=root)
+    assert proc.returncode == 1 and repo.head.commit.hexsha == head
+    assert "not committed: the task did not finish (max_steps)" in proc.stderr
+
+
 def test_json_output_is_a_stream_of_valid_events(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
     with ScriptedModel([call("view", path="app.py"), call("final_answer", text="ok")]) as model:
@@ -144,6 +169,8 @@ def test_outside_a_git_repo_run_refuses_with_a_hint_unless_no_git(tmp_path: Path
         ok = agent("run", "x", "--no-git", "--base-url", model.url, home=agent_home, cwd=plain)
     assert ok.returncode == 0, ok.stderr
     assert (plain / "a.txt").read_text() == "x"
+    # Without git there are no checkpoints: the last line offered an undo that failed.
+    assert "(no git: no undo)" in ok.stderr and "agent undo" not in ok.stderr
 
 
 def test_a_bash_call_that_needs_approval_fails_fast_without_a_terminal(repo: git.Repo,

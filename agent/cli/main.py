@@ -319,17 +319,48 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
                                  max_time=max_time)
     reporter = Reporter(json_mode=json_out)
     session = RepoSession(settings, repo, reporter, no_git=no_git, skills=skill or [])
+    committed = ""
     try:
         result = session.run_task(task)
-        sha = session.commit_last(include_user_changes) \
-            if commit and result.reason == "done" else None
+        if commit and result.reason != "done":
+            committed = f"not committed: the task did not finish ({result.reason})"
+        elif commit:
+            sha, left_out = session.commit_last(include_user_changes)
+            committed = _commit_line(sha, left_out, "--include-user-changes commits them too")
     finally:
         session.close()
         reporter.close()
     if not json_out:
-        err.print(f"session {session.id} (undo: agent undo {session.id})"
-                  + (f"; committed {sha[:10]}" if sha else ""), markup=False)
+        for line in _session_footer(session, committed):
+            err.print(line, markup=False)
     raise typer.Exit(_exit_for(result.reason))
+
+
+def _commit_line(sha: str | None, left_out: list[str], how: str) -> str:
+    """What a commit of the task's files did: its sha or that there was nothing to commit,
+    and the files left out because the user had changed them before the task (``how``
+    says how to include them)."""
+    said = f"committed {sha[:10]}" if sha else "nothing to commit"
+    if left_out:
+        said += (f" (left out, changed by you before the task: {', '.join(left_out)}; "
+                 f"{how})")
+    return said
+
+
+def _session_footer(session: RepoSession, committed: str = "") -> list[str]:
+    """What `run` and `chat` print last: the session with its undo command (none without
+    git: there are no checkpoints), what ``committed`` says, and the managed server when it
+    is left running (new-project says the same: a server holding the model's memory
+    unannounced is what a user would not expect)."""
+    undo = f"undo: agent undo {session.id}" if session.repo is not None else \
+        "no git: no undo"
+    lines = [f"session {session.id} ({undo})" + (f"; {committed}" if committed else "")]
+    left = _left_running(session.backend.state)
+    if left is not None:
+        lines.append(f"Server: llama-server pid {left['pid']} is still running at "
+                     f"{left['url']} (the next command reuses it); stop it with "
+                     "`agent backend down`")
+    return lines
 
 
 def _undo_summary(plan: RestorePlan) -> str:
@@ -359,8 +390,9 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             elif line == "/diff":
                 out.print(diff_session(session.id) or "(no changes)", markup=False)
             elif line == "/commit":
-                sha = session.commit_last()
-                out.print(f"committed {sha}" if sha else "nothing to commit", markup=False)
+                sha, left_out = session.commit_last()
+                out.print(_commit_line(sha, left_out, "commit them yourself with git"),
+                          markup=False)
             elif line == "/compact":
                 before = len(session.agent.messages)
                 done = session.agent.compact()
@@ -398,6 +430,8 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
     finally:
         session.close()
         reporter.close()
+    for line in _session_footer(session):
+        err.print(line, markup=False)
 
 
 def _pick_session(session_id: str | None, here_only: bool = True) -> str:
@@ -446,6 +480,8 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
     finally:
         session.close()
         reporter.close()
+    for line in _session_footer(session):
+        err.print(line, markup=False)
 
 
 @app.command("sessions")

@@ -186,6 +186,14 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     return plan
 
 
+def preexisting_changes(repo: git.Repo, before: str, after: str) -> list[str]:
+    """The files the task changed (``before`` → ``after``) that the user had already modified
+    when it started: :func:`commit_task` leaves them out unless asked, and the user must be
+    told, or a commit of half a change reads as the whole of it."""
+    return sorted(set(changed_paths(repo, before, after))
+                  & set(changed_paths(repo, _parent_or_empty(repo, before), before)))
+
+
 def commit_task(repo: git.Repo, before: str, after: str, message: str,
                 include_preexisting: bool = False) -> str | None:
     """Commit the task's files on the current branch (or detached HEAD); returns the new sha,

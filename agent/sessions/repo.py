@@ -261,8 +261,10 @@ class RepoSession:
         sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}")
         self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
 
-    def commit_last(self, include_preexisting: bool = False) -> str | None:
-        """Commit the last task's changes with a message from its text."""
+    def commit_last(self, include_preexisting: bool = False) -> tuple[str | None, list[str]]:
+        """Commit the last task's changes with a message from its text. Returns the new sha
+        (None: nothing to commit) and the files left out: those the task changed that the user
+        had modified before it (none with ``include_preexisting``)."""
         if self.repo is None:
             raise UserError("this session runs without git (--no-git): nothing to commit")
         record = load_record(self.id, lenient=True)
@@ -270,9 +272,12 @@ class RepoSession:
         if after is None:
             raise UserError(f"task {number} has not finished; nothing to commit yet")
         subject = record.tasks.get(number, "changes").strip().splitlines()[0][:60]
-        return cp.commit_task(self.repo, before, after,
-                              f"{subject}\n\nMade by dflash-agent (session {self.id}, task "
-                              f"{number}).", include_preexisting)
+        left_out = [] if include_preexisting else cp.preexisting_changes(self.repo, before,
+                                                                         after)
+        sha = cp.commit_task(self.repo, before, after,
+                             f"{subject}\n\nMade by dflash-agent (session {self.id}, task "
+                             f"{number}).", include_preexisting)
+        return sha, left_out
 
     def warn(self, message: str) -> None:
         """A warning on stderr (shown in --json mode too: JSON goes to stdout)."""
