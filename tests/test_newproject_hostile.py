@@ -175,6 +175,7 @@ def test_ctrl_c_while_the_product_runs_the_tests_leaves_the_files_and_says_inter
     repo = git.Repo(target)
     assert not repo.head.is_valid() and not repo.index.entries  # nothing committed or staged
     assert "Files: .gitignore, Makefile" in out  # what is there, not "(none)"
+    assert "Commit: (not committed: interrupted)" in out  # it said "(nothing to commit)"
     [session] = list_sessions()
     assert session.ended == "interrupted"
 

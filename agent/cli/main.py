@@ -240,8 +240,12 @@ def new_project_cmd(
         if stats["acceptance_rate"] is not None:
             out.print(f"Speculation: {stats['acceptance_rate']:.0%} of "
                       f"{stats['draft_tokens']} drafted tokens accepted")
-        out.print(f"Commit: {result.commit or '(nothing to commit)'}; session log: "
-                  f"{result.log}")
+        # Interrupted, the files stay as they are, uncommitted: "(nothing to commit)" read as
+        # if the model had written nothing.
+        commit = result.commit or ("(not committed: interrupted)"
+                                   if result.loop.reason == "interrupted" and result.files
+                                   else "(nothing to commit)")
+        out.print(f"Commit: {commit}; session log: {result.log}")
         left = summary["server"]
         if left is not None:
             # The managed server outlives the command (the next one reuses it, loaded and
