@@ -240,3 +240,18 @@ def test_help_names_what_an_option_takes(command: list[str], expected: list[str]
     assert proc.returncode == 0, proc.stderr
     for metavar in expected:
         assert metavar in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("command", [["backend", "bench"], ["backend", "calibrate"]])
+def test_an_output_path_that_cannot_be_written_is_refused_before_measuring(
+        command: list[str], agent_home: Path, tmp_path: Path):
+    """A field trial: `bench --json afile/x.json` measured for minutes, then failed to write
+    and kept nothing. The paths are checked first (exit 2, nothing built or started)."""
+    (tmp_path / "afile").write_text("x\n")
+    for flag, path, said in (("--json", tmp_path / "afile" / "x.json", "is a file"),
+                             ("--json", tmp_path, "is a folder"),
+                             ("--plot", tmp_path / "afile" / "x.png", "is a file")):
+        proc = agent(*command, flag, str(path), home=agent_home, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert f"error: {flag} {path}: " in proc.stderr and said in proc.stderr
+        assert not (agent_home / "cache" / "engines").exists()  # nothing was built

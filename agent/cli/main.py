@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -731,6 +732,8 @@ def bench_cmd(
     names = parse_profiles(profiles, chosen)
     temps = parse_temperatures(temperatures)
     prompt_set, prompt_list = load_prompts(prompts)
+    _check_output(json_path, "--json")
+    _check_output(plot, "--plot")
     if plot is not None:
         require_matplotlib()
     engine = _engine(settings, Reporter())
@@ -750,6 +753,22 @@ def bench_cmd(
     echo(f"results: {written}")
     if plot is not None:
         echo(f"chart: {plot_result(result, plot)}")
+
+
+def _check_output(path: Path | None, flag: str) -> None:
+    """Raise :class:`UsageError` when ``path`` (a results file a command writes after
+    minutes of measuring) cannot be written: an existing folder, or a nearest existing parent
+    that is a file or not writable. A field trial lost a whole bench this way."""
+    if path is None:
+        return
+    target = path.expanduser().absolute()
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    parent = next(p for p in target.parents if p.exists())
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is a file, so it cannot be made")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: no permission to write in {parent}")
 
 
 @backend_app.command("calibrate", epilog=EXIT_CODES_HELP)
@@ -785,6 +804,8 @@ def calibrate_cmd(
     settings = load_settings(cli={"preset": preset, "ctx_size": ctx_size})
     chosen = get_preset(settings.preset)
     wanted = parse_lengths(lengths)
+    _check_output(json_path, "--json")
+    _check_output(plot, "--plot")
     if plot is not None:
         require_matplotlib()  # before minutes of measuring, not after
     engine = _engine(settings, Reporter())
