@@ -238,23 +238,38 @@ class Reporter:
             self.console.print(Text(f"{verb} {args.get('path')}", style="cyan"))
             # Without a preview the edit does not apply (its result says why): what the model
             # wrote is shown unnumbered, since no line of the file matches it.
-            lines = preview.splitlines()[2:] if preview is not None else (
+            self._show_diff(preview.splitlines()[2:] if preview is not None else (
                 [f"-{line}" for line in str(args.get("old_str", "")).splitlines()]
                 + [f"+{line}" for line in str(args.get("new_str", args.get("text", "")))
-                   .splitlines()])
-            for line in lines[:PREVIEW_LINES]:
-                style = "green" if line.startswith("+") else "red" if line.startswith("-") \
-                    else "dim"
-                self.console.print(Text(line, style=style))
-            if len(lines) > PREVIEW_LINES:
-                self.console.print(Text(f"… {len(lines) - PREVIEW_LINES} more lines of diff",
-                                        style="dim"))
+                   .splitlines()]))
         elif name == "create":
-            # Counted like the tool's own result, so preview and result agree.
-            label = lines_label(str(args.get("file_text", "")))
-            self.console.print(Text(f"create {args.get('path')} ({label})", style="cyan"))
+            self._show_create(args, preview)
         else:
             self.console.print(Text(f"→ {name} {_short(args)}", style="cyan"))
+
+    def _show_create(self, args: dict[str, Any], preview: str | None) -> None:
+        """A ``create``: a new file (no ``preview``) as one line; over a file that exists, said
+        to replace it, with the diff: what the file loses must show, as for any edit."""
+        # Counted like the tool's own result, so preview and result agree.
+        head = f"create {args.get('path')} ({lines_label(str(args.get('file_text', '')))}"
+        if preview is None:
+            self.console.print(Text(f"{head})", style="cyan"))
+        elif not preview:
+            self.console.print(Text(f"{head}, the same content as the file)", style="cyan"))
+        else:
+            self.console.print(Text(f"{head}), replacing the existing file", style="cyan"))
+            self._show_diff(preview.splitlines()[2:])
+
+    def _show_diff(self, lines: list[str]) -> None:
+        """An edit's diff lines (no file header), coloured, the first :data:`PREVIEW_LINES`
+        of them and how many more there are."""
+        for line in lines[:PREVIEW_LINES]:
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") \
+                else "dim"
+            self.console.print(Text(line, style=style))
+        if len(lines) > PREVIEW_LINES:
+            self.console.print(Text(f"… {len(lines) - PREVIEW_LINES} more lines of diff",
+                                    style="dim"))
 
     def request_started(self, protocol: str, idle_timeout: float | None = None) -> None:
         """A model request was sent (``idle_timeout``: the seconds of silence after which the

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import read_text, resolve, write_recorded
+from tools.edits import diff_preview, read_text, resolve, write_recorded
 from tools.textfile import TextFile, encode
 
 
@@ -21,6 +24,18 @@ class CreateArgs(ToolArgs):
     file_text: str = Field(description="The complete contents of the file.")
 
 
+@dataclass
+class _Plan:
+    """What a create would do: the file, its workspace-relative name, the bytes to write, and
+    the file as it is (None: there is none)."""
+
+    path: Path
+    rel: str
+    data: bytes
+    before: TextFile | None
+    old: bytes | None
+
+
 class Create(Tool):
     name = "create"
     description = "Create a file with the given contents (replaces the file if it exists)."
@@ -28,18 +43,42 @@ class Create(Tool):
     mutates = True
 
     def run(self, args: CreateArgs) -> Observation:
+        plan = self._plan(args)
+        write_recorded(self.ctx, plan.path, plan.data)
+        label = lines_label(args.file_text)
+        # Compared as bytes, as written: "replaced" for a file left as it was misled the user
+        # and the model alike (a weak model rewrites a file it has just written).
+        if plan.old == plan.data:
+            return Observation(text=f"unchanged {plan.rel} ({label}, the same content)")
+        verb = "created" if plan.before is None else "replaced"
+        return Observation(text=f"{verb} {plan.rel} ({label})")
+
+    def preview(self, args: CreateArgs) -> str | None:
+        """For a file that exists, what replacing it changes, as a diff (every line it removes
+        shown, like the other edits); "" when its content stays the same. None for a new file
+        (nothing is removed: its text is the change) or a call that would fail."""
+        plan = self._plan(args)
+        if plan.before is None:
+            return None
+        if plan.old == plan.data:
+            return ""
+        # The text as encode writes it: CRLF from the model is one line ending in a CRLF file.
+        after = args.file_text.replace("\r\n", "\n") if plan.before.newline != "\n" \
+            else args.file_text
+        # Only line endings differ (a file that mixed them): still a change, said as one.
+        return diff_preview(plan.rel, plan.before.text, after) or \
+            f"--- a/{plan.rel}\n+++ b/{plan.rel}\n(the same lines; only line endings change)"
+
+    def _plan(self, args: CreateArgs) -> _Plan:
+        """Resolve, then read the file if it exists; ToolError when the call cannot be made.
+        The path is confined (symlinks resolved) before anything is read: the comparison
+        must never tell about a file outside the workspace."""
         path = resolve(self.ctx, args.path)
         if path.is_dir():
             raise ToolError(f"{args.path} is a directory")
         existed = path.is_file()
         # An existing file keeps its encoding and line endings.
-        fmt = read_text(self.ctx, path) if existed else TextFile("", "utf-8", "\n", False)
-        data = encode(fmt, args.file_text)
-        # Compared as bytes, as written: "replaced" for a file left as it was misled the user
-        # and the model alike (a weak model rewrites a file it has just written).
-        same = existed and self.ctx.workspace.read_bytes(path) == data
-        write_recorded(self.ctx, path, data)
-        rel, label = self.ctx.workspace.relative(path), lines_label(args.file_text)
-        if same:
-            return Observation(text=f"unchanged {rel} ({label}, the same content)")
-        return Observation(text=f"{'replaced' if existed else 'created'} {rel} ({label})")
+        before = read_text(self.ctx, path) if existed else None
+        data = encode(before or TextFile("", "utf-8", "\n", False), args.file_text)
+        old = self.ctx.workspace.read_bytes(path) if existed else None
+        return _Plan(path, self.ctx.workspace.relative(path), data, before, old)

@@ -19,10 +19,13 @@ from typing import Any
 
 from agent.loop import ApprovalUnavailable, Approver
 from agent.ui import printable
+from tools.create import lines_label
 from tools.mcp.tool import SEPARATOR as MCP_SEPARATOR
 
 READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs", "activate_skill"})
 EDITS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+CREATE_HEAD = 20
+"""Lines of a new file shown when its ``create`` asks (the rest is counted)."""
 
 
 def needs_approval(mode: str, tool: str) -> bool:
@@ -41,6 +44,8 @@ def describe(call: dict[str, Any], preview: str | None = None) -> str:
     name = call["name"]
     if name == "bash":
         return f"$ {args.get('command', '')}"
+    if name == "create":
+        return describe_create(args, preview)
     if preview is not None:
         return preview
     if name == "str_replace":
@@ -50,15 +55,30 @@ def describe(call: dict[str, Any], preview: str | None = None) -> str:
             + [f"+{line}" for line in str(args.get("new_str", "")).splitlines()]
         return (f"edit {args.get('path')} (old_str does not match {args.get('path')} as it "
                 "is now, so this edit would fail):\n" + "\n".join(lines))
-    if name == "create":
-        head = str(args.get("file_text", "")).splitlines()[:20]
-        return f"create {args.get('path')}:\n" + "\n".join(f"+{line}" for line in head)
     if MCP_SEPARATOR in name:
         # MCP tools ask like bash: the user sees every argument the server will receive.
         server = name.split(MCP_SEPARATOR, 1)[0]
         shown = json.dumps(args, ensure_ascii=False, indent=2)
         return f"MCP server '{server}': {name}\n{shown[:4000]}"
     return f"{name} {args}"
+
+
+def describe_create(args: dict[str, Any], preview: str | None) -> str:
+    """A ``create`` to approve. Over a file that exists (``preview``, the tool's diff): the
+    diff whole, every line it removes shown, and said to replace the file: an injected model
+    must not pass a rewrite off as a new file. A new file (no preview): its first
+    :data:`CREATE_HEAD` lines and how many more there are."""
+    path, text = args.get("path"), str(args.get("file_text", ""))
+    label = lines_label(text)
+    if preview == "":
+        return f"create {path} ({label}) would leave the existing file as it is (the same content)"
+    if preview is not None:
+        return f"create {path} ({label}) replaces the existing file:\n{preview}"
+    lines = text.splitlines()
+    shown = [f"+{line}" for line in lines[:CREATE_HEAD]]
+    if len(lines) > CREATE_HEAD:
+        shown.append(f"… {len(lines) - CREATE_HEAD} more lines")
+    return f"create {path}:\n" + "\n".join(shown)
 
 
 def make_approver(mode: str, ask: Callable[[str], str] | None = None,
