@@ -263,6 +263,17 @@ def test_smollm2_fits_on_cpu_with_its_real_sizes(smollm2: Path, gpu_path):
     assert kv == pytest.approx(8192 * 30 * 2 * 3 * 64 * 2 / MIB)
 
 
+def test_too_many_slots_are_named_not_the_weights(smollm2: Path, gpu_path):
+    """A field trial: `up --parallel 20000 --ctx-size 512` on SmolLM2 (92 MiB of weights)
+    was told "the weights alone are too big"; the slots' KV caches were (~112 GiB)."""
+    gpu_path.none()
+    report = fit_report(_plan(smollm2, ctx=512, options=ServerOptions(), parallel=20000))
+    assert not report.fits and report.suggested_ctx is None
+    message = report.message()
+    assert "no context size fits with --parallel 20000: each slot gets a KV cache" in message
+    assert "weights alone" not in message
+
+
 def test_kv_unified_and_slots_follow_llama_cpp_padding(smollm2: Path):
     info = read_gguf_info(smollm2)
     per_cell = 30 * 2 * 192 * 2

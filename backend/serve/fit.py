@@ -117,6 +117,11 @@ class FitReport:
     """Why the plan cannot run at any size (e.g. a TurboQuant KV cache in host memory)."""
     workers: tuple[WorkerInfo, ...] = ()
     """The RPC workers the offloaded layers are spread over besides the local GPUs."""
+    slots: int = 1
+    """Parallel slots (``--parallel``) the estimate sizes the KV cache for."""
+    one_slot_fits: bool = False
+    """With several slots and no context that fits: whether one slot at the smallest context
+    would, so the advice names ``--parallel`` rather than the weights."""
 
     def need(self, where: Where) -> float:
         """MiB the plan needs on ``where``."""
@@ -173,6 +178,10 @@ class FitReport:
         if self.suggested_ctx:
             advice = (f"try --ctx-size {self.suggested_ctx} (the largest context that fits), "
                       "or --force to launch anyway")
+        elif self.one_slot_fits:
+            # A field trial: --parallel 20000 was told its 92 MiB of weights were too big.
+            advice = (f"no context size fits with --parallel {self.slots}: each slot gets a "
+                      "KV cache of its own; give fewer slots, or --force to launch anyway")
         else:
             advice = ("no context size fits: the weights alone are too big; choose a smaller "
                       "quantization or model, fewer GPU layers, or --force to launch anyway")
@@ -515,6 +524,9 @@ def preset_fit(model: Path, draft: Path | None, options: ServerOptions, ctx_size
     report.notes = notes
     if not report.fits:
         report.suggested_ctx = largest_fitting_ctx(inputs, ctx_size - 1)
+        if report.suggested_ctx is None and slots > 1:
+            report.slots = slots
+            report.one_slot_fits = estimate(replace(inputs, slots=1), CTX_PAD).fits
     if options.swa_full and inputs.target.n_swa:
         shape = _shape(inputs, ctx_size, options.cache_type_k or "f16",
                        options.cache_type_v or "f16")
