@@ -255,3 +255,14 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_measuring(
         assert proc.returncode == 2, proc.stderr
         assert f"error: {flag} {path}: " in proc.stderr and said in proc.stderr
         assert not (agent_home / "cache" / "engines").exists()  # nothing was built
+
+
+def test_an_empty_session_id_is_refused_not_taken_for_the_latest(repo: Path, agent_home: Path):
+    """A field trial: `agent resume ""` (an unset variable) resumed the latest session."""
+    with ScriptedModel([call("final_answer", text="ok")]) as model:
+        assert agent("run", "hi", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo).returncode == 0
+    for command in ("resume", "undo", "diff"):
+        proc = agent(command, " ", home=agent_home, cwd=repo)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("error: the session id is empty"), proc.stderr

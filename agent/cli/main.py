@@ -441,7 +441,12 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
 
 def _pick_session(session_id: str | None, here_only: bool = True) -> str:
     """``session_id``, else the latest session of the repository around the current directory
-    (``here_only``) or of any repository."""
+    (``here_only``) or of any repository. An id given empty is refused: `resume ""` (a
+    variable that was not set) went on with the latest session, which may not be the one
+    meant."""
+    if session_id is not None and not session_id.strip():
+        raise UsageError("the session id is empty; name one from `agent sessions`, or leave it "
+                         "out for the latest")
     if session_id:
         return session_id
     sessions = list_sessions()
