@@ -133,7 +133,7 @@ def test_an_auto_edit_run_shows_the_diff_of_a_create_that_replaces_a_file(
         tmp_path: Path, agent_home: Path):
     """The field trial's run: ``✓ replaced calc.py`` and nothing showed ``sub`` was removed."""
     repo = tmp_path / "repo"
-    committed_repo(repo, {"calc.py": CALC})
+    committed_repo(repo, {"calc.py": CALC}).close()
     script = [reply(json.dumps({"tool": "create", "arguments": {"path": "calc.py",
                                                                 "file_text": ONLY_ADD}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
