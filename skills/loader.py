@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from skills.format import FrontMatterError, find_skill_file, parse_skill_text
+from skills.format import (
+    FrontMatterError,
+    SkillFileError,
+    find_skill_file,
+    folder_problem,
+    parse_skill_text,
+    read_skill_file,
+    strict_yaml_problems,
+)
 from skills.validate import description_errors, name_errors
 
 Source = Literal["bundled", "user", "project"]
@@ -73,19 +81,25 @@ class Skill:
 def load_skill(folder: Path, source: Source = "user") -> Skill:
     """Load the skill in ``folder`` leniently.
 
-    Raises :class:`SkillLoadError` when there is no SKILL.md, it is not UTF-8, its front matter
-    is missing or unparsable, or it has no usable description."""
-    folder = Path(folder).expanduser().resolve()
+    Raises :class:`SkillLoadError` when the folder cannot be used (a symlink loop, not a
+    folder), there is no SKILL.md, it is not a regular UTF-8 file of at most
+    :data:`~skills.format.MAX_SKILL_FILE` bytes, its front matter is missing or unparsable, or
+    it has no usable description."""
+    folder = Path(folder).expanduser()
+    # Before resolve(): on a symlink loop it raises RuntimeError, which no caller expects.
+    if problem := folder_problem(folder):
+        raise SkillLoadError(problem)
+    folder = folder.resolve()
     file = find_skill_file(folder)
     if file is None:
         raise SkillLoadError(f"{folder} has no SKILL.md")
     try:
-        raw = file.read_bytes().decode("utf-8")
+        raw = read_skill_file(file).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SkillLoadError(f"{file} is not UTF-8 text ({exc.reason} at byte {exc.start})") \
             from exc
-    except OSError as exc:
-        raise SkillLoadError(f"{file} cannot be read: {exc}") from exc
+    except SkillFileError as exc:
+        raise SkillLoadError(f"{file} {exc}") from exc
     try:
         parsed = parse_skill_text(raw)
     except FrontMatterError as exc:
@@ -93,8 +107,7 @@ def load_skill(folder: Path, source: Source = "user") -> Skill:
     fields = parsed.fields
     description = fields.get("description")
     if not isinstance(description, str) or not description.strip():
-        raise SkillLoadError(f"{file}: no description (the catalog needs one to say when to "
-                             "use the skill)")
+        raise SkillLoadError(f"{file}: {_no_description(parsed.source)}")
     warnings: list[str] = []
     raw_name = fields.get("name")
     if isinstance(raw_name, str) and raw_name.strip():
@@ -128,12 +141,26 @@ def load_skill(folder: Path, source: Source = "user") -> Skill:
         warnings=warnings)
 
 
+def _no_description(source: str) -> str:
+    """Why the description is unusable, as ``agent skills validate`` words it: a description
+    written with YAML the strict subset forbids (``&anchor [...]``, a ``!!python/...`` tag)
+    reads as a list here, and "no description" would send the user looking for the wrong
+    problem."""
+    strict = strict_yaml_problems(source)
+    if strict:
+        return f"Invalid YAML in frontmatter: {strict[0]}"
+    return "no description (the catalog needs one to say when to use the skill)"
+
+
 def skill_folders(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
     """Folders under ``root`` holding a SKILL.md, sorted; ``root`` itself counts when it is one.
 
     A skill's own folder is not searched further; hidden and bulky folders (``.git``,
-    ``node_modules``) are skipped; at most ``max_depth`` levels and ``MAX_FOLDERS`` folders."""
-    if not root.is_dir():
+    ``node_modules``) are skipped; at most ``max_depth`` levels and ``MAX_FOLDERS`` folders.
+    A folder that cannot be listed (a symlink loop, no permission) is returned too, so that
+    loading or validating it says why: dropped, it would vanish without a word, and before
+    each entry was checked on its own one loop hid every skill beside it."""
+    if not os.path.lexists(root):
         return []
     found: list[Path] = []
     queue: list[tuple[Path, int]] = [(root, 0)]
@@ -147,13 +174,24 @@ def skill_folders(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
         if depth >= max_depth:
             continue
         try:
-            children = sorted(e.path for e in os.scandir(folder)
-                              if e.is_dir() and not e.name.startswith(".")
-                              and e.name not in SKIPPED_FOLDERS)
+            with os.scandir(folder) as entries:
+                children = sorted(e.path for e in entries
+                                  if not e.name.startswith(".")
+                                  and e.name not in SKIPPED_FOLDERS and _may_be_folder(e))
         except OSError:
+            found.append(folder)
             continue
         queue += [(Path(c), depth + 1) for c in children]
     return sorted(found)
+
+
+def _may_be_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a folder, or may be one but cannot be checked (a symlink loop):
+    listing such an entry then fails and it is reported, where the error used to escape."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return True
 
 
 @dataclass

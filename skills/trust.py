@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from backend.home import home
+from skills.format import SkillFileError, read_regular_file
 from skills.loader import SKIPPED_FOLDERS, Skill
 
 MAX_DIGEST_BYTES = 64 << 20
@@ -37,8 +38,10 @@ def trust_file() -> Path:
 def folder_digest(folder: Path) -> str:
     """sha256 (hex) over every file below ``folder``: relative path and bytes, in sorted order;
     a symbolic link counts as its target's path (what it points to outside is not read).
+    A FIFO or device is never trusted (it is not read: that could block or never end).
     Folders in :data:`~skills.loader.SKIPPED_FOLDERS` are left out. Raises
-    :class:`SkillTrustError` past :data:`MAX_DIGEST_BYTES` or when a file cannot be read."""
+    :class:`SkillTrustError` past :data:`MAX_DIGEST_BYTES` or when a file cannot be read
+    (no file is read past the bytes left of that budget)."""
     digest = hashlib.sha256()
     total = 0
     for root, dirs, files in os.walk(folder):
@@ -50,9 +53,13 @@ def folder_digest(folder: Path) -> str:
                 if path.is_symlink():
                     data = b"link:" + os.readlink(path).encode("utf-8", "surrogateescape")
                 else:
-                    data = path.read_bytes()
+                    # Regular files only, no more than the budget left: a FIFO in a project
+                    # skill hung even `agent skills list` (it asks whether each is trusted).
+                    data = read_regular_file(path, MAX_DIGEST_BYTES - total)
             except OSError as exc:
                 raise SkillTrustError(f"{path} cannot be read: {exc.strerror}") from None
+            except SkillFileError as exc:
+                raise SkillTrustError(f"{path} {exc}") from None
             total += len(data)
             if total > MAX_DIGEST_BYTES:
                 raise SkillTrustError(f"{folder} holds more than {MAX_DIGEST_BYTES >> 20} MiB")

@@ -10,6 +10,7 @@ Warnings cover spec rules the reference does not check (types of ``metadata``, `
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,10 @@ from skills.format import (
     MAX_NAME,
     SPEC_FIELDS,
     FrontMatterError,
+    SkillFileError,
     find_skill_file,
+    folder_problem,
+    read_skill_file,
     split_front_matter,
     strict_yaml_problems,
 )
@@ -49,22 +53,23 @@ def validate(path: Path) -> Report:
 
     Never raises for a bad skill: every problem is an entry in the report."""
     path = Path(path).expanduser()
-    if path.is_file() and path.name.lower() == "skill.md":
+    if path.name.lower() == "skill.md" and os.path.isfile(path):
         path = path.parent
-    folder = path.resolve() if path.exists() else path
+    problem = folder_problem(path)
+    folder = path if problem else path.resolve()
     report = Report(folder)
-    if not path.exists():
-        report.errors.append(f"Path does not exist: {path}")
-        return report
-    if not path.is_dir():
-        report.errors.append(f"Not a directory: {path}")
+    if problem:
+        report.errors.append(problem)
         return report
     skill_file = find_skill_file(folder)
     if skill_file is None:
         report.errors.append("Missing required file: SKILL.md")
         return report
     try:
-        text = skill_file.read_bytes().decode("utf-8")
+        text = read_skill_file(skill_file).decode("utf-8")
+    except SkillFileError as exc:
+        report.errors.append(f"{skill_file.name} {exc}")
+        return report
     except UnicodeDecodeError as exc:
         report.errors.append(f"SKILL.md is not valid UTF-8 ({exc.reason} at byte {exc.start})")
         return report
