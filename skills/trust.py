@@ -37,7 +37,8 @@ def trust_file() -> Path:
 
 def folder_digest(folder: Path) -> str:
     """sha256 (hex) over every file below ``folder``: relative path and bytes, in sorted order;
-    a symbolic link counts as its target's path (what it points to outside is not read).
+    a symbolic link (to a file or a folder) counts as its target's path (what it points to is
+    not read).
     A FIFO or device is never trusted (it is not read: that could block or never end).
     Folders in :data:`~skills.loader.SKIPPED_FOLDERS` are left out. Raises
     :class:`SkillTrustError` past :data:`MAX_DIGEST_BYTES` or when a file cannot be read
@@ -46,7 +47,10 @@ def folder_digest(folder: Path) -> str:
     total = 0
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS)
-        for name in sorted(files):
+        # os.walk lists a symlink to a folder among the folders and does not follow it: it
+        # counted for nothing, so re-pointing it after `agent skills trust` kept the trust.
+        linked = [d for d in dirs if Path(root, d).is_symlink()]
+        for name in sorted(files + linked):
             path = Path(root, name)
             rel = path.relative_to(folder).as_posix()
             try:

@@ -39,6 +39,20 @@ def test_the_digest_covers_every_file_and_a_link_by_where_it_points(tmp_path: Pa
     assert folder_digest(folder) != first
 
 
+def test_a_link_to_a_folder_counts_by_where_it_points(tmp_path: Path):
+    """A symlink to a folder inside a skill counted for nothing: re-pointing `scripts` at
+    other scripts after `agent skills trust` kept the skill trusted."""
+    folder = _skill(tmp_path / "s")
+    for name in ("good", "evil"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.sh").write_text(f"echo {name}\n")
+    os.symlink(tmp_path / "good", folder / "scripts")
+    first = folder_digest(folder)
+    (folder / "scripts").unlink()
+    os.symlink(tmp_path / "evil", folder / "scripts")
+    assert folder_digest(folder) != first
+
+
 def test_a_project_skill_is_trusted_as_it_was_and_a_broken_trust_file_trusts_nothing(
         tmp_path: Path, agent_home: Path):
     folder = _skill(tmp_path / "repo" / ".agents" / "skills" / "s")
