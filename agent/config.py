@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.errors import UsageError
 from backend.home import home
+from backend.models.configfile import ConfigFileError, read_config_text
+from backend.models.presets import PresetError, load_presets
 
 ENV_PREFIX = "DFLASH_AGENT_"
 
@@ -42,7 +44,8 @@ class Settings(BaseModel):
         description="How tool calls are requested from the model (auto: see "
         "agent/protocols/choice.py).")
     max_steps: int = Field(ge=1, description="Model calls per task.")
-    max_time: float = Field(gt=0, description="Seconds per task.")
+    # allow_inf_nan=False on the seconds: `inf` parses as a float and lifts the limit it sets.
+    max_time: float = Field(gt=0, allow_inf_nan=False, description="Seconds per task.")
     base_url: str | None = Field(None, description="Use this OpenAI-compatible server instead "
                                  "of the managed one.")
     ctx_size: int | None = Field(None, ge=256, description="Context size in tokens.")
@@ -54,10 +57,10 @@ class Settings(BaseModel):
     tool_temperature: float | None = Field(
         None, ge=0.0, le=2.0, description="Temperature of turns that offer tools; None keeps "
         "the preset's.")
-    request_timeout: float = Field(gt=0, description="Idle seconds before a model request "
-                                   "is abandoned.")
-    server_start_timeout: float = Field(gt=0, description="Seconds to wait for the server "
-                                        "to load the model.")
+    request_timeout: float = Field(gt=0, allow_inf_nan=False, description="Idle seconds "
+                                   "before a model request is abandoned.")
+    server_start_timeout: float = Field(gt=0, allow_inf_nan=False, description="Seconds to "
+                                        "wait for the server to load the model.")
     new_project_recipe: Literal["auto", "simple", "full"] = Field(
         "auto", description="new-project's recipe: full (the model plans any toolchain and "
         "the ecosystem's layout), simple (one Python module and its tests, for weak models) "
@@ -71,18 +74,41 @@ PROJECT_SAFE_KEYS = frozenset({"preset", "profile", "tool_protocol", "max_steps"
                                "ctx_size", "tool_temperature"})
 
 
+TEXT_ORIGINS = ("environment", "command line")
+"""Layers whose values may be converted: variables are text, and flags arrive parsed by typer
+(or as an MCP host's JSON). A file's TOML value must have the setting's own type (strict
+validation): converting it turned ``port = true`` into port 1."""
+
+
 def _toml(path: Path) -> dict[str, Any]:
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory, not a config file; remove or rename it")
     try:
-        return tomllib.loads(path.read_text("utf-8"))
+        return tomllib.loads(read_config_text(path))
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") \
-            from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc})") from exc
+
+
+def _where(origin: str, key: str) -> str:
+    """Where a bad value was set, for an error: the variable, or the file and the key."""
+    return f"{ENV_PREFIX}{key.upper()}" if origin == "environment" else f"{origin}: {key}"
+
+
+def _check_preset(name: str, origin: str) -> None:
+    """Raise :class:`ConfigError` naming ``origin`` when a file or variable names a preset no
+    presets file defines: without this, ``get_preset`` refused it later as bad usage (exit 2)
+    without saying where the name came from. A flag's preset is left to ``get_preset``, whose
+    refusal is the usage error it should be."""
+    if origin == "command line":
+        return
+    try:
+        known = load_presets()
+    except PresetError:
+        return  # get_preset reports the broken presets file itself wherever a preset is used
+    if name not in known:
+        raise ConfigError(f"{_where(origin, 'preset')}: unknown preset '{name}' (known: "
+                          f"{', '.join(sorted(known))}); set one of those, or add a [{name}] "
+                          f"table to {home().config / 'presets.toml'}")
 
 
 def _env_layer() -> dict[str, str]:
@@ -100,7 +126,8 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
     """Merge every layer into validated :class:`Settings`.
 
     ``project`` is the repository whose ``.agents/config.toml`` applies; ``cli`` holds flags the
-    user gave (None values are ignored). Raises :class:`ConfigError` naming the bad layer/key,
+    user gave (None values are ignored). Raises :class:`ConfigError` naming the bad layer/key
+    (also for a preset name from a file or variable that no presets file defines),
     :class:`FlagError` (a ``ConfigError`` too) when the bad value is a flag's.
     """
     packaged = tomllib.loads(resources.files("agent").joinpath("defaults.toml")
@@ -123,13 +150,15 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
     layers.append(("environment", _env_layer()))
     layers.append(("command line", {k: v for k, v in (cli or {}).items() if v is not None}))
     merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for origin, data in layers:
         unknown = sorted(set(data) - set(Settings.model_fields))
         if unknown:
             raise ConfigError(f"{origin}: unknown setting(s) {', '.join(unknown)}")
         merged.update(data)
+        origins.update(dict.fromkeys(data, origin))
         try:
-            Settings.model_validate(merged)
+            Settings.model_validate(merged, strict=origin not in TEXT_ORIGINS)
         except ValidationError as exc:
             bad = {str(e["loc"][0]) for e in exc.errors() if e["type"] != "missing"}
             if bad & set(data):
@@ -138,7 +167,7 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
                 if origin == "command line":
                     flag = FLAGS.get(key, "--" + key.replace("_", "-"))
                     raise FlagError(f"{flag} {data[key]}: {err['msg']}") from exc
-                where = f"{ENV_PREFIX}{key.upper()}" if origin == "environment" else \
-                    f"{origin}: {key}"
-                raise ConfigError(f"{where}: {err['msg']}") from exc
-    return Settings.model_validate(merged)
+                raise ConfigError(f"{_where(origin, key)}: {err['msg']}") from exc
+    settings = Settings.model_validate(merged)
+    _check_preset(settings.preset, origins["preset"])
+    return settings

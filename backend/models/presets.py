@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.home import home
+from backend.models.configfile import ConfigFileError, read_config_text
 from backend.models.requant import Requantize
 
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
@@ -186,8 +187,13 @@ def _read(text: str, origin: str) -> dict[str, Preset]:
     for name, table in data.items():
         if not isinstance(table, dict):
             raise PresetError(f"{origin}: '{name}' must be a table like [{name}]")
+        if "name" in table:
+            raise PresetError(f"{origin}: preset '{name}': name: the table's name [{name}] is "
+                              "the preset's name; remove the 'name' key")
         try:
-            presets[name] = Preset(name=name, **table)
+            # strict: a TOML value of the wrong type is refused, not converted (ctx_size = true
+            # became 1 and was refused as too small).
+            presets[name] = Preset.model_validate({"name": name, **table}, strict=True)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -204,16 +210,12 @@ def load_presets(user_file: Path | None = None) -> dict[str, Preset]:
     packaged = resources.files("backend.models").joinpath("presets.toml").read_text("utf-8")
     presets = _read(packaged, "packaged presets.toml")
     path = user_file or home().config / "presets.toml"
-    if path.is_dir():
-        raise PresetError(f"{path} is a directory, not a presets file; remove or rename it")
+    # exists(), not is_file(): a folder or a FIFO there is an error, not "no presets file".
     if path.exists():
         try:
-            text = path.read_text("utf-8")
-        except UnicodeDecodeError as exc:
-            raise PresetError(f"{path}: not UTF-8 text (byte {exc.start}); save it as "
-                              "UTF-8") from exc
-        except OSError as exc:
-            raise PresetError(f"{path}: cannot be read ({exc})") from exc
+            text = read_config_text(path)
+        except ConfigFileError as exc:
+            raise PresetError(str(exc)) from exc
         presets.update(_read(text, str(path)))
     return presets
 
