@@ -1,6 +1,7 @@
 """Field-trial failures of the MCP client and `agent mcp`: each failed before its fix (a banner
 on a server's stdout reported only in a log; `agent mcp list` showing tools a session leaves
-out as if they were used; no way to remove a server)."""
+out as if they were used; no way to remove a server; a malformed tool result or tool definition
+from a server crashing the run or failing the whole server; misleading start errors)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import git
+import pytest
+
+from tests.scripted import ScriptedModel, reply
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
 from tools.mcp.config import ServerConfig
-from tools.mcp.manager import ServerState
+from tools.mcp.manager import McpCallError, McpManager, ServerState
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import default_registry
 from tools.workspace import Workspace
@@ -167,3 +172,152 @@ def test_the_stray_line_summary_agrees_in_number():
     state.stray, state.stray_count = ["Starting v1", "ready"], 2
     assert state.stray_summary() == ("printed 2 lines on stdout that are not MCP "
                                      "('Starting v1', 'ready')")
+
+
+def raw_server(answers: dict) -> dict:
+    """A config entry for :file:`mcp_servers/raw_server.py` answering with ``answers``."""
+    return {"command": sys.executable,
+            "args": [str(FIXTURES / "raw_server.py"), json.dumps(answers)]}
+
+
+ECHO = {"name": "echo", "inputSchema": {"type": "object", "properties": {
+    "text": {"type": "string"}}}}
+
+
+def test_a_malformed_tool_result_is_a_tool_error_and_the_run_goes_on(tmp_path: Path):
+    """Field trial: a tools/call answer the SDK cannot parse (pydantic ValidationError for
+    CallToolResult) ended `agent run` with exit 4, internal error."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git.Repo.init(repo)
+    write_user_config({"raw": raw_server({"tools": [ECHO], "call": {"content": [
+        {"type": "weird", "blob": 1}, {"type": "text", "text": 5}]}})})
+    script = [reply(json.dumps({"tool": "raw__echo", "arguments": {"text": "hi"}})),
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "went on"}}))]
+    with ScriptedModel(script) as model:
+        ran = agent_cli("run", "call echo", "--repo", str(repo), "--base-url", model.url,
+                        "--approval", "full-auto", "--json")
+    assert ran.returncode == 0, ran.stderr
+    events = [json.loads(line) for line in ran.stdout.splitlines()]
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["name"] == "raw__echo" and result["is_error"]
+    assert "MCP server 'raw'" in result["text"] and "malformed" in result["text"]
+    assert "\n" not in result["text"]
+    assert any(e["type"] == "final_answer" or "went on" in json.dumps(e) for e in events)
+
+
+def test_structured_content_against_the_output_schema_is_a_tool_error(tmp_path: Path):
+    """The SDK checks structured content against the tool's outputSchema and raises
+    RuntimeError (several lines) when it does not match; that escaped as an internal error."""
+    tool = {**ECHO, "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                     "required": ["n"]}}
+    entry = raw_server({"tools": [tool], "call": {"content": [{"type": "text", "text": "x"}],
+                                                  "structuredContent": {"n": "x"}}})
+    manager = McpManager([ServerConfig("raw", Path("test"), "user", command=entry["command"],
+                                       args=tuple(entry["args"]))])
+    try:
+        manager.start()
+        with pytest.raises(McpCallError) as caught:
+            manager.call("raw", "echo", {"text": "hi"})
+        still_ready = manager.servers["raw"].status
+    finally:
+        manager.close()
+    assert still_ready == "ready"
+    message = str(caught.value)
+    assert message.startswith("MCP server 'raw' answered echo with a malformed result")
+    assert "'x' is not of type 'integer'" in message and "\n" not in message
+
+
+BAD_TOOLS = [ECHO,
+             {"name": "arr", "inputSchema": {"type": "array"}},
+             {"name": "noschema"},
+             {"name": "listprops", "inputSchema": {"type": "object", "properties": []}},
+             {"inputSchema": {"type": "object"}}]
+
+
+def test_an_invalid_tool_definition_leaves_out_that_tool_only(tmp_path: Path):
+    """Field trial: one tool the SDK's ListToolsResult rejects made the whole server
+    `failed (ValidationError: 9 validation errors …` plus ~30 raw lines, exit 3."""
+    write_user_config({"raw": raw_server({"tools": BAD_TOOLS, "call": {"content": [
+        {"type": "text", "text": "echoed"}]}})})
+    listed = agent_cli("mcp", "list", "--repo", str(tmp_path))
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "  status: ready\n" in listed.stdout
+    assert "  tools (1 of 5 used): echo\n" in listed.stdout
+    left = [line for line in listed.stdout.splitlines() if line.startswith("  left out:")]
+    assert left == [
+        "  left out: arr (not a valid MCP tool: inputSchema.type: Input should be 'object')",
+        "  left out: noschema (not a valid MCP tool: inputSchema: Field required)",
+        "  left out: listprops (not a valid MCP tool: inputSchema.properties: Input should be "
+        "a valid dictionary)",
+        "  left out: tool 5 (no name) (not a valid MCP tool: name: Field required)"]
+    # A session uses the valid tool and warns about each other one.
+    warnings: list[str] = []
+    manager = start_servers(tmp_path, warnings.append, interactive=False)
+    assert manager is not None
+    try:
+        registry = default_registry(Workspace(tmp_path))
+        add_mcp_tools(registry, ToolContext(Workspace(tmp_path)), manager, warnings.append)
+        echoed = registry.call("raw__echo", {"text": "x"})
+    finally:
+        manager.close()
+    assert not echoed.is_error and "echoed" in echoed.text
+    assert [w for w in warnings if "left out" in w] == [
+        "MCP tool 'arr' of server 'raw' left out: not a valid MCP tool: inputSchema.type: "
+        "Input should be 'object'",
+        "MCP tool 'noschema' of server 'raw' left out: not a valid MCP tool: inputSchema: "
+        "Field required",
+        "MCP tool 'listprops' of server 'raw' left out: not a valid MCP tool: "
+        "inputSchema.properties: Input should be a valid dictionary",
+        "MCP tool 'tool 5 (no name)' of server 'raw' left out: not a valid MCP tool: name: "
+        "Field required"]
+
+
+def test_a_malformed_tool_list_fails_the_server_in_one_line(tmp_path: Path):
+    """A tools/list answer that is wrong as a whole still fails the server, in one line."""
+    write_user_config({"raw": raw_server({"tools": "none"})})
+    listed = agent_cli("mcp", "list", "--repo", str(tmp_path))
+    assert listed.returncode == 3
+    status = next(line for line in listed.stdout.splitlines() if "status:" in line)
+    assert status.startswith("  status: failed (malformed answer from the server: "
+                             "ListToolsResult: tools: Input should be a valid list")
+    assert len(listed.stdout.splitlines()) == 2, listed.stdout
+
+
+def test_failed_starts_say_why(tmp_path: Path):
+    """Field trial: a missing cwd read "command not found: <the folder>"; a server that printed
+    text and hung showed only the timeout (the README promises the stray lines); one that
+    exited at once gave a bare "MCP error -32000: Connection closed"; binary bytes on stdout a
+    raw UnicodeDecodeError."""
+    py = sys.executable
+    write_user_config({
+        "nocwd": {"command": py, "args": ["-c", "pass"], "cwd": str(tmp_path / "gone")},
+        "chatty": {"command": py, "startup_timeout": 3, "args": [
+            "-c", "import time; print('hello banner', flush=True); time.sleep(60)"]},
+        "quits": {"command": "true"},
+        "usage": {"command": py, "args": [
+            "-c", "import sys; print('starting', file=sys.stderr); "
+                  "sys.exit('usage: usage-server --root DIR')"]},
+        "binary": {"command": py, "startup_timeout": 10, "args": [
+            "-c", "import sys, time; sys.stdout.buffer.write(b'\\xff\\xfe junk\\n'); "
+                  "sys.stdout.flush(); time.sleep(60)"]}})
+    listed = agent_cli("mcp", "list", "--repo", str(tmp_path))
+    assert listed.returncode == 3
+    status = {}
+    for line in listed.stdout.splitlines():
+        if not line.startswith(" "):
+            name = line.split()[0]
+        elif line.startswith("  status: "):
+            status[name] = line.removeprefix("  status: ")
+    logs = mcp_config.user_file().parents[1] / "state" / "mcp"
+    assert status["nocwd"] == f"failed (working folder (cwd) does not exist: {tmp_path / 'gone'})"
+    assert status["chatty"] == (
+        f"failed (did not start within 3 s (stderr: {logs / 'chatty.stderr.log'}); it printed "
+        "a line on stdout that is not MCP ('hello banner'))")
+    closed = "the server closed the connection before answering (it exited, or closed its stdout)"
+    assert status["quits"] == f"failed ({closed} (stderr: {logs / 'quits.stderr.log'}))"
+    assert status["usage"] == (f"failed ({closed}; its last line on stderr: 'usage: usage-server "
+                               f"--root DIR' (stderr: {logs / 'usage.stderr.log'}))")
+    assert status["binary"].startswith(
+        "failed (the server wrote bytes to stdout that are not UTF-8 JSON (byte 0xff)")
+    assert len(listed.stdout.splitlines()) == 10, listed.stdout

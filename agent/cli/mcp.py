@@ -142,7 +142,9 @@ def list_cmd(repo: RepoOpt = Path("."),
             rows.append({
                 "name": name, "scope": server.scope, "source": str(server.source),
                 "transport": server.transport, "target": server.describe(), "status": status,
-                "error": state.error if state else None,
+                # A failure's own line lacks what explains it best: stderr, stray stdout.
+                "error": (state.failure() if status == "failed" else state.error) if state
+                else None,
                 "tools": [t.name for t in state.tools if t.name not in dropped] if state
                 else [],
                 "left_out": [{"tool": t, "reason": r} for t, r in dropped.items()],

@@ -5,25 +5,31 @@ each server gets one runner task on a private asyncio loop thread: it connects, 
 and then waits to be stopped. Tool calls are submitted to that loop from the agent's thread with
 a per-call timeout. A server whose connection drops during a call is restarted once; when it
 drops again it is quarantined for the rest of the session (recorded for ``agent mcp list``).
+
+Whatever a server sends is input, not a contract: an answer the SDK cannot parse becomes a
+one-line error for that call (or that server), and a tool whose definition is invalid is left
+out on its own (:class:`_ToolScreen`) instead of failing the server's whole listing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Future
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.abc
 import httpx2
 import pydantic
 
@@ -37,6 +43,7 @@ from tools.mcp.config import ServerConfig
 if TYPE_CHECKING:
     import mcp_types
     from mcp.client import Client
+    from mcp.shared.message import SessionMessage
 
 Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
 STOP_GRACE_S = 10.0
@@ -79,18 +86,49 @@ def quarantine_file() -> Path:
     return state_dir() / "quarantines.jsonl"
 
 
+class McpStartError(RuntimeError):
+    """A server cannot be started for a reason we found ourselves; the message says it all."""
+
+
 def describe_error(exc: BaseException) -> str:
-    """One line for an exception, looking inside anyio's exception groups."""
+    """One line for an exception, looking inside anyio's exception groups.
+
+    Never several lines: pydantic and the SDK describe a bad answer in dozens of them, and
+    this line goes into a warning, a status row or a tool result."""
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(describe_error(e) for e in exc.exceptions)
     from mcp.shared.exceptions import MCPError  # deferred: startup time
 
     if isinstance(exc, MCPError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
+    if isinstance(exc, McpStartError):
+        return str(exc)
+    if isinstance(exc, pydantic.ValidationError):
+        return f"malformed answer from the server: {exc.title}: {validation_summary(exc)}"
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"the server wrote bytes to stdout that are not UTF-8 JSON (byte "
+                f"0x{exc.object[exc.start]:02x}); MCP over stdio is UTF-8 JSON, one message "
+                "a line")
     if isinstance(exc, FileNotFoundError) and exc.filename:
         return f"command not found: {exc.filename}"
-    text = str(exc).strip()
+    text = _first_line(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _first_line(text: str) -> str:
+    """The first non-blank line of ``text``, with `` …`` when more lines followed."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] + (" …" if len(lines) > 1 else "") if lines else ""
+
+
+def validation_summary(exc: pydantic.ValidationError, skip: int = 0) -> str:
+    """The first problem pydantic found, as ``where: what``, and how many more there are;
+    ``skip`` drops that many leading path items (the list index of a tool checked alone)."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where = ".".join(map(str, first["loc"][skip:]))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"
 
 
 class _SdkLog(logging.Handler):
@@ -130,10 +168,16 @@ class ServerState:
     done: anyio.Event | None = None
     log: Path | None = None
     """Where a stdio server's stderr goes."""
+    log_start: int = 0
+    """The size of :attr:`log` when this start began: what follows is this run's stderr."""
     stray: list[str] = field(default_factory=list)
     """The first :data:`STRAY_KEPT` lines the server wrote to stdout that were not MCP."""
     stray_count: int = 0
     """How many such lines there were in all (they are skipped, the connection goes on)."""
+    invalid: dict[str, str] = field(default_factory=dict)
+    """Tools whose definition the SDK would reject (tool → why); :class:`_ToolScreen`."""
+    stderr_tail: str | None = None
+    """The last line a stdio server that failed to start wrote to stderr."""
 
     def note_stray(self, exc: Exception) -> None:
         """Record what the transport could not parse; stdio hands each such stdout line to
@@ -155,6 +199,16 @@ class ServerState:
         verb = "is" if self.stray_count == 1 else "are"
         shown = ", ".join(repr(line) for line in self.stray)
         return f"printed {lines} on stdout that {verb} not MCP ({shown})"
+
+    def failure(self) -> str:
+        """Why the server failed to start, in one line: the error, its last stderr line and
+        where its stderr went, and the non-MCP lines it printed on stdout (a usage message or
+        a banner before a crash is often the real reason)."""
+        tail = f"; its last line on stderr: {self.stderr_tail!r}" if self.stderr_tail else ""
+        log = f" (stderr: {self.log})" if self.log else ""
+        stray = self.stray_summary()
+        also = f"; it {stray}" if stray else ""
+        return f"{self.error or self.status}{tail}{log}{also}"
 
 
 class McpManager:
@@ -202,7 +256,8 @@ class McpManager:
 
     async def _start_one(self, state: ServerState) -> None:
         state.status, state.error, state.tools = "starting", None, []
-        state.stray, state.stray_count = [], 0
+        state.stray, state.stray_count, state.invalid, state.stderr_tail = [], 0, {}, None
+        state.log = None
         state.stop, state.done = anyio.Event(), anyio.Event()
         ready = anyio.Event()
         asyncio.get_running_loop().create_task(self._run(state, ready))
@@ -219,11 +274,13 @@ class McpManager:
             with anyio.CancelScope() as scope:
                 scope.deadline = anyio.current_time() + cfg.startup_timeout
                 async with AsyncExitStack() as stack:
-                    transport = await self._transport(state, stack)
-                    client = await stack.enter_async_context(
-                        Client(transport, client_info=client_info,
-                               read_timeout_seconds=cfg.startup_timeout,
-                               message_handler=_stray_recorder(state)))
+                    screen = _ToolScreen(state)
+                    transport = screen.wrap(await self._transport(state, stack))
+                    client = Client(transport, client_info=client_info,
+                                    read_timeout_seconds=cfg.startup_timeout,
+                                    message_handler=_stray_recorder(state))
+                    screen.version = lambda: client.session.protocol_version
+                    await stack.enter_async_context(client)
                     state.tools = await _list_tools(client)
                     scope.deadline = math.inf
                     state.client, state.status = client, "ready"
@@ -232,9 +289,10 @@ class McpManager:
             if scope.cancelled_caught and state.status == "starting":
                 state.status = "failed"
                 state.error = f"did not start within {cfg.startup_timeout:g} s"
+                state.stderr_tail = _stderr_tail(state)
         except Exception as exc:
             if state.status == "starting":
-                state.status, state.error = "failed", describe_error(exc)
+                state.status, state.error = "failed", _start_error(state, exc)
         finally:
             state.client = None
             if state.status == "ready":
@@ -252,12 +310,17 @@ class McpManager:
             http = await stack.enter_async_context(httpx2.AsyncClient(
                 headers=cfg.headers, timeout=httpx2.Timeout(30.0, read=cfg.tool_timeout + 30)))
             return streamable_http_client(cfg.url, http_client=http)
-        state_dir().mkdir(parents=True, exist_ok=True)
-        state.log = state_dir() / f"{cfg.name}.stderr.log"
-        errlog: IO[str] = stack.enter_context(state.log.open("a", encoding="utf-8"))
         cwd = Path(cfg.cwd) if cfg.cwd else self.cwd
         if cwd is not None and not cwd.is_absolute() and self.cwd is not None:
             cwd = self.cwd / cwd
+        if cwd is not None and not cwd.is_dir():
+            # The OS reports a missing working folder as the command's FileNotFoundError,
+            # naming the folder: "command not found: <folder>" would send the user astray.
+            raise McpStartError(f"working folder (cwd) does not exist: {cwd}")
+        state_dir().mkdir(parents=True, exist_ok=True)
+        state.log = state_dir() / f"{cfg.name}.stderr.log"
+        errlog: IO[str] = stack.enter_context(state.log.open("a", encoding="utf-8"))
+        state.log_start = errlog.tell()
         params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args),
                                        env=server_env(cfg), cwd=cwd)
         return stdio_client(params, errlog=errlog)
@@ -307,6 +370,15 @@ class McpManager:
                                    "s; the call was cancelled") from None
             if exc.error.code != mcp_types.CONNECTION_CLOSED:
                 raise McpCallError(f"{state.config.name}: {describe_error(exc)}") from None
+        except pydantic.ValidationError as exc:
+            raise McpCallError(f"MCP server '{state.config.name}' answered {tool} with a "
+                               f"malformed result ({exc.title}: {validation_summary(exc)})"
+                               ) from None
+        except RuntimeError as exc:
+            # What the SDK raises for a result that breaks the tool's declared output schema
+            # (or asks for input mid-call, which we do not offer): the server's fault, too.
+            raise McpCallError(f"MCP server '{state.config.name}' answered {tool} with a "
+                               f"malformed result ({_first_line(str(exc))})") from None
         raise McpCallError(await self._crashed(state, tool))
 
     async def _crashed(self, state: ServerState, tool: str) -> str:
@@ -356,6 +428,152 @@ class McpManager:
         self._thread.join(timeout=STOP_GRACE_S)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class _ToolScreen:
+    """Takes the tools the SDK would reject out of each ``tools/list`` answer, before the SDK
+    sees it, and records them on the server's state (tool → why).
+
+    The SDK validates a listing as a whole, so one tool with an invalid definition (an
+    ``inputSchema`` that is not an object, or none) would fail the server and every tool on
+    it, and again at each call (the SDK re-lists to learn output schemas). It sits between
+    the transport and the ``Client``: requests going out mark which answers are listings;
+    each tool of such an answer is checked alone, exactly as the SDK checks the whole list."""
+
+    def __init__(self, state: ServerState):
+        self.state = state
+        self.listings: set[str | int] = set()
+        """Ids of ``tools/list`` requests sent and not yet answered."""
+        self.version: Callable[[], str | None] = lambda: None
+        """The negotiated protocol version (set once the client exists)."""
+
+    def wrap(self, transport: Any) -> Any:
+        """``transport`` with its streams passed through this screen."""
+        @asynccontextmanager
+        async def screened() -> AsyncIterator[tuple[Any, Any]]:
+            async with transport as (read, write):
+                yield _ScreenedReceive(read, self), _NotedSend(write, self)
+        return screened()
+
+    def note(self, item: SessionMessage) -> None:
+        import mcp_types  # deferred: startup time
+
+        message = item.message
+        if isinstance(message, mcp_types.JSONRPCRequest) and message.method == "tools/list":
+            self.listings.add(message.id)
+
+    def screen(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
+        import mcp_types  # deferred: startup time
+
+        message = getattr(item, "message", None)
+        if not isinstance(message, mcp_types.JSONRPCResponse) or message.id not in self.listings:
+            return item
+        self.listings.discard(message.id)
+        tools = message.result.get("tools")
+        if not isinstance(tools, list) or _listing_problem(self.version(), message.result, []):
+            return item  # wrong as a whole: the SDK's own error says so
+        kept = []
+        for number, tool in enumerate(tools, 1):
+            problem = _listing_problem(self.version(), message.result, [tool])
+            if problem is None:
+                kept.append(tool)
+                continue
+            name = tool.get("name") if isinstance(tool, dict) else None
+            label = name if isinstance(name, str) and name else f"tool {number} (no name)"
+            self.state.invalid[label] = f"not a valid MCP tool: {problem}"
+        result = {**message.result, "tools": kept}
+        return type(item)(message.model_copy(update={"result": result}), item.metadata)
+
+
+def _listing_problem(version: str | None, result: dict[str, Any],
+                     tools: list[Any]) -> str | None:
+    """What the SDK would reject in ``result`` holding only ``tools`` (None: nothing), checked
+    the way ``ClientSession.send_request`` checks a ``tools/list`` answer: against the wire
+    model of the negotiated version (the SDK's fallback when none is), then the SDK's own."""
+    import mcp_types  # deferred: startup time
+    from mcp_types import methods
+
+    data = {**result, "tools": tools}
+    try:
+        # KeyError: a version without a wire model for tools/list; the SDK skips it too.
+        with contextlib.suppress(KeyError):
+            methods.validate_server_result("tools/list", version or "2025-11-25", data)
+        mcp_types.ListToolsResult.model_validate(data, by_name=False)
+    except pydantic.ValidationError as exc:
+        return validation_summary(exc, skip=2 if tools else 0)
+    return None
+
+
+class _ScreenedReceive(anyio.abc.ObjectReceiveStream[Any]):
+    """The transport's read stream, each message passed through :meth:`_ToolScreen.screen`."""
+
+    def __init__(self, inner: Any, screen: _ToolScreen):
+        self.inner, self._screen = inner, screen
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context, which the dispatcher reads off streamable HTTP's stream."""
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        return self._screen.screen(await self.inner.receive())
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _NotedSend(anyio.abc.ObjectSendStream[Any]):
+    """The transport's write stream, each message shown to :meth:`_ToolScreen.note` first."""
+
+    def __init__(self, inner: Any, screen: _ToolScreen):
+        self.inner, self._screen = inner, screen
+
+    async def send(self, item: Any) -> None:
+        self._screen.note(item)
+        await self.inner.send(item)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _start_error(state: ServerState, exc: BaseException) -> str:
+    """The one-line error of a failed start; a stdio server's last stderr line is kept too.
+
+    The SDK reports a server that exits (or closes stdout) before answering as a bare
+    "Connection closed": say what that means for a process we started."""
+    import mcp_types  # deferred: startup time
+    from mcp.shared.exceptions import MCPError
+
+    state.stderr_tail = _stderr_tail(state)
+    leaves = _leaves(exc)
+    if state.log is not None and len(leaves) == 1 and isinstance(leaves[0], MCPError) \
+            and leaves[0].error.code == mcp_types.CONNECTION_CLOSED:
+        return ("the server closed the connection before answering (it exited, or closed "
+                "its stdout)")
+    return describe_error(exc)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside anyio's (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _stderr_tail(state: ServerState) -> str | None:
+    """The last non-blank line a stdio server wrote to stderr during this start (capped)."""
+    if state.log is None:
+        return None
+    try:
+        with state.log.open("rb") as log:
+            log.seek(state.log_start)
+            text = log.read()[-4096:].decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    return lines[-1] if len(lines[-1]) <= 200 else lines[-1][:200] + " …"
 
 
 def _stray_recorder(state: ServerState) -> Any:

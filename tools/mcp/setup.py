@@ -75,9 +75,7 @@ def startup_problems(manager: McpManager, failed: bool = True) -> list[str]:
                 lines.append(f"MCP server '{name}' {stray}; they were skipped and the server "
                              "works, but it should write its logs to stderr")
         elif failed:
-            log = f" (stderr: {state.log})" if state.log else ""
-            also = f"; it {stray}" if stray else ""
-            lines.append(f"MCP server '{name}' failed to start: {state.error}{log}{also}")
+            lines.append(f"MCP server '{name}' failed to start: {state.failure()}")
     return lines
 
 

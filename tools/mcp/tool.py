@@ -154,13 +154,15 @@ class LeftOut:
 def build_tools(ctx: ToolContext, manager: McpManager,
                 taken: Iterable[str]) -> tuple[list[McpTool], list[LeftOut]]:
     """A tool per remote tool of every ready server, in config order, and the remote tools
-    left out because their schema cannot be made safe. ``taken``: names in use."""
+    left out because their definition is invalid MCP or their schema cannot be made safe.
+    ``taken``: names in use."""
     used = set(taken)
     out: list[McpTool] = []
     left_out: list[LeftOut] = []
     for server, state in manager.servers.items():
         if state.status != "ready":
             continue
+        left_out += [LeftOut(server, tool, why) for tool, why in state.invalid.items()]
         for remote in state.tools:
             name = openai_name(server, remote.name, used)
             try:
