@@ -388,6 +388,32 @@ def test_a_dir_that_cannot_be_made_is_refused_before_the_model_is_asked(tmp_path
         assert not os.path.exists(target)  # Path.exists raises on a name too long
 
 
+def test_a_folder_holding_only_a_fresh_git_init_is_empty(tmp_path: Path, agent_home: Path):
+    """A field trial: `git init p && agent new-project ... --dir p` was refused with "p is not
+    empty". A repository whose tracked files were deleted is still refused: that is work."""
+    fresh = tmp_path / "fresh"
+    git.Repo.init(fresh).close()
+    script = [plan_reply(**MAKE_PLAN),
+              call("create", path="Makefile", file_text="test:\n\t@echo '1 passed, 0 failed'\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = new_project("a make project", fresh, model, agent_home)
+    assert proc.returncode == 0, proc.stderr
+    with git.Repo(fresh) as repo:
+        assert "Makefile" in repo.head.commit.tree
+
+    emptied = tmp_path / "emptied"
+    with git.Repo.init(emptied) as repo:
+        (emptied / "a.py").write_text("x = 1\n", "utf-8")
+        repo.index.add(["a.py"])
+        repo.index.commit("mine", author=git.Actor("u", "u@localhost"),
+                          committer=git.Actor("u", "u@localhost"))
+    (emptied / "a.py").unlink()
+    with ScriptedModel([]) as model:
+        proc = new_project("a make project", emptied, model, agent_home)
+    assert proc.returncode == 2 and "has uncommitted changes" in proc.stderr, proc.stderr
+
+
 def test_the_commit_subject_is_one_printable_line_whatever_the_description(tmp_path: Path):
     result = ProjectResult(tmp_path, "s", tmp_path / "log", LoopResult("", "done", 1),
                            TestReport("passed"))

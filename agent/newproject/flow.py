@@ -205,7 +205,9 @@ def _check_target(directory: Path, force: bool) -> None:
         raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
     if not directory.exists():
         _check_creatable(directory)
-    if directory.is_dir() and any(directory.iterdir()) and not force:
+    # A folder holding only a fresh `git init` is empty for this purpose (a field trial was
+    # told such a folder "is not empty"); a repository with history is checked below.
+    if directory.is_dir() and not force and any(p.name != ".git" for p in directory.iterdir()):
         raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
     if directory.is_dir() and force:
         hidden = _ignored_files(directory)
