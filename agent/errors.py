@@ -16,10 +16,11 @@ EXIT_ERROR = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
 
-EXIT_CODES_HELP = ("Exit codes: 0 success; 1 the task did not finish or the project's tests "
-                   "failed; 2 bad usage (flags, empty description, unknown preset); 3 an error "
-                   "with a stated cause (build, model, server, config); 4 internal error (see "
-                   "the crash log); 130 interrupted.")
+EXIT_CODES_HELP = ("Exit codes: 0 success; 1 the task did not finish (new-project: or the "
+                   "project's tests failed); 2 bad usage (flags, an empty task or description, "
+                   "an unknown preset on the command line); 3 an error with a stated cause "
+                   "(build, model, server, config); 4 internal error (see the crash log); 130 "
+                   "interrupted (Ctrl-C, SIGTERM, SIGHUP).")
 
 
 def interrupted_by(exc: KeyboardInterrupt) -> str:
