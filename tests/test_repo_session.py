@@ -315,3 +315,14 @@ def test_resume_never_answers_a_call_twice_when_the_kill_fell_between_message_an
                (m["role"] == "user" and str(m["content"]).startswith("[result of tool view]"))]
     assert len(results) == 1, sent
     assert not any("interrupted" in str(m.get("content")) for m in sent)
+
+
+def test_chat_ends_on_a_fresh_line_and_names_its_session(repo: git.Repo, agent_home: Path):
+    """A field trial: at end of input chat left the prompt without a newline and printed no
+    session id or undo command (run does)."""
+    root = Path(repo.working_tree_dir)
+    proc = chat([call("final_answer", text="hello")], ["say hi"], agent_home, root)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("> \n"), proc.stdout[-40:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("session ") and "(undo: agent undo " in last, proc.stderr

@@ -383,6 +383,7 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
         try:
             line = input("> ").strip()
         except EOFError:
+            out.print()  # Ctrl-D left the cursor after the prompt
             return
         if not line:
             continue
