@@ -120,6 +120,11 @@ def test_oom_kills_exit_codes_and_stops_from_outside_are_told_apart():
                           "loaded") and "agent backend download" in fix
     assert "stopped by SIGTERM from outside" in explain_exit(-15, "")
     assert "signal 77" in explain_exit(-77, "")
+    # A server someone stopped with `kill <pid>` handles it and exits 0: a field trial read
+    # "exited with status 0: no known cause in its log".
+    assert explain_exit(0, "srv    operator(): cleaning up before exit...\n") == (
+        "llama-server shut down cleanly: something outside dflash-agent stopped it (a SIGTERM "
+        "or Ctrl-C it handled); start it again (`agent backend up`)")
 
 
 def test_meaningful_lines_keep_the_assertion_above_the_tail():

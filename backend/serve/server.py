@@ -360,6 +360,11 @@ def exit_cause(returncode: int | None, log_text: str,
         cause, fix = _SIGNAL_CAUSES.get(sig, (sig.name, "read the log lines"))
         return f"llama-server crashed with {sig.name}, {cause}", fix
     known = diagnose(log_text)
+    if returncode == 0 and known == _NO_KNOWN_CAUSE:
+        # llama-server handles SIGTERM and SIGINT itself ("cleaning up before exit...") and
+        # exits 0: a field trial's `kill <pid>` read as "no known cause".
+        return ("llama-server shut down cleanly: something outside dflash-agent stopped it "
+                "(a SIGTERM or Ctrl-C it handled)", "start it again (`agent backend up`)")
     status = "" if returncode is None else f" with status {returncode}"
     why, _, fix = known.partition("; ")
     return f"llama-server exited{status}: {why}", fix or "read the log lines"
