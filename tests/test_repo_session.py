@@ -146,6 +146,25 @@ def test_run_with_commit_says_what_it_left_out_and_why_it_did_not_commit(repo: g
     assert "not committed: the task did not finish (max_steps)" in proc.stderr
 
 
+def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Path):
+    """A field trial: `run --commit` then `undo` said only "removed new.py"; the commit
+    stayed and git showed the file deleted, and nothing said why."""
+    root = Path(repo.working_tree_dir)
+    script = [call("create", path="new.py", file_text="x = 1\n"),
+              call("final_answer", text="added new.py")]
+    with ScriptedModel(script) as model:
+        assert agent("run", "add new.py", "--commit", "--base-url", model.url,
+                     home=agent_home, cwd=root).returncode == 0
+    short = repo.head.commit.hexsha[:7]
+    undone = agent("undo", home=agent_home, cwd=root)
+    assert undone.returncode == 0 and undone.stdout.splitlines() == ["removed new.py"]
+    assert (f"the commits made since the task started stay ({short} add new.py)"
+            in " ".join(undone.stderr.split())), undone.stderr
+    # Without a commit meanwhile, no note.
+    redo = agent("undo", home=agent_home, cwd=root)
+    assert redo.returncode == 0 and "commits made since" not in redo.stderr
+
+
 def test_json_output_is_a_stream_of_valid_events(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
     with ScriptedModel([call("view", path="app.py"), call("final_answer", text="ok")]) as model:

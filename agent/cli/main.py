@@ -393,6 +393,8 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             if line == "/undo":
                 plan = undo_task(session.id, log=session.log)
                 out.print(_undo_summary(plan), markup=False)
+                if plan.changed and plan.commits_since:
+                    out.print(_commits_note(plan), markup=False)
             elif line == "/diff":
                 out.print(diff_session(session.id) or "(no changes)", markup=False)
             elif line == "/commit":
@@ -532,6 +534,16 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
         echo("nothing to undo: the task changed no files")
     for path in plan.changed:
         echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
+    if plan.changed and plan.commits_since:
+        err.print(_commits_note(plan), markup=False)
+
+
+def _commits_note(plan: RestorePlan) -> str:
+    """What an undo says when HEAD moved since the task started (a field trial's undo after
+    `run --commit` said only "removed test_mul.py", leaving git to show it deleted)."""
+    return (f"note: the undo put files back only; the commits made since the task started "
+            f"stay ({'; '.join(plan.commits_since)}), so git now shows the restored files "
+            "as changes against them (`git revert` or `git reset` those commits to drop them)")
 
 
 @app.command("diff")

@@ -72,6 +72,9 @@ class RestorePlan:
     changed: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    commits_since: list[str] = field(default_factory=list)
+    """Commits on HEAD made since the task started (``<short sha> <subject>``, newest first,
+    at most 3): a restore writes files only, so these stay, and the user must be told."""
 
 
 def open_repo(path: Path) -> git.Repo:
@@ -265,6 +268,19 @@ def _head(repo: git.Repo) -> str | None:
 def _empty_tree(repo: git.Repo) -> str:
     """The empty tree's id (sha1 or sha256, whatever the repo uses)."""
     return _git(repo, "mktree").strip()
+
+
+def commits_since(repo: git.Repo, snapshot: str, limit: int = 3) -> list[str]:
+    """Commits HEAD has gained since ``snapshot`` was taken (its parent was HEAD then), as
+    ``<short sha> <subject>``, newest first, at most ``limit``; empty when HEAD has not moved
+    or the history cannot be read."""
+    try:
+        parents = repo.commit(snapshot).parents
+        since = f"{parents[0].hexsha}..HEAD" if parents else "HEAD"
+        listed = repo.git.log("--format=%h %s", f"-{limit}", since)
+    except (git.GitError, ValueError):
+        return []
+    return [line for line in listed.splitlines() if line.strip()]
 
 
 def _parent_or_empty(repo: git.Repo, commit: str) -> str:

@@ -126,6 +126,8 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
         kind, before, after = "redo", marks[-1].sha, before
     ref = cp.checkpoint_ref(session_id, number, f"{kind}-{len(marks) + 1}")
     plan = cp.restore(repo, before, after, ref, force=force)
+    if kind == "undo":
+        plan.commits_since = cp.commits_since(repo, before)
     sha = repo.git.rev_parse(ref)
     (log or SessionLog(session_id, "", Path(record.start.workspace), resume=True)).append(
         Checkpoint(session_id=session_id, task=number, kind=kind, ref=ref, sha=sha))
