@@ -159,3 +159,42 @@ def test_undo_on_a_torn_log_sets_the_fragment_aside_too(repo: Path, agent_home: 
     assert again.returncode == 0, again.stderr
     assert (repo / "app.py").read_text() == "x = 2\n" and "warning" not in again.stderr
     load_record(log.stem)
+
+
+def test_a_damaged_session_is_refused_by_resume_with_the_reason(repo: Path, agent_home: Path,
+                                                                tmp_path: Path):
+    """A field trial: a log replaced by a folder read "no session" (while `agent sessions`
+    listed it); a message of role "alien" was resumed and every turn after it failed with the
+    server's 400; a session whose repository was gone said only "does not exist"."""
+    with ScriptedModel([call("final_answer", text="ok")]) as model:
+        assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo).returncode == 0
+    log = _log(agent_home)
+    good = log.read_text()
+    alien = {"v": 1, "session_id": log.stem, "ts": 1, "type": "message",
+             "message": {"role": "alien", "content": [1, 2]}}
+    log.write_text(good + json.dumps(alien) + "\n")
+    # Refused before any server is asked (none answers at port 9).
+    proc = agent("resume", log.stem, "--base-url", "http://127.0.0.1:9", home=agent_home,
+                 cwd=repo)
+    assert proc.returncode == 3, proc.stderr
+    assert f"session '{log.stem}' cannot be resumed: message " in proc.stderr
+    assert "has the role 'alien'" in proc.stderr
+
+    log.unlink()
+    log.mkdir()
+    proc = agent("resume", log.stem, home=agent_home, cwd=repo)
+    assert proc.returncode == 3 and f"the log of session '{log.stem}'" in proc.stderr
+    assert "is not a file" in proc.stderr
+    log.rmdir()
+
+    log.write_text(good)
+    moved = tmp_path / "moved"
+    repo.rename(moved)
+    proc = agent("resume", log.stem, home=agent_home, cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert f"session {log.stem} ran in {repo}, which is no longer a folder" in proc.stderr
+
+    for odd in ("../index", "a/b"):
+        proc = agent("resume", odd, home=agent_home, cwd=tmp_path)
+        assert proc.returncode == 3 and f"no session '{odd}'" in proc.stderr, proc.stderr

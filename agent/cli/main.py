@@ -39,7 +39,13 @@ from agent.errors import (
 from agent.newproject import new_project, slugify
 from agent.sessions.checkpoints import RestorePlan
 from agent.sessions.log import list_sessions
-from agent.sessions.repo import RepoSession, diff_session, load_record, undo_task
+from agent.sessions.repo import (
+    RepoSession,
+    check_resumable,
+    diff_session,
+    load_record,
+    undo_task,
+)
 from agent.ui import Reporter, SafeConsole, echo
 from backend import secret_store
 from backend.cache import CacheError, list_cache, remove
@@ -482,7 +488,12 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
     if stopped:
         err.print(f"stopped {stopped} process{'es' if stopped != 1 else ''} left running by "
                   f"the previous run of session {chosen}", markup=False)
+    check_resumable(record)
     repo = Path(record.start.repo or record.start.workspace)
+    if not repo.is_dir():
+        # _repo_dir's "does not exist" did not say whose folder it was.
+        raise UserError(f"session {chosen} ran in {repo}, which is no longer a folder; it "
+                        "cannot be resumed there")
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
                                  base_url=base_url, ctx_size=ctx_size)
     reporter = Reporter()

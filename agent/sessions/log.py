@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -232,10 +233,20 @@ def summarise(entry: dict[str, object], path: Path) -> SessionSummary:
 
 def session_path(session_id: str) -> Path:
     """The log of ``session_id``; raises ``FileNotFoundError`` naming the id."""
+    if not _SESSION_ID.fullmatch(session_id):
+        # Ids are made by new_session_id; anything else (a path, "..") names no session.
+        raise FileNotFoundError(f"no session '{session_id}' (see `agent sessions`)")
     path = home().sessions / f"{session_id}.jsonl"
+    if path.exists() and not path.is_file():
+        # `agent sessions` lists it as unknown: "no session" contradicted that.
+        raise FileNotFoundError(f"the log of session '{session_id}' ({path}) is not a file; "
+                                "it cannot be read")
     if not path.is_file():
         raise FileNotFoundError(f"no session '{session_id}' (see `agent sessions`)")
     return path
+
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def list_sessions() -> list[SessionSummary]:

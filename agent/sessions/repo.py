@@ -106,12 +106,22 @@ def _repo_of(record: SessionRecord) -> git.Repo:
     return cp.open_repo(Path(record.start.repo))
 
 
+def _state_ref(session_id: str, task: int, kind: Literal["before", "after"]) -> str:
+    """Where a task's staged state and stash entries are kept when it starts or ends: found by
+    name, as the session log's checkpoint events hold snapshots of files only."""
+    return cp.checkpoint_ref(session_id, task, "index-stash" if kind == "before"
+                             else f"{kind}-index-stash")
+
+
 def undo_task(session_id: str, task: int | None = None, force: bool = False,
               log: SessionLog | None = None) -> cp.RestorePlan:
     """Restore the files a task changed to their state before it (the last task by default);
     run again right after, it undoes that undo (the files come back as the agent left them).
 
-    The current tree is snapshotted first, so every undo can itself be undone. Raises
+    The current tree is snapshotted first, so every undo can itself be undone. An undo also
+    stores again the stash entries the task dropped and puts back the staged state it changed
+    (see :func:`~agent.sessions.checkpoints.restore_git_state`); undoing the undo leaves both
+    alone, so the stash entries stay and no one's staging is lost. Raises
     :class:`UserError` (including ``RestoreConflict`` when the user changed those files after the
     agent, unless ``force``).
     """
@@ -126,11 +136,15 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
         kind, before, after = "redo", marks[-1].sha, before
     ref = cp.checkpoint_ref(session_id, number, f"{kind}-{len(marks) + 1}")
     plan = cp.restore(repo, before, after, ref, force=force)
-    if kind == "undo":
-        plan.commits_since = cp.commits_since(repo, before)
     sha = repo.git.rev_parse(ref)
     (log or SessionLog(session_id, "", Path(record.start.workspace), resume=True)).append(
         Checkpoint(session_id=session_id, task=number, kind=kind, ref=ref, sha=sha))
+    if kind == "undo":
+        plan.commits_since = cp.commits_since(repo, before)
+        # After the log line: the files are back whatever happens here, and a failure is
+        # reported in the plan rather than raised.
+        cp.restore_git_state(repo, _state_ref(session_id, number, "before"),
+                             _state_ref(session_id, number, "after"), plan)
     return plan
 
 
@@ -261,6 +275,8 @@ class RepoSession:
             return
         ref = cp.checkpoint_ref(self.id, self.tasks, "" if kind == "before" else kind)
         sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}")
+        cp.record_git_state(self.repo, _state_ref(self.id, self.tasks, kind),
+                            f"dflash-agent {self.id} task {self.tasks} {kind}: index and stash")
         self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
 
     def commit_last(self, include_preexisting: bool = False) -> tuple[str | None, list[str]]:
@@ -292,6 +308,12 @@ class RepoSession:
         self.backend.client.close()
 
 
+def check_resumable(record: SessionRecord) -> None:
+    """Raise :class:`UserError` when ``record``'s history cannot be sent again (see
+    :func:`_replay`): checked before a server is started or connected to."""
+    _replay(record)
+
+
 def _replay(record: SessionRecord) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     for e in record.events:
@@ -302,7 +324,35 @@ def _replay(record: SessionRecord) -> list[dict[str, Any]]:
     if not history or history[0].get("role") != "system":
         raise UserError(f"session '{record.session_id}' has no recorded system message; "
                         "it cannot be resumed")
+    for n, message in enumerate(history, 1):
+        problem = _unsendable(message)
+        if problem:
+            # A field trial: a message of role "alien" was resumed, and every turn after it
+            # failed with the server's 400 (the session could never go on).
+            raise UserError(f"session '{record.session_id}' cannot be resumed: message {n} of "
+                            f"its history {problem} (the log was edited or damaged)")
     return history
+
+
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _unsendable(message: object) -> str:
+    """Why ``message`` (from a session log) is not one this product writes and a chat server
+    takes, or ``""``: a role other than system/user/assistant/tool, or content that is neither
+    text nor a list of text parts."""
+    if not isinstance(message, dict):
+        return "is not an object"
+    if message.get("role") not in _ROLES:
+        return f"has the role {str(message.get('role'))[:40]!r}"
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return ""
+    if isinstance(content, list) and all(
+            isinstance(part, dict) and part.get("type") == "text"
+            and isinstance(part.get("text"), str) for part in content):
+        return ""
+    return "has content that is neither text nor text parts"
 
 
 def _activated_skills(record: SessionRecord) -> list[str]:
