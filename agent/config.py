@@ -12,8 +12,9 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.errors import UsageError
 from backend.home import home
@@ -48,6 +49,7 @@ class Settings(BaseModel):
     max_time: float = Field(gt=0, allow_inf_nan=False, description="Seconds per task.")
     base_url: str | None = Field(None, description="Use this OpenAI-compatible server instead "
                                  "of the managed one.")
+
     ctx_size: int | None = Field(None, ge=256, description="Context size in tokens.")
     port: int = Field(ge=1, le=65535, description="Preferred port of the managed server.")
     approval: Literal["ask", "auto-edit", "full-auto"] = Field(
@@ -65,6 +67,22 @@ class Settings(BaseModel):
         "auto", description="new-project's recipe: full (the model plans any toolchain and "
         "the ecosystem's layout), simple (one Python module and its tests, for weak models) "
         "or auto (full for models of 3 B parameters and up, as the server reports them).")
+
+    @field_validator("base_url")
+    @classmethod
+    def _an_http_url(cls, value: str | None) -> str | None:
+        """``http(s)://host[:port][/path]``: a field trial's "not a url" and ``ftp://x`` went
+        on to a connection attempt, an internal error with a crash log."""
+        if value is None:
+            return value
+        parsed = urlsplit(value.strip())
+        try:
+            parsed.port  # noqa: B018 (raises on a port that is no number)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} has a port that is not a number") from exc
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        return value.strip()
 
 
 FLAGS = {"new_project_recipe": "--recipe"}

@@ -215,3 +215,27 @@ def test_an_endless_time_limit_is_refused(agent_home: Path, monkeypatch: pytest.
         with pytest.raises(ConfigError, match=rf"^DFLASH_AGENT_{key}: Input should be a finite"):
             load_settings()
         monkeypatch.delenv(f"DFLASH_AGENT_{key}")
+
+
+def test_a_base_url_that_is_no_http_url_is_refused_naming_where(agent_home: Path,
+                                                                 tmp_path: Path):
+    """A field trial: `base_url = "not a url"` in config.toml, or `--base-url ftp://x`, went on
+    to a connection attempt: "no server answers at not a url … drop --base-url", exit 3 with a
+    crash log. Refused now, naming the file (exit 3) or the flag (exit 2)."""
+    user_file = agent_home / "config" / "config.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text('base_url = "not a url"\n')
+    with pytest.raises(ConfigError, match=f"^{user_file}: base_url: .*'not a url' is not an "
+                       "http:// or https:// URL with a host$"):
+        load_settings()
+    user_file.write_text("")
+    for bad in ("ftp://x", "http://", "http://h:port"):
+        with pytest.raises(FlagError, match=f"^--base-url {bad}: "):
+            load_settings(cli={"base_url": bad})
+    assert load_settings(cli={"base_url": "http://127.0.0.1:8080/v1"}).base_url == \
+        "http://127.0.0.1:8080/v1"
+    proc = subprocess.run([sys.executable, "-m", "agent", "run", "x", "--base-url", "ftp://x"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "DFLASH_AGENT_HOME": str(agent_home)})
+    assert proc.returncode == 2 and "--base-url ftp://x: " in proc.stderr, proc.stderr
+    assert "details:" not in proc.stderr
