@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -321,3 +322,25 @@ def test_failed_starts_say_why(tmp_path: Path):
     assert status["binary"].startswith(
         "failed (the server wrote bytes to stdout that are not UTF-8 JSON (byte 0xff)")
     assert len(listed.stdout.splitlines()) == 10, listed.stdout
+
+
+def test_a_cloned_mcp_json_linking_to_a_device_or_a_fifo_is_refused_unread(tmp_path: Path):
+    """A cloned repository's `.agents/mcp.json` linking to /dev/zero was read until memory ran
+    out (its config.toml was, before a9fc0b4), and a FIFO hung the command: both are errors
+    naming the file, read nothing, and the user's own servers are still listed."""
+    write_user_config({"keep": {"command": "true"}})
+    repo = tmp_path / "repo"
+    (repo / ".agents").mkdir(parents=True)
+    project = repo / ".agents" / "mcp.json"
+    for make, said in ((lambda: os.symlink("/dev/zero", project), "a character device"),
+                       (lambda: os.mkfifo(project), "a FIFO")):
+        make()
+        proc = subprocess.run([sys.executable, "-m", "agent", "mcp", "list", "--repo",
+                               str(repo)], capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: resource.setrlimit(
+                                  resource.RLIMIT_AS, (2 << 30, 2 << 30)),
+                              env={**os.environ, "NO_COLOR": "1"})
+        assert f"{project} is {said}" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        assert "keep" in proc.stdout and "Traceback" not in proc.stderr
+        assert not mcp_config.is_trusted(project)
+        project.unlink()

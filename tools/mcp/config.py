@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from backend import secret_store
 from backend.home import home
+from backend.models.configfile import ConfigFileError, read_config_text
 
 Scope = Literal["user", "project"]
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -189,16 +190,28 @@ def command_problem(server: ServerConfig, base: Path) -> str | None:
     return None
 
 
+def _read_text(path: Path) -> str:
+    """The text of the MCP config file at ``path``: a regular file of at most
+    :data:`~backend.models.configfile.MAX_CONFIG_BYTES`, never a FIFO or device (a cloned
+    repository's ``.agents/mcp.json`` linking to ``/dev/zero`` would be read until memory ran
+    out). Raises ``FileNotFoundError`` when nothing is there, :class:`McpConfigError` else."""
+    if not os.path.lexists(path):
+        raise FileNotFoundError(path)
+    try:
+        return read_config_text(path)
+    except ConfigFileError as exc:
+        raise McpConfigError(str(exc)) from exc
+
+
 def read_file(path: Path) -> dict[str, Any]:
     """The ``mcpServers`` object of ``path`` ({} when the file does not exist).
 
-    Raises :class:`McpConfigError` for unreadable JSON or a wrong shape."""
+    Raises :class:`McpConfigError` for a file that is not a small regular file
+    (:func:`_read_text`), unreadable JSON or a wrong shape."""
     try:
-        text = path.read_text("utf-8")
+        text = _read_text(path)
     except FileNotFoundError:
         return {}
-    except OSError as exc:
-        raise McpConfigError(f"{path}: cannot be read ({exc})") from exc
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -239,8 +252,8 @@ def trust_file() -> Path:
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes (hex)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """sha256 of a config file's bytes (hex); raises as :func:`_read_text`."""
+    return hashlib.sha256(_read_text(path).encode("utf-8")).hexdigest()
 
 
 def _trusted() -> dict[str, str]:
@@ -252,8 +265,12 @@ def _trusted() -> dict[str, str]:
 
 
 def is_trusted(path: Path) -> bool:
-    """Whether the user trusted exactly the current contents of ``path``."""
-    return _trusted().get(str(path.resolve())) == file_digest(path)
+    """Whether the user trusted exactly the current contents of ``path`` (never a file that
+    cannot be read as a config file)."""
+    try:
+        return _trusted().get(str(path.resolve())) == file_digest(path)
+    except (McpConfigError, OSError):
+        return False
 
 
 def trust(path: Path) -> None:
@@ -285,7 +302,7 @@ def add_server(name: str, entry: dict[str, Any], scope: Scope, repo: Path | None
     trusted_before = not path.exists() or is_trusted(path)
     if path.exists():
         read_file(path)
-        data = json.loads(path.read_text("utf-8"))
+        data = json.loads(_read_text(path))
     servers = data.setdefault("mcpServers", {})
     if name in servers and not force:
         raise McpConfigError(f"{path}: server '{name}' already exists (use --force to "
@@ -398,7 +415,7 @@ def remove_server(name: str, repo: Path | None, scope: Scope | None = None) -> l
                              "say which with --scope user or --scope project")
     for path in holding:
         trusted = path != user_file() and is_trusted(path)
-        _replace_file(path, _without_server(path.read_text("utf-8"), name))
+        _replace_file(path, _without_server(_read_text(path), name))
         if trusted:
             trust(path)
     return holding
