@@ -4,13 +4,21 @@ A snapshot is a commit of the whole working tree (tracked files, staged or not, 
 files that are not ignored) built through a temporary index file, stored under
 ``refs/agent/checkpoints/<session>/<task>``. Taking one never changes HEAD, the branch, the real
 index, the stash or any file. Restoring rewrites only the files the task changed.
+
+A snapshot of files cannot hold what git keeps beside them, and a model with a shell can run git
+(a field trial: `git reset -q && git stash drop -q`; undo brought the files back, but the
+user's stash entry was gone for good and a staged file was unstaged, and nothing said so). So
+:func:`record_git_state` keeps the staged state and the stash entries on a ref of their own,
+and :func:`restore_git_state` puts back what the task dropped.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import tempfile
 import time
@@ -75,6 +83,17 @@ class RestorePlan:
     commits_since: list[str] = field(default_factory=list)
     """Commits on HEAD made since the task started (``<short sha> <subject>``, newest first,
     at most 3): a restore writes files only, so these stay, and the user must be told."""
+    stash_restored: list[str] = field(default_factory=list)
+    """Stash entries the task dropped that the undo stored again, as ``stash@{<n>}: <message>``
+    with their place in the stash now (a `git stash drop` or `clear` by the model would
+    otherwise lose them once git collects garbage)."""
+    index_restored: list[str] = field(default_factory=list)
+    """Paths whose staged state (their entry in git's index) the task changed, e.g. with `git
+    reset` or `git add`, and the undo put back as the user had staged them."""
+    not_restored: list[str] = field(default_factory=list)
+    """What the undo left for the user, one sentence each, naming the exact git command that
+    puts it back: a stash entry git would not store again, or staged state that was changed
+    again after the agent finished (it is never overwritten)."""
 
 
 def open_repo(path: Path) -> git.Repo:
@@ -163,9 +182,10 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
 
     The current tree is first snapshotted to ``undo_ref``, so restoring ``undo_ref`` undoes
     this. Files absent from ``before`` are deleted, with the folders that became empty and did
-    not exist in ``before``. No other file is touched, nor the index, HEAD or the stash;
-    submodules are left alone. Raises :class:`RestoreConflict` (nothing written) when the
-    user edited some of the files after the agent finished, unless ``force``; raises
+    not exist in ``before``. No other file is touched, nor the index, HEAD or the stash
+    (:func:`restore_git_state` does those); submodules are left alone. Raises
+    :class:`RestoreConflict` (nothing written) when the user edited some of the files after
+    the agent finished, unless ``force``; raises
     :class:`RepoStateError` when a folder or a symbolic link stands where a file must go.
     """
     current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}")
@@ -187,6 +207,50 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     if write:
         _checkout(repo, before, write)
     return plan
+
+
+def record_git_state(repo: git.Repo, ref: str, message: str) -> str:
+    """Keep the staged state and every stash entry in a commit at ``ref``; returns its sha.
+
+    The commit's tree is the real index written as a tree (through a copy, so the user's index
+    is never locked or rewritten) and its parents are the stash entries: a `git stash drop` or
+    `clear` then cannot make them unreachable, which `git gc` would delete. The message ends
+    in JSON with each entry's sha and message (the stash's reflog holds the messages, and a
+    drop deletes them) and whether the index could be written (not with unmerged entries).
+    """
+    try:
+        index: str | None = _index_tree(repo)
+    except RepoStateError:
+        index = None
+    stash = _stash_entries(repo)
+    parents = [arg for sha in dict.fromkeys(sha for sha, _ in stash) for arg in ("-p", sha)]
+    record = json.dumps({"index": index is not None, "stash": stash})
+    sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message, "-m", record,
+               index or _empty_tree(repo), env=AGENT_IDENTITY).strip()
+    _git(repo, "update-ref", "-m", message, ref, sha)
+    return sha
+
+
+def restore_git_state(repo: git.Repo, before_ref: str, after_ref: str,
+                      plan: RestorePlan) -> None:
+    """Put back the stash entries and the staged state that a task changed, recorded by
+    :func:`record_git_state` at ``before_ref`` and ``after_ref`` (when the task started and
+    ended); fills ``plan``'s ``stash_restored``, ``index_restored`` and ``not_restored``.
+
+    An entry counts as dropped by the task when it was in the stash at the start and is missing
+    at the end (or the end was never recorded) and now: one the user dropped after the agent
+    finished stays dropped. Entries go back on top of the stash, deepest first, so they keep
+    their order (a `git stash clear`, or a drop or pop of the top, comes back exactly). A path's
+    index entry is put back only while it is still as the agent left it: staging the user did
+    afterwards is never overwritten. Without ``before_ref`` (a session older than these refs)
+    nothing is done.
+    """
+    before = _read_state(repo, before_ref)
+    if before is None:
+        return
+    after = _read_state(repo, after_ref)
+    _restore_stash(repo, before, after, plan)
+    _restore_index(repo, before, after, plan)
 
 
 def preexisting_changes(repo: git.Repo, before: str, after: str) -> list[str]:
@@ -250,9 +314,23 @@ def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None,
         return repo.git.execute([repo.git.GIT_PYTHON_GIT_EXECUTABLE, *args], env=env,
                                 istream=istream, strip_newline_in_stdout=False)
     except git.GitCommandError as exc:
-        detail = (exc.stderr or "").strip().removeprefix("stderr:").strip(" '\n")
         raise RepoStateError(f"`git {args[0]}` failed in {repo.working_tree_dir}: "
-                             f"{detail or exc}; fix that and retry, or pass --no-git") from exc
+                             f"{_detail(exc)}; fix that and retry, or pass --no-git") from exc
+
+
+def _failure(repo: git.Repo, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run git for a step the user can also take by hand: ``""`` when it worked, else git's
+    words on why not (the caller reports them with the command)."""
+    try:
+        repo.git.execute([repo.git.GIT_PYTHON_GIT_EXECUTABLE, *args], env=env)
+    except git.GitCommandError as exc:
+        return _detail(exc)
+    return ""
+
+
+def _detail(exc: git.GitCommandError) -> str:
+    """What git said on stderr, without GitPython's wrapping."""
+    return (exc.stderr or "").strip().removeprefix("stderr:").strip(" '\n") or str(exc)
 
 
 def _lines(output: str) -> list[str]:
@@ -340,6 +418,87 @@ def _write_tree(repo: git.Repo) -> str:
         _git(repo, "-c", "core.splitIndex=false", "-c", "advice.addEmbeddedRepo=false",
              "add", "-A", env=env)
         return _git(repo, "write-tree", env=env).strip()
+
+
+@dataclass
+class _GitState:
+    """What :func:`record_git_state` kept: the index as a tree (``None``: it had unmerged
+    entries) and the stash entries as ``[sha, message]``, top first."""
+
+    index: str | None
+    stash: list[list[str]]
+
+
+def _index_tree(repo: git.Repo) -> str:
+    """Tree id of the real index, written from a copy of it."""
+    with _temp_index(repo, seed=True) as env:
+        return _git(repo, "-c", "core.splitIndex=false", "write-tree", env=env).strip()
+
+
+def _stash_entries(repo: git.Repo) -> list[list[str]]:
+    """``[sha, message]`` of every stash entry, ``stash@{0}`` first."""
+    return [entry.split(" ", 1)
+            for entry in _lines(_git(repo, "stash", "list", "-z", "--format=%H %gs"))]
+
+
+def _read_state(repo: git.Repo, ref: str) -> _GitState | None:
+    """The state recorded at ``ref``; ``None`` when there is no such ref."""
+    try:
+        commit = repo.commit(repo.git.rev_parse("--verify", "-q", f"{ref}^{{commit}}"))
+    except (git.GitCommandError, ValueError):
+        return None
+    record = json.loads(str(commit.message).rsplit("\n\n", 1)[1])
+    return _GitState(commit.tree.hexsha if record["index"] else None, record["stash"])
+
+
+def _restore_stash(repo: git.Repo, before: _GitState, after: _GitState | None,
+                   plan: RestorePlan) -> None:
+    now = {sha for sha, _ in _stash_entries(repo)}
+    kept = {sha for sha, _ in after.stash} if after is not None else set()
+    dropped = [(sha, text) for sha, text in before.stash if sha not in now | kept]
+    stored = set()
+    for sha, text in reversed(dropped):
+        command = ["git", "stash", "store", "-m", text, sha]
+        failed = _failure(repo, *command[1:])
+        if failed:
+            plan.not_restored.append(f"the stash entry '{text}' ({sha[:12]}), dropped by the "
+                                     f"task, could not be stored again ({failed}): "
+                                     f"`{shlex.join(command)}` does it")
+        else:
+            stored.add(sha)
+    plan.stash_restored = [f"stash@{{{n}}}: {text}"
+                           for n, (sha, text) in enumerate(_stash_entries(repo))
+                           if sha in stored]
+
+
+def _restore_index(repo: git.Repo, before: _GitState, after: _GitState | None,
+                   plan: RestorePlan) -> None:
+    if before.index is None or after is None or after.index is None:
+        return  # unmerged at either end: there is no staged state to compare
+    moved = changed_paths(repo, before.index, after.index)
+    if not moved:
+        return
+    try:
+        edited = set(changed_paths(repo, after.index, _index_tree(repo)))
+    except RepoStateError:  # unmerged entries now: the user is in the middle of something
+        edited = set(moved)
+    put_back = [p for p in moved if p not in edited]
+    left = [p for p in moved if p in edited]
+    # Paths are file names, not patterns (a file may be called `*.py`).
+    command = ["git", "--literal-pathspecs", "reset", "-q", before.index, "--"]
+    if put_back:
+        failed = _failure(repo, *command[1:], *put_back)
+        if failed:
+            plan.not_restored.append(f"the staged state of {', '.join(put_back)}, changed by "
+                                     f"the task, could not be put back ({failed}): "
+                                     f"`{shlex.join(command + put_back)}` does it")
+        else:
+            plan.index_restored = put_back
+    if left:
+        plan.not_restored.append(f"the staged state of {', '.join(left)}, changed by the task, "
+                                 "was changed again after the agent finished and is left as "
+                                 f"it is: `{shlex.join(command + left)}` stages them as they "
+                                 "were before the task")
 
 
 def _raw_diff(repo: git.Repo, a: str, b: str) -> dict[str, str]:
