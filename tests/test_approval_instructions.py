@@ -58,3 +58,26 @@ def test_agents_md_is_size_capped(tmp_path: Path):
     (tmp_path / "AGENTS.md").write_text("x" * (MAX_FILE_CHARS * 3))
     text = load_instructions(tmp_path, tmp_path)
     assert len(text) < MAX_FILE_CHARS + 200 and "truncated" in text
+
+
+def test_an_agents_md_linking_outside_the_repository_is_never_read(tmp_path: Path):
+    """A cloned repository's AGENTS.md linking to ~/.ssh/id_rsa put that file into the model's
+    prompt (the workspace tools refuse such links; this reader followed them). A link inside
+    the repository still works, and a file larger than the cap is read only as far as used."""
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY----- s3cr3t\n")
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "AGENTS.md").symlink_to(secret)
+    text = load_instructions(repo, repo)
+    assert "s3cr3t" not in text
+    assert text == "[AGENTS.md skipped: it is not a file inside the repository]"
+    (repo / "AGENTS.md").unlink()
+    (repo / "docs" / "AGENTS.md").write_text("use tabs\n")
+    (repo / "AGENTS.md").symlink_to(repo / "docs" / "AGENTS.md")
+    assert load_instructions(repo, repo) == "## AGENTS.md\nuse tabs"
+    (repo / "AGENTS.md").unlink()
+    (repo / "AGENTS.md").write_text("x" * (MAX_FILE_CHARS * 10))
+    text = load_instructions(repo, repo)
+    assert text.endswith("[... truncated: AGENTS.md is longer]")
+    assert len(text) < MAX_FILE_CHARS + 100

@@ -3,6 +3,8 @@ directory, in that order, size-capped, for the system prompt."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 MAX_FILE_CHARS = 8_000
@@ -23,16 +25,49 @@ def _steps(rel: Path) -> list[Path]:
     return [Path(*parts[: i + 1]) for i in range(len(parts))]
 
 
+def _read_inside(path: Path, root: Path) -> tuple[str, bool] | None:
+    """(text, cut short) of ``path`` when it resolves to a regular file inside ``root``, read
+    without blocking and never past what :data:`MAX_FILE_CHARS` can use; None otherwise.
+
+    A cloned repository controls its AGENTS.md: as a link to ``~/.ssh/id_rsa`` it put a file
+    from outside the repository into the model's prompt, to ``/dev/zero`` or a FIFO it would
+    have been read for ever. A link to another file of the repository still works."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # gone, or a symlink loop
+        return None
+    if root not in real.parents:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = file.read(_MAX_BYTES + 1)
+    return data[:_MAX_BYTES].decode("utf-8", errors="replace"), len(data) > _MAX_BYTES
+
+
+_MAX_BYTES = MAX_FILE_CHARS * 4
+"""Bytes read of one AGENTS.md: enough for :data:`MAX_FILE_CHARS` characters of UTF-8."""
+
+
 def load_instructions(root: Path, cwd: Path) -> str:
     """The instructions text (empty when there are none); each file is capped at
     :data:`MAX_FILE_CHARS` and the whole at :data:`MAX_TOTAL_CHARS` characters."""
     parts: list[str] = []
     total = 0
     for path in find_agents_md(root, cwd):
-        text = path.read_text("utf-8", errors="replace").strip()
-        if len(text) > MAX_FILE_CHARS:
-            text = text[:MAX_FILE_CHARS] + f"\n[... truncated: {path.name} is longer]"
         rel = path.relative_to(root.resolve())
+        read = _read_inside(path, root.resolve())
+        if read is None:
+            parts.append(f"[{rel} skipped: it is not a file inside the repository]")
+            continue
+        text, cut = read
+        text = text.strip()
+        if cut or len(text) > MAX_FILE_CHARS:
+            text = text[:MAX_FILE_CHARS] + f"\n[... truncated: {path.name} is longer]"
         block = f"## {rel}\n{text}"
         if total + len(block) > MAX_TOTAL_CHARS:
             parts.append(f"[further AGENTS.md files omitted: over {MAX_TOTAL_CHARS} characters]")
