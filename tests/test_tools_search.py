@@ -82,6 +82,23 @@ def test_a_nested_gitignore_can_re_include_a_file_the_root_ignores(reg: Registry
     assert reg.call("grep", {"pattern": "hit"}).text == "logs/important.log:1: hit"
 
 
+def test_a_gitignore_that_is_a_fifo_or_a_huge_link_never_blocks_a_search(reg: Registry,
+                                                                          ws: Path):
+    """A cloned repository controls its .gitignore files: one linking to /proc/kcore (a
+    'regular' file of terabytes) would be read whole, a FIFO swapped in after the check would
+    block. A FIFO is passed over, and a file is read no further than a real one could be."""
+    import os
+
+    from tools import ignore
+
+    write(ws, {"a.txt": "hit\n", "sub/b.txt": "hit\n"})
+    (ws / "big").write_text("*.txt\n" + "#" * (ignore.MAX_GITIGNORE_BYTES * 2))
+    (ws / ".gitignore").symlink_to(ws / "big")
+    os.mkfifo(ws / "sub" / ".gitignore")
+    # The root .gitignore's first line still applies: read, but only as far as the cap.
+    assert reg.call("grep", {"pattern": "hit"}).text == "no matches"
+
+
 def test_grep_never_searches_the_git_folder(reg: Registry, tree: Path):
     assert reg.call("grep", {"pattern": "in git config"}).text == "no matches"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,15 +12,25 @@ import pathspec
 ALWAYS_SKIPPED = {".git", ".dflash-agent", ".hg", ".svn", ".jj"}
 
 
+MAX_GITIGNORE_BYTES = 1 << 20
+"""A ``.gitignore`` is read up to this size (real ones are a few KB)."""
+
+
 def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
     ignore = folder / ".gitignore"
     if not ignore.is_file():
         return None
     try:
-        lines = ignore.read_text("utf-8", errors="replace").splitlines()
+        # Without blocking, regular files only, never past the cap: a cloned repository's
+        # .gitignore may link to /proc/kcore (a "regular" file of terabytes) or a FIFO.
+        fd = os.open(ignore, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = file.read(MAX_GITIGNORE_BYTES)
     except OSError:
         return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", "replace").splitlines())
 
 
 def outside_line(path: Path, rel: str) -> str:

@@ -17,6 +17,7 @@ What the file tools may touch (the security model in the README):
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -135,16 +136,28 @@ class Workspace:
 
     def open_bytes(self, full: Path) -> BinaryIO:
         """``full`` opened for binary reading like :meth:`read_bytes` (no symlink followed)."""
-        return os.fdopen(self._open_beneath(full, os.O_RDONLY), "rb")
+        return os.fdopen(self._open_file(full), "rb")
 
     def read_bytes(self, full: Path) -> bytes:
         """The bytes of the resolved path ``full`` (inside the workspace or a read-only root),
         opened without following any symlink (see the module docstring).
 
-        Raises ``OSError`` (``ELOOP``/``ENOTDIR`` when a component became a symlink)."""
-        fd = self._open_beneath(full, os.O_RDONLY)
-        with os.fdopen(fd, "rb") as fh:
+        Raises ``OSError`` (``ELOOP``/``ENOTDIR`` when a component became a symlink;
+        ``IsADirectoryError``; ``EINVAL`` for a FIFO, socket or device)."""
+        with os.fdopen(self._open_file(full), "rb") as fh:
             return fh.read()
+
+    def _open_file(self, full: Path) -> int:
+        """A descriptor of the regular file ``full``, opened without blocking: a FIFO in a
+        cloned repository hung grep (and any read) for good in ``open``."""
+        fd = self._open_beneath(full, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return fd
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(full))
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)", str(full))
 
     def atomic_write(self, full: Path, data: bytes) -> None:
         """Write ``data`` to the resolved path ``full`` in the workspace through a temporary
