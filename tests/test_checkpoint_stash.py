@@ -66,6 +66,10 @@ def test_undo_brings_back_a_stash_entry_and_staging_the_model_dropped(repo: git.
     assert stash(repo) == stashed  # the same commit, the same message
     assert staged(repo) == index
     assert repo.git.show(":app.py") == "x = 2"
+    # The task changed no file: the undo says what it put back, not "nothing to undo".
+    message = stashed[0].split(" ", 1)[1]
+    assert undone.stdout.splitlines() == [f"stash entry back: stash@{{0}}: {message}",
+                                          "staged again as you had it: app.py"]
     # Undoing the undo brings back the task's files, never the loss of the user's entry.
     redo = agent("undo", home=agent_home, cwd=root)
     assert redo.returncode == 0, redo.stderr

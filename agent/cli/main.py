@@ -379,7 +379,7 @@ def _undo_summary(plan: RestorePlan) -> str:
     restored = [p for p in plan.changed if p not in plan.removed]
     parts = [f"{verb}: {', '.join(paths)}" for verb, paths in
              (("restored", restored), ("removed", plan.removed)) if paths]
-    return "; ".join(parts) or "nothing to undo: the task changed no files"
+    return "; ".join(parts + plan.git_lines()) or "nothing to undo: the task changed no files"
 
 
 def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
@@ -399,8 +399,8 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             if line == "/undo":
                 plan = undo_task(session.id, log=session.log)
                 out.print(_undo_summary(plan), markup=False)
-                if plan.changed and plan.commits_since:
-                    out.print(_commits_note(plan), markup=False)
+                for note in _undo_notes(plan):
+                    out.print(note, markup=False)
             elif line == "/diff":
                 out.print(diff_session(session.id) or "(no changes)", markup=False)
             elif line == "/commit":
@@ -541,12 +541,21 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
                                                  "the agent.")] = False) -> None:
     """Put back the files a task changed (the current state is checkpointed first)."""
     plan = undo_task(_pick_session(session_id), task, force)
-    if not plan.changed:
+    if not plan.did_something:
         echo("nothing to undo: the task changed no files")
     for path in plan.changed:
         echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
-    if plan.changed and plan.commits_since:
-        err.print(_commits_note(plan), markup=False)
+    for line in plan.git_lines():
+        echo(line)
+    for line in _undo_notes(plan):
+        err.print(line, markup=False)
+
+
+def _undo_notes(plan: RestorePlan) -> list[str]:
+    """The notes of an undo: commits that stay, and what it left for the user to put back
+    (each with its git command)."""
+    notes = [_commits_note(plan)] if plan.changed and plan.commits_since else []
+    return notes + [f"note: not put back: {line}" for line in plan.not_restored]
 
 
 def _commits_note(plan: RestorePlan) -> str:

@@ -388,6 +388,10 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         return {"session_id": session_id,
                 "restored": [f for f in plan.changed if f not in plan.removed],
                 "removed": plan.removed,
+                "stash_restored": plan.stash_restored,
+                "index_restored": plan.index_restored,
+                "not_restored": plan.not_restored,
+                "commits_since": plan.commits_since,
                 "note": "call undo again to bring the agent's changes back"}
 
     return mcp

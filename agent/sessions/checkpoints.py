@@ -95,6 +95,18 @@ class RestorePlan:
     puts it back: a stash entry git would not store again, or staged state that was changed
     again after the agent finished (it is never overwritten)."""
 
+    @property
+    def did_something(self) -> bool:
+        """Whether the restore wrote files, stash entries or staged state back."""
+        return bool(self.changed or self.stash_restored or self.index_restored)
+
+    def git_lines(self) -> list[str]:
+        """What the restore did besides files, one line each: stash entries stored again and
+        paths staged again (a task that only ran `git stash drop` or `git reset` changed no
+        file, and the undo said "nothing to undo" while it put them back)."""
+        return ([f"stash entry back: {entry}" for entry in self.stash_restored]
+                + [f"staged again as you had it: {path}" for path in self.index_restored])
+
 
 def open_repo(path: Path) -> git.Repo:
     """The repository containing ``path`` (parent folders are searched).
