@@ -356,7 +356,7 @@ def test_cli_add_and_list(repo: Path):
     assert data["web"] == {"type": "http", "url": "http://127.0.0.1:9/mcp",
                            "headers": {"Authorization": "Bearer ${TOKEN}"}}
     bad = agent_cli("mcp", "add", "bad", "--url", "ftp://example")
-    assert bad.returncode == 3 and "is not an http(s) URL" in bad.stderr
+    assert bad.returncode == 2 and "is not an http(s) URL" in bad.stderr
     both = agent_cli("mcp", "add", "x", "--url", "http://a/mcp", "--", "cmd")
     assert both.returncode == 2 and "not both" in both.stderr
     again = agent_cli("mcp", "add", "time", "--", "other")
@@ -386,6 +386,18 @@ def test_cli_add_and_list(repo: Path):
     assert "quarantined in session old" in text and "time [user, stdio]" in text
     assert "web [user, http] http://127.0.0.1:9/mcp\n  status: failed" in text
     assert listed.returncode == 3 and "failed to start: web" in listed.stderr
+
+
+def test_cli_add_with_a_bad_argument_is_usage_not_a_broken_file(repo: Path):
+    """A field trial: `agent mcp add "bad name!" -- true` and `--url ftp://x` were exit 3
+    with "<config>/mcp.json: server ...", blaming a file the user never wrote."""
+    for args, said in ((["bad name!", "--", "true"], "names may use letters"),
+                       (["x", "--url", "ftp://x"], "is not an http(s) URL with a host")):
+        proc = agent_cli("mcp", "add", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("error: agent mcp add: server ") and said in proc.stderr
+        assert str(mcp_config.user_file()) not in proc.stderr
+        assert not mcp_config.user_file().exists()
 
 
 def test_cli_add_refuses_a_command_that_cannot_be_found(repo: Path, tmp_path: Path):

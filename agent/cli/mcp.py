@@ -89,6 +89,13 @@ def add_cmd(
         if env:
             entry["env"] = _pairs(env, "--env")
     try:
+        # The entry comes from these arguments: a bad one is bad usage (exit 2), named as the
+        # command's, where add_server would blame the config file it was about to write.
+        mcp_config.parse_entry(name, entry, Path("agent mcp add"), scope,  # type: ignore[arg-type]
+                               env=False)
+    except mcp_config.McpConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
         path = mcp_config.add_server(name, entry, scope,  # type: ignore[arg-type]
                                      _repo_root(repo) if scope == "project" else None, force)
     except mcp_config.McpConfigError as exc:
