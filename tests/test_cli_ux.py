@@ -266,3 +266,15 @@ def test_an_empty_session_id_is_refused_not_taken_for_the_latest(repo: Path, age
         proc = agent(command, " ", home=agent_home, cwd=repo)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("error: the session id is empty"), proc.stderr
+
+
+def test_a_profile_the_preset_cannot_run_is_refused_before_the_engine_is_built(
+        agent_home: Path, tmp_path: Path):
+    """A field trial: `backend up --profile dflash` on a preset without a draft was exit 2 with
+    --print-cmd, and exit 3 after minutes of building the engine without it."""
+    for extra in ([], ["--print-cmd"]):
+        proc = agent("backend", "up", "--preset", "smollm2-135m", "--profile", "dflash", *extra,
+                     home=agent_home, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert "the dflash profile needs a draft model" in proc.stderr
+        assert not (agent_home / "cache" / "engines").exists()

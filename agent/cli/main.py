@@ -81,7 +81,13 @@ from backend.models.requant import requantized
 from backend.models.sources import ModelError, resolve_model
 from backend.serve import server
 from backend.serve.fit import FitError, check_fit
-from backend.serve.launch import ensure_engine, keep_serving, plan_for, preset_workers
+from backend.serve.launch import (
+    ensure_engine,
+    keep_serving,
+    plan_for,
+    preset_workers,
+    profile_for,
+)
 from backend.serve.preview import preview_command
 from backend.serve.rpc import RpcError
 from backend.serve.server import ServerError
@@ -640,6 +646,12 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
         workers = parse_workers(rpc) if rpc is not None else preset_workers(chosen)
     except ValueError as exc:
         raise UsageError(f"--rpc: {exc}") from exc
+    try:
+        profile_for(chosen, settings.profile)
+    except PresetError as exc:
+        # Before the engine is built (minutes on a first run, then exit 3), and the same exit
+        # as --print-cmd's (2): a field trial got both for one command line.
+        raise UsageError(str(exc)) from exc
     if print_cmd:
         try:
             preview = preview_command(chosen, engines.default_engine(), server.DEFAULT_HOST,
