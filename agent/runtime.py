@@ -15,7 +15,7 @@ from agent.ui import Reporter
 from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import get_preset
-from backend.serve.launch import ensure_server, unload_draft
+from backend.serve.launch import ensure_server, profile_for, unload_draft
 from backend.serve.leases import hold
 from backend.serve.ngram_guard import NgramGuard
 from backend.serve.server import ServerError, ServerState, crash_report
@@ -76,6 +76,7 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
         describe_remote(client, settings.ctx_size, reporter.note)
         return Backend(client, None, None, sampling)
     sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
+    profile_for(preset, settings.profile)  # a profile the preset cannot run: before any build
     if default_engine() is None:
         reporter.note(f"first use: building the engine for the {preset.name} server")
     # Nothing is said before ensure_server knows whether it starts a server or reuses one.
