@@ -325,6 +325,8 @@ def test_force_refuses_a_folder_with_files_git_ignores(tmp_path: Path, agent_hom
     repo.index.add([".gitignore"])
     repo.index.commit("ignore caches", author=git.Actor("u", "u@localhost"),
                       committer=git.Actor("u", "u@localhost"))
+    (folder / ".dflash-agent").mkdir()  # an earlier run's scratch folder
+    (folder / ".dflash-agent" / "out.txt").write_text("spilled\n", "utf-8")
     (folder / "src" / "__pycache__").mkdir()
     (folder / "src" / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
     (folder / ".venv" / "bin").mkdir(parents=True)

@@ -252,8 +252,9 @@ def _check_creatable(directory: Path) -> None:
 PRODUCT_EXCLUDES = (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/")
 """What :func:`_prepare` keeps out of the project's commits (``.git/info/exclude``)."""
 REGENERABLE = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
-                         ".tox", ".nox", "node_modules"})
-"""Ignored folders that hold nothing a user wrote (caches, installed dependencies)."""
+                         ".tox", ".nox", "node_modules", SCRATCH_NAME})
+"""Ignored folders that hold nothing a user wrote (caches, installed dependencies, the tools'
+scratch folder of an earlier run)."""
 
 
 def _ignored_files(directory: Path) -> list[str]:
