@@ -480,8 +480,10 @@ STOP_LINES = {
     "approval_needed": "stopped: {text}",
     "length": "stopped: {text}; the model ran on without finishing: rephrase the task, or use "
               "a larger model (--preset)",
-    "interrupted": "interrupted ({text}) after {steps} model calls: the task stopped; the "
-                   "files it changed so far stay as they are",
+    # "in step N", not "after N model calls": step N's call may be the one interrupted (a
+    # field trial read "after 2 model calls" beside the session line's "1 model calls").
+    "interrupted": "interrupted ({text}) in step {steps}: the task stopped; the files it "
+                   "changed so far stay as they are",
 }
 """What to print for each :class:`agent.events.FinalAnswer` ``reason`` other than done."""
 TIME_LIMIT_IN_STEP = ("stopped: {text}; raise --max-time (seconds, or max_time in "

@@ -137,3 +137,12 @@ def test_a_build_to_a_file_or_pipe_prints_lines_not_a_silent_bar():
     reporter, out = _reporter()
     reporter.build_progress("fetch", None, None)
     assert "build: fetch (0 min 00 s)" in out.getvalue()
+
+
+def test_an_interruption_names_its_step_not_a_count_of_finished_calls():
+    """A field trial: Ctrl-C during the second model call printed "after 2 model calls" beside
+    the session line's "1 model calls" (the second never finished)."""
+    from agent.ui import stop_line
+
+    assert stop_line("interrupted", "", 2).startswith("interrupted (Ctrl-C) in step 2: ")
+    assert stop_line("interrupted", "SIGTERM", 1).startswith("interrupted (SIGTERM) in step 1")
