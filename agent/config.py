@@ -50,7 +50,9 @@ class Settings(BaseModel):
     base_url: str | None = Field(None, description="Use this OpenAI-compatible server instead "
                                  "of the managed one.")
 
-    ctx_size: int | None = Field(None, ge=256, description="Context size in tokens.")
+    # At most 2**24: above any model's trained context, and far below the 32-bit counts
+    # llama.cpp keeps (a field trial's 3,000,000,000 went into `-c` as it was).
+    ctx_size: int | None = Field(None, ge=256, le=2**24, description="Context size in tokens.")
     port: int = Field(ge=1, le=65535, description="Preferred port of the managed server.")
     approval: Literal["ask", "auto-edit", "full-auto"] = Field(
         description="What needs confirmation.")

@@ -283,3 +283,13 @@ def test_a_profile_the_preset_cannot_run_is_refused_before_the_engine_is_built(
                  home=agent_home, cwd=tmp_path)
     assert proc.returncode == 3 and "the dflash profile needs a draft model" in proc.stderr
     assert not (agent_home / "cache" / "engines").exists()
+
+
+def test_sizes_past_what_llama_cpp_counts_are_refused(agent_home: Path, tmp_path: Path):
+    """A field trial: `up --ctx-size 3000000000 --force --print-cmd` printed `-c 3000000000`
+    (past llama.cpp's 32-bit counts), and `--parallel 100000` was taken."""
+    for args in (["--ctx-size", "3000000000"], ["--parallel", "100000"]):
+        proc = agent("backend", "up", *args, "--force", "--print-cmd", home=agent_home,
+                     cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert args[0] in proc.stderr and "-c 3000000000" not in proc.stdout

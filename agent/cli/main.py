@@ -621,9 +621,9 @@ def _engine(settings: Settings, reporter: Reporter, rpc: bool = False) -> Engine
 @backend_app.command("up", epilog=EXIT_CODES_HELP)
 def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = None,
            port: Annotated[int | None, typer.Option(help="Preferred port.")] = None,
-           parallel: Annotated[int, typer.Option(min=1, help="Server slots (-np): sessions "
-                                                 "run side by side, one slot each; the "
-                                                 "context is shared between slots.")] = 1,
+           parallel: Annotated[int, typer.Option(min=1, max=256, help="Server slots (-np): "
+                                                 "sessions run side by side, one slot each; "
+                                                 "the context is shared between slots.")] = 1,
            idle_timeout: Annotated[int | None, typer.Option(min=1, help="Seconds idle before "
                                                             "the server sleeps and frees the "
                                                             "model's memory; the next request "
