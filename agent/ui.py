@@ -23,7 +23,7 @@ from rich.text import Text
 
 from agent.acceptance import collapse_note
 from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolResult
-from backend.home import home
+from backend.engine.build import LOG_STEP
 from tools.create import lines_label
 
 _SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
@@ -121,6 +121,8 @@ class Reporter:
         self._task: TaskID | None = None
         self._build_plain: tuple[float, float, str] | None = None
         """A build reported as plain lines (not a terminal): its start, last line, step."""
+        self._build_log = "in the engine's folder"
+        """Where the build's full log is (its first progress step says)."""
         self._wait: Progress | None = None
         self._wait_task: TaskID | None = None
         self._watch: RequestWatch | None = None
@@ -355,6 +357,11 @@ class Reporter:
 
     def build_progress(self, step: str, done: int | None, total: int | None) -> None:
         """Engine build progress callback (see ``backend.engine.build.Progress``)."""
+        if step.startswith(f"{LOG_STEP} "):
+            # The first line names the real file: "<engine>" in its place left a user unable
+            # to find it (a fresh-clone trial).
+            self._build_log = step.removeprefix(f"{LOG_STEP} ")
+            return
         if self.json_mode:
             return
         if not self.console.is_terminal:
@@ -362,7 +369,7 @@ class Reporter:
             return
         if self._progress is None:
             self.console.print(Text.assemble(("Building llama-server", "bold"),
-                                             f" (first run only; {_build_log_hint()})"))
+                                             f" (first run only; full log: {self._build_log})"))
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                       TextColumn("{task.completed}/{task.total}"),
                                       TimeElapsedColumn(), console=self.console, transient=True)
@@ -382,7 +389,7 @@ class Reporter:
             # Measured from fresh clones on 2 idle cores: 3 min 37 s (AMD EPYC, 2026-12-05)
             # to 11 min (2026-12-02); "about 10 minutes" overstated the usual case.
             self.console.print(Text("Building llama-server (first run only, 4 to 11 minutes on 2 "
-                                    f"cores; {_build_log_hint()})"))
+                                    f"cores; full log: {self._build_log})"))
             self._build_plain = (now, now - PROGRESS_EVERY_S, "")
         started, said, last = self._build_plain
         elapsed = f"{int(now - started) // 60} min {int(now - started) % 60:02d} s"
@@ -398,12 +405,6 @@ class Reporter:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-
-
-def _build_log_hint() -> str:
-    """Where a build's full log goes, for a user who wants to follow it while the build runs:
-    the engine's folder is named by a key the build computes, so the line names its parent."""
-    return f"full log: {home().engines}/<engine>/build.log"
 
 
 TICK_S = 1.0

@@ -73,11 +73,15 @@ def test_a_failing_configure_names_the_step_and_keeps_the_log(tmp_path: Path):
     (src / "ggml").mkdir(parents=True)
     (src / "CMakeLists.txt").write_text('cmake_minimum_required(VERSION 3.14)\n'
                                         'project(x NONE)\nmessage(FATAL_ERROR "boom-42")\n')
+    steps: list[str] = []
     with pytest.raises(BuildError) as info:
-        build_llama_cpp(source=src, cuda=False)
+        build_llama_cpp(source=src, cuda=False, progress=lambda s, d, t: steps.append(s))
     err = info.value
     assert err.step == "configure"
     assert err.log is not None and err.log.is_file()
+    # The first progress step names the log, so the console's first line can (it said
+    # "<engines>/<engine>/build.log", leaving the folder to find).
+    assert steps[:2] == [f"log {err.log}", "configure"]
     assert "boom-42" in err.tail and "boom-42" in err.log.read_text()
     assert str(err.log) in str(err)
 

@@ -4,7 +4,6 @@ from rich.console import Console
 
 from agent.events import ModelTurn, Timings, ToolCall
 from agent.ui import Reporter
-from backend.home import home
 
 
 def _reporter() -> tuple[Reporter, io.StringIO]:
@@ -118,6 +117,7 @@ def test_a_build_to_a_file_or_pipe_prints_lines_not_a_silent_bar():
     # A rich progress bar prints nothing when stderr is not a terminal: the fresh-clone run
     # piped to a file showed nine silent minutes after "Building llama-server".
     reporter, out = _reporter()
+    reporter.build_progress("log /h/cache/engines/llama.cpp-11434-cpu-x/build.log", None, None)
     at = 1000.0
     for step, done, total, dt in [("fetch", None, None, 0), ("unpack", None, None, 5),
                                   ("configure", None, None, 10), ("build", 1, 208, 5),
@@ -128,8 +128,8 @@ def test_a_build_to_a_file_or_pipe_prints_lines_not_a_silent_bar():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("Building llama-server (first run only")
     # The line says where the log is, so a user can follow a long build (it said "beside the
-    # engine", which is no path).
-    assert f"full log: {home().engines}/<engine>/build.log" in lines[0]
+    # engine", then "<engines>/<engine>/build.log" with the folder left for the user to find).
+    assert "full log: /h/cache/engines/llama.cpp-11434-cpu-x/build.log)" in lines[0]
     assert lines[1:] == ["build: fetch (0 min 00 s)", "build: unpack (0 min 05 s)",
                          "build: configure (0 min 15 s)", "build: build 1/208 (0 min 20 s)",
                          "build: build 90/208 (1 min 00 s)", "build: done in 9 min 25 s"]

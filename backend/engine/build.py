@@ -65,7 +65,10 @@ RPC_SERVER = "rpc-server"
 _RPC_TARGET = re.compile(r"^\s*set\s*\(\s*TARGET\s+([\w.-]+)\s*\)", re.MULTILINE)
 _RPC_VERSION = re.compile(r"#define\s+RPC_PROTO_(MAJOR|MINOR|PATCH)_VERSION\s+(\d+)")
 Progress = Callable[[str, int | None, int | None], None]
-"""Progress callback: (step, units done or None, units total or None)."""
+"""Progress callback: (step, units done or None, units total or None). A build's first call
+is ``("log <path>", None, None)``: where its full log is written (:data:`LOG_STEP`)."""
+LOG_STEP = "log"
+"""The first progress step of a build; the build log's path follows it after a space."""
 
 
 class BuildError(RuntimeError):
@@ -785,6 +788,8 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
         target.mkdir(parents=True, exist_ok=True)
         log = target / "build.log"
         log.write_text(f"# build of {key}\n# source: {source_label or version}\n", "utf-8")
+        if progress:
+            progress(f"{LOG_STEP} {log}", None, None)
         _sweep_work_dirs(root, key)
         with tempfile.TemporaryDirectory(prefix=f"{_WORK_PREFIX}{key}-", dir=root) as work:
             work_dir = Path(work)
