@@ -57,4 +57,4 @@ def test_n_gram_lookup_alone_gets_no_draft_model_cause():
     reporter.console = Console(file=out, force_terminal=False, width=300, soft_wrap=True)
     reporter.draft_model = False
     reporter.event(_turn(1, 64, 4))
-    assert "collapsed" not in out.getvalue() and "accepted 4/64 drafts" in out.getvalue()
+    assert "collapsed" not in out.getvalue() and "accepted 4 of 64 drafted tokens" in out.getvalue()

@@ -42,7 +42,7 @@ def test_the_status_line_shows_prefill_reuse_speed_and_acceptance():
                              timings=timings))
     line = out.getvalue()
     assert "step 3" in line and "prefill 40 (reused 900)" in line
-    assert "88 tok/s" in line and "accepted 70/100" in line
+    assert "88 tok/s" in line and "accepted 70 of 100 drafted tokens" in line
     assert reporter.totals["reused"] == 900
 
 
@@ -87,7 +87,7 @@ def test_the_session_summary_gives_the_cache_share_and_the_accepted_draft_share(
     reporter.event(FinalAnswer(session_id="s", text="ok", reason="done", steps=2))
     summary = out.getvalue()
     assert "1200 of 2300 prompt tokens from cache (52%)" in summary
-    assert "180 of 300 decoded tokens (60%) from accepted drafts" in summary
+    assert "180 of 380 drafted tokens accepted (47%), 60% of the 300 decoded" in summary
 
 
 def test_a_reply_cut_and_kept_as_a_stub_is_not_counted_as_re_prefilled():
