@@ -43,6 +43,7 @@ def test_drafting_turns_off_when_it_measures_slower_and_back_on_when_probes_pay(
     notes: list[str] = []
     guard = NgramGuard(_plan(tmp_path), notes.append)
     assert guard.longest == ngram_guard.NGRAM_DEFAULT_N_MAX  # llama.cpp's (a CPU's lengths)
+    assert guard.label(0) == "n-gram lookup off (a plain reference to time it against)"
     sent: list[int] = []
 
     def request(drafting_rate: float, plain_rate: float = 100.0) -> None:
@@ -55,7 +56,8 @@ def test_drafting_turns_off_when_it_measures_slower_and_back_on_when_probes_pay(
     assert sent == [64, 0, 64, 64] and not guard.on
     assert notes == ["n-gram lookup off: drafting measured 0.80x plain decoding on this "
                      "session's requests"]
-    assert guard.label(0) == "n-gram lookup off" and guard.label(64) == "n-gram lookup"
+    assert guard.label(0) == "n-gram lookup off (it measured slower than plain here)"
+    assert guard.label(64) == "n-gram lookup"
     while len(sent) < 4 + 3 * ngram_guard.PROBE_EVERY:
         request(80)  # off: one request in PROBE_EVERY drafts, and stays off at 0.8x
     assert sent[4:].count(64) == 3 and not guard.on and len(notes) == 1
@@ -209,7 +211,8 @@ def test_an_agent_session_on_the_ngram_profile_carries_the_guards_lengths(
     # is shown at client level above: SmolLM2 often runs on to the token limit in one step).
     assert steps and steps[0].endswith("· n-gram lookup"), session.stderr
     for line in steps[1:2]:
-        assert line.endswith("· n-gram lookup off"), session.stderr
+        assert line.endswith("· n-gram lookup off (a plain reference to time it against)"), \
+            session.stderr
 
 
 def test_launch_plans_and_the_printed_command_carry_the_gpus_lengths(

@@ -118,8 +118,13 @@ class NgramGuard:
         return self.longest if drafts else 0
 
     def label(self, n_max: int) -> str:
-        """What a step line says of a request that carried ``n_max``."""
-        return "n-gram lookup" if n_max else "n-gram lookup off"
+        """What a step line says of a request that carried ``n_max``, with why it is off (a
+        fresh-clone trial saw "n-gram lookup off" and nothing said why)."""
+        if n_max:
+            return "n-gram lookup"
+        if self.on:
+            return "n-gram lookup off (a plain reference to time it against)"
+        return "n-gram lookup off (it measured slower than plain here)"
 
     def observe(self, n_max: int, timings: dict | None) -> None:
         """Take one answered request: ``n_max`` the length it carried, ``timings`` the server's
