@@ -95,7 +95,8 @@ def test_mcp_serve_over_stdio_ends_at_once_on_sigterm_with_stdin_open(
         sig: signal.Signals, tmp_path: Path, agent_home: Path) -> None:
     """`agent` turns SIGTERM and SIGHUP into an interrupt, which the MCP SDK's stdin reader
     thread does not see: a host's SIGTERM with our stdin still open waited until the host
-    closed it. Over stdio the server keeps the default: it ends at once."""
+    closed it. Over stdio the server cancels its tasks and ends at once (exit 128 + signal;
+    tests/test_mcp_server_transports.py has one with a task running)."""
     proc = subprocess.Popen([str(AGENT_SCRIPT), "mcp", "serve", "--root", str(tmp_path),
                              "--base-url", UNREACHABLE], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -106,7 +107,7 @@ def test_mcp_serve_over_stdio_ends_at_once_on_sigterm_with_stdin_open(
         while b"workspace roots" not in proc.stderr.readline():
             assert time.monotonic() < deadline and proc.poll() is None
         proc.send_signal(sig)
-        assert proc.wait(timeout=10) == -sig
+        assert proc.wait(timeout=10) == 128 + sig
     finally:
         proc.kill()
         proc.communicate()

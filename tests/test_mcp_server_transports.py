@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -81,6 +82,91 @@ def test_stdio_subprocess_lists_tools_refuses_unknown_ids_and_runs_a_task(
     assert not out["run"].is_error, text(out["run"])
     assert out["run"].structured_content["state"] == "done"
     assert any(m.startswith("step 1: model replied") for m in progress)
+
+
+def test_sigterm_from_the_host_cancels_the_running_task_before_the_server_ends(
+        root: Path, repo: Path, agent_home: Path):
+    """A field trial: SIGTERM to `agent mcp serve` (the MCP spec's step after closing stdin)
+    ended the server at once, and its task's worker, in a session of its own, ran on for a
+    model step and died on a broken pipe: a crash log, and a session log without its end."""
+    def send(message: dict) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+
+    def answer(request_id: int) -> dict:
+        assert proc.stdout is not None
+        while True:
+            line = json.loads(proc.stdout.readline())
+            if line.get("id") == request_id:
+                return line
+
+    with ScriptedModel([reply("slow", delay=120)]) as model:
+        proc = subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url",
+                                 model.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, HOME_ENV: str(agent_home)})
+        try:
+            send(INIT)
+            answer(1)
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "run_task", "arguments": {"task": "wait", "repo_path": str(repo),
+                                                  "approval": "full-auto"}}})
+            session = answer(2)["result"]["structuredContent"]["session_id"]
+            deadline = time.monotonic() + 60
+            while not model.requests and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert model.requests, "the task never asked the model"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        finally:
+            proc.kill()
+            proc.communicate()
+    log = agent_home / "data" / "sessions" / f"{session}.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events[-1]["type"] == "checkpoint" or events[-1]["type"] == "final_answer"
+    assert [e["reason"] for e in events if e["type"] == "final_answer"] == ["interrupted"]
+    assert not [e for e in events if e["type"] == "error"]
+    assert not (agent_home / "state" / "crashes").exists() or \
+        not list((agent_home / "state" / "crashes").iterdir())
+
+
+def test_a_host_that_dies_mid_call_is_a_disconnect_not_an_internal_error(
+        root: Path, repo: Path, agent_home: Path):
+    """A field trial: a host killed during a `wait: true` call (its pipes closed) ended the
+    server with "internal error: ExceptionGroup ... BrokenPipeError" and a crash log."""
+    with ScriptedModel([reply("slow", delay=120)]) as model:
+        proc = subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url",
+                                 model.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, HOME_ENV: str(agent_home)})
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                                "name": "run_task", "_meta": {"progressToken": 7},
+                                "arguments": {"task": "wait", "repo_path": str(repo),
+                                              "approval": "full-auto", "wait": True}}}):
+                proc.stdin.write(json.dumps(message) + "\n")
+                proc.stdin.flush()
+            proc.stdout.readline()  # the initialize answer
+            deadline = time.monotonic() + 60
+            while not model.requests and time.monotonic() < deadline:
+                time.sleep(0.1)
+            proc.stdout.close()  # the host is gone: the next progress line meets a closed pipe
+            proc.stdin.close()
+            proc.wait(timeout=120)
+            assert proc.stderr is not None
+            stderr = proc.stderr.read()
+        finally:
+            proc.kill()
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+    assert proc.returncode != 4 and "internal error" not in stderr, stderr
+    assert not (agent_home / "state" / "crashes").exists() or \
+        not list((agent_home / "state" / "crashes").iterdir())
 
 
 @pytest.fixture

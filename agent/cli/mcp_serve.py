@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -63,10 +64,16 @@ def serve_cmd(
     if not http:
         # `agent` turns SIGTERM and SIGHUP into an interrupt, but over stdio the SDK reads
         # stdin in a thread that nothing interrupts: a host that sent SIGTERM with our stdin
-        # still open (the MCP spec's step after closing it) waited until it closed. The
-        # default ends the process at once; running tasks are in sessions of their own.
+        # still open (the MCP spec's step after closing it) waited until it closed. So the
+        # running tasks are cancelled here (each worker runs in a session of its own, which
+        # the signal never reaches: a field trial's worker ran on, then died on a broken
+        # pipe) and the process ends at once.
+        def stop(signum: int, _frame: object) -> None:
+            jobs.shutdown()
+            os._exit(128 + signum)
+
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
+            signal.signal(sig, stop)
     jobs.warm()
     err.print(f"workspace roots: {', '.join(map(str, roots.paths))}", markup=False)
     try:
@@ -78,7 +85,14 @@ def serve_cmd(
             err.print(f"Authorization: Bearer {token}", markup=False)
             serve_http(server, token, chosen)
         else:
-            server.run()
+            try:
+                server.run()
+            except BaseExceptionGroup as group:
+                # The host went away mid-answer (it crashed, or a timeout killed it): the
+                # SDK's writer meets a closed pipe. A disconnect, not an internal error.
+                _, rest = group.split((BrokenPipeError, ConnectionResetError))
+                if rest is not None:
+                    raise
     finally:
         jobs.shutdown()
 
