@@ -320,6 +320,29 @@ def test_an_unreachable_backend_fails_the_session_with_the_cause(repo: Path, roo
     assert "127.0.0.1:9" in out["status"]["error"]
     assert "warm-up failed" in out["status"]["backend"]
     assert (repo / "app.py").read_text() == "x = 1\n"
+    # A known failure reads as the CLI says it, never as a crash (a field trial's host read
+    # "ServerUnavailable: … (crash log: …)").
+    assert "crash log" not in out["status"]["error"]
+    assert not out["status"]["error"].startswith("ServerUnavailable")
+
+
+def test_an_unknown_preset_fails_the_session_in_one_plain_line(repo: Path, root: Path,
+                                                                agent_home: Path):
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "x", "repo_path": str(repo),
+                                                "approval": "full-auto", "wait": True})
+        out["status"] = (await c.call_tool("session_status", {
+            "session_id": result.structured_content["session_id"]})).structured_content
+
+    serve([root], {"preset": "nonexistent-preset"}, body)
+    assert out["status"]["state"] == "failed"
+    assert "unknown preset 'nonexistent-preset'" in out["status"]["error"]
+    assert "crash log" not in out["status"]["error"] and "UnknownPreset" not in \
+        out["status"]["error"]
+    assert not (agent_home / "state" / "crashes").exists() or \
+        not list((agent_home / "state" / "crashes").iterdir())
 
 
 def _elicit_answer(content: dict[str, Any] | None, action: str = "accept"):

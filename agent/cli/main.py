@@ -22,7 +22,7 @@ from agent.cli.mcp import mcp_app
 from agent.cli.skills import skills_app
 from agent.cli.worker import worker_cmd
 from agent.client import ContextOverflow, ServerUnavailable
-from agent.config import ConfigError, Settings, load_settings
+from agent.config import Settings, load_settings
 from agent.context import ContextTooSmall
 from agent.errors import (
     EXIT_CODES_HELP,
@@ -36,6 +36,7 @@ from agent.errors import (
     UserError,
     write_crash_log,
 )
+from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project, slugify
 from agent.sessions.checkpoints import RestorePlan
 from agent.sessions.log import list_sessions
@@ -48,11 +49,10 @@ from agent.sessions.repo import (
 )
 from agent.ui import Reporter, SafeConsole, echo
 from backend import secret_store
-from backend.cache import CacheError, list_cache, remove
+from backend.cache import list_cache, remove
 from backend.engine import build as engines
-from backend.engine.build import BuildError, Engine
+from backend.engine.build import Engine
 from backend.measure.bench import (
-    BenchError,
     BenchUsage,
     default_result_path,
     different_answers,
@@ -62,7 +62,6 @@ from backend.measure.bench import (
     write_result,
 )
 from backend.measure.calibrate import (
-    CalibrationError,
     CalibrationUsage,
     calibrate,
     parse_lengths,
@@ -70,17 +69,15 @@ from backend.measure.calibrate import (
     table_lines,
 )
 from backend.measure.calibrate import default_result_path as calibration_path
-from backend.measure.prompts import PromptsError, load_prompts
+from backend.measure.prompts import load_prompts
 from backend.measure.report import plot_result, require_matplotlib, result_table
-from backend.models.convert import ConvertError
-from backend.models.drafts import DraftError, swa_quant_warning
-from backend.models.ggufinfo import GgufError
+from backend.models.drafts import swa_quant_warning
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import PresetError, UnknownPreset, get_preset, parse_workers
 from backend.models.requant import requantized
-from backend.models.sources import ModelError, resolve_model
+from backend.models.sources import resolve_model
 from backend.serve import server
-from backend.serve.fit import FitError, check_fit
+from backend.serve.fit import check_fit
 from backend.serve.launch import (
     ensure_engine,
     keep_serving,
@@ -89,10 +86,7 @@ from backend.serve.launch import (
     profile_for,
 )
 from backend.serve.preview import preview_command
-from backend.serve.rpc import RpcError
-from backend.serve.server import ServerError
-from backend.serve.tuning import TuningError, tune
-from backend.serve.worker import WorkerError
+from backend.serve.tuning import tune
 from tools import reaper
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
@@ -110,17 +104,6 @@ backend_app.add_typer(cache_app, name="cache")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(skills_app, name="skills")
 err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
-KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,
-                ServerUnavailable, ContextOverflow, ContextTooSmall, ConvertError,
-                CacheError, BenchError, PromptsError, DraftError, FitError, GgufError,
-                CalibrationError, TuningError, RpcError, WorkerError)
-
-PLAIN_ERRORS = (UserError, ConfigError, PresetError, BenchUsage, PromptsError, FitError,
-                CacheError, ContextTooSmall, ConvertError, CalibrationError, RpcError,
-                WorkerError)
-"""The user's own mistake or choice, fully said in one line: no crash log (a traceback
-would not help); the other known errors (build, server, model files) keep one."""
-
 CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailable)
 """Errors after which ``agent chat`` prompts again instead of exiting."""
 
@@ -941,7 +924,7 @@ def main() -> None:
         tail = getattr(exc, "tail", "")
         if tail:
             err.print(tail, markup=False)
-        if not isinstance(exc, PLAIN_ERRORS) and not getattr(exc, "plain", False):
+        if not is_plain(exc):
             crash = write_crash_log(exc)
             err.print(f"details: {crash}" + ("" if debug else " (run with --debug for the "
                                               "traceback)"), markup=False)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from agent.config import load_settings
 from agent.errors import UserError, write_crash_log
 from agent.events import Event
+from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project
 from agent.sessions.repo import RepoSession
 from agent.ui import TICK_S, Reporter, RequestWatch
@@ -166,8 +167,11 @@ def main() -> int:
     except KeyboardInterrupt:
         send({"type": "failed", "message": "cancelled before the task started"})
         return 130
-    except UserError as exc:
-        send({"type": "failed", "message": str(exc)})
+    except KNOWN_ERRORS as exc:
+        # As the CLI says them: an unknown preset or an unreachable server is one line, not
+        # a crash (a field trial's host read "UnknownPreset: … (crash log: …)").
+        tail = "" if is_plain(exc) else f" (details: {write_crash_log(exc)})"
+        send({"type": "failed", "message": f"{exc}{tail}"})
         return 3
     except Exception as exc:
         crash = write_crash_log(exc)
