@@ -307,9 +307,15 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
 def test_an_unreachable_backend_fails_the_session_with_the_cause(repo: Path, root: Path):
     out: dict[str, Any] = {}
 
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
     async def body(c: Client) -> None:
         result = await c.call_tool("run_task", {"task": "x", "repo_path": str(repo),
-                                                "approval": "full-auto", "wait": True})
+                                                "approval": "full-auto", "wait": True},
+                                   progress_callback=on_progress)
         out["result"] = result
         out["status"] = (await c.call_tool("session_status", {
             "session_id": result.structured_content["session_id"]})).structured_content
@@ -320,6 +326,10 @@ def test_an_unreachable_backend_fails_the_session_with_the_cause(repo: Path, roo
     assert "127.0.0.1:9" in out["status"]["error"]
     assert "warm-up failed" in out["status"]["backend"]
     assert (repo / "app.py").read_text() == "x = 1\n"
+    # The first progress line names the session (a host whose wait timed out had no id).
+    session_id = out["status"]["session_id"]
+    assert progress[0] == (f"session {session_id} started: session_status, cancel and undo "
+                           "take this id")
     # A known failure reads as the CLI says it, never as a crash (a field trial's host read
     # "ServerUnavailable: … (crash log: …)").
     assert "crash log" not in out["status"]["error"]

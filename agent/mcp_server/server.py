@@ -186,6 +186,11 @@ class AgentServer:
             responses = ctx.input_responses or {}
             key = f"approval-{resume.get('approval')}"
             job.answer(int(resume.get("approval", 0)), _answer_of(responses.get(key)))
+        else:
+            # First, the id: a host whose wait timed out (or that cancelled the request) could
+            # otherwise neither see nor cancel the task, which runs on (a field trial).
+            await ctx.report_progress(0, None, f"session {job.session_id} started: "
+                                      "session_status, cancel and undo take this id")
         can_ask = _can_elicit(ctx)
         handed_off = False
         with job.lock:
