@@ -481,3 +481,26 @@ def test_new_project_takes_the_recipe_the_host_asks_for(root: Path):
         serve([root], {"base_url": model.url}, body)
     assert out["result"]["state"] == "done" and out["result"]["recipe"] == "simple"
     assert len(model.requests) == 2  # the two scripted steps: no plan turn came first
+
+
+def test_a_second_task_in_a_repository_with_one_running_is_refused(repo: Path, root: Path):
+    """A field trial ran two tasks at once in one repository: each one's diff showed the
+    other's edits, and an undo was refused over the other's files."""
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        first = await c.call_tool("run_task", {"task": "wait", "repo_path": str(repo),
+                                               "approval": "full-auto"})
+        session_id = first.structured_content["session_id"]
+        out["second"] = await c.call_tool("run_task", {"task": "also", "repo_path": str(repo),
+                                                       "approval": "full-auto"})
+        out["session_id"] = session_id
+        await c.call_tool("cancel", {"session_id": session_id})
+        out["after"] = await until_finished(c, session_id)
+
+    with ScriptedModel([reply("slow", delay=60)]) as model:
+        serve([root], {"base_url": model.url}, body)
+    assert out["second"].is_error
+    assert (f"session {out['session_id']} is still running in {repo}"
+            in text(out["second"])), text(out["second"])
+    assert out["after"]["state"] == "cancelled"

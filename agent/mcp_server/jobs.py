@@ -224,6 +224,19 @@ class JobManager:
                          daemon=True).start()
         return job
 
+    def running_in(self, folder: Path) -> Job | None:
+        """A task that has not finished whose folder is ``folder``, inside it or around it:
+        two tasks at once in one repository each take the other's edits for their own (their
+        checkpoints, diffs and undos tangle), so a second one is refused."""
+        folder = folder.resolve()
+        for job in list(self.jobs.values()):
+            if job.state in FINISHED:
+                continue
+            other = Path(job.spec.path).resolve()
+            if other == folder or other in folder.parents or folder in other.parents:
+                return job
+        return None
+
     def _run(self, job: Job) -> None:
         self.ready.wait()
         with job.lock:

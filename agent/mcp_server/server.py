@@ -296,6 +296,13 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         if mode == "ask" and not wait:
             raise ToolError("approval 'ask' needs wait=true: the questions ride the waiting "
                             "call")
+        busy = jobs.running_in(Path(str(repo.working_tree_dir)))
+        if busy is not None:
+            # A field trial ran two at once in one repository: each one's diff showed the
+            # other's edits, and an undo was refused over the other's files.
+            raise ToolError(f"session {busy.session_id} is still running in {busy.spec.path}; "
+                            "wait for it to end or cancel it first (two tasks at once in one "
+                            "repository would each take the other's edits for their own)")
         job = jobs.start("run_task", task, path, mode)
         if wait:
             return await agent.wait(job, ctx, None)
