@@ -504,3 +504,28 @@ def test_a_second_task_in_a_repository_with_one_running_is_refused(repo: Path, r
     assert (f"session {out['session_id']} is still running in {repo}"
             in text(out["second"])), text(out["second"])
     assert out["after"]["state"] == "cancelled"
+
+
+def test_session_result_diffs_what_the_task_changed_not_what_came_after(repo: Path,
+                                                                        root: Path):
+    """A field trial: session_result's diff ran from the task's start to now, so it showed the
+    user's later edits (and another task's), and nothing once undone."""
+    out: dict[str, Any] = {}
+    script = [reply(tool_calls=[("create", {"path": "hello.txt", "file_text": "hello\n"})]),
+              reply("done")]
+
+    async def body(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "hello", "repo_path": str(repo),
+                                                "approval": "full-auto", "wait": True})
+        session_id = result.structured_content["session_id"]
+        (repo / "mine.txt").write_text("the user's own, after the task\n")
+        out["result"] = (await c.call_tool("session_result", {
+            "session_id": session_id})).structured_content
+        await c.call_tool("undo", {"session_id": session_id})
+        out["undone"] = (await c.call_tool("session_result", {
+            "session_id": session_id})).structured_content
+
+    with ScriptedModel(script, supports_tools=True) as model:
+        serve([root], {"base_url": model.url, "tool_protocol": "native"}, body)
+    for seen in (out["result"], out["undone"]):
+        assert "hello.txt" in seen["diff"] and "mine.txt" not in seen["diff"], seen["diff"]

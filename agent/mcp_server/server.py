@@ -44,7 +44,7 @@ from agent.errors import UserError
 from agent.events import FinalAnswer
 from agent.mcp_server.jobs import FINISHED, Job, JobManager
 from agent.sessions import checkpoints as cp
-from agent.sessions.repo import SessionRecord, diff_session, load_record, undo_task
+from agent.sessions.repo import SessionRecord, diff_task, load_record, undo_task
 
 SESSION_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 DIFF_CAP = 20_000
@@ -169,7 +169,7 @@ class AgentServer:
                 out["answer"] = out.pop("text", "")
         if job.kind == "run_task" and job.state in ("done", "cancelled"):
             try:
-                diff = diff_session(job.session_id)
+                diff = diff_task(job.session_id)
             except UserError as exc:
                 diff = f"(no diff: {exc})"
             out["diff"] = diff if len(diff) <= DIFF_CAP else \

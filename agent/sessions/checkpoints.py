@@ -172,9 +172,10 @@ def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
     return sorted(_raw_diff(repo, a, b))
 
 
-def diff(repo: git.Repo, checkpoint: str) -> str:
-    """Unified diff from ``checkpoint`` to the current working tree; ``""`` when unchanged."""
-    current = _write_tree(repo)
+def diff(repo: git.Repo, checkpoint: str, until: str | None = None) -> str:
+    """Unified diff from ``checkpoint`` to ``until`` (another checkpoint) or, without it, to
+    the current working tree; ``""`` when unchanged."""
+    current = until or _write_tree(repo)
     return _git(repo, "diff", "--no-color", "--no-ext-diff", checkpoint, current)
 
 

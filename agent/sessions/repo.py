@@ -148,6 +148,16 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
     return plan
 
 
+def diff_task(session_id: str) -> str:
+    """Unified diff of what the session's last task changed: from its starting checkpoint to
+    the one taken when it ended (to now while it has none). What a host reads as the task's
+    result: a diff to now showed the user's later edits, another task's, or nothing once
+    undone (a field trial)."""
+    record = load_record(session_id, lenient=True)
+    _, before, after = _task_checkpoints(record, None)
+    return cp.diff(_repo_of(record), before, after)
+
+
 def diff_session(session_id: str, task: int | None = None) -> str:
     """Unified diff from the task's starting checkpoint (first task by default) to now."""
     record = load_record(session_id, lenient=True)
