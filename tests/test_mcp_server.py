@@ -273,6 +273,8 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
     async def body(c: Client) -> None:
         calls = {
             "bad_id": ("session_status", {"session_id": "../../etc/passwd"}),
+            # `$` matched before a trailing newline: this passed the format check.
+            "newline_id": ("session_status", {"session_id": "20260101-000000-abcdef\n"}),
             "unknown_id": ("session_status", {"session_id": "20260101-000000-abcdef"}),
             "unknown_result": ("session_result", {"session_id": "20260101-000000-abcdef"}),
             "unknown_cancel": ("cancel", {"session_id": "20260101-000000-abcdef"}),
@@ -292,6 +294,7 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
     serve([root], {"base_url": "http://127.0.0.1:9"}, body)
     assert all(r.is_error for r in results.values())
     assert "is not a session id" in text(results["bad_id"])
+    assert "is not a session id" in text(results["newline_id"])
     for key in ("unknown_id", "unknown_result", "unknown_cancel"):
         assert "no session '20260101-000000-abcdef'" in text(results[key])
     assert "the task is empty" in text(results["empty_task"])

@@ -46,7 +46,9 @@ from agent.mcp_server.jobs import FINISHED, Job, JobManager
 from agent.sessions import checkpoints as cp
 from agent.sessions.repo import SessionRecord, diff_task, load_record, undo_task
 
-SESSION_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+SESSION_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+"""What :func:`agent.sessions.log.new_session_id` makes, matched whole (``fullmatch``: with
+``$`` an id with a trailing newline passed)."""
 DIFF_CAP = 20_000
 """Characters of diff returned by ``session_result`` (the rest is cut, with a note)."""
 POLL_S = 0.2
@@ -147,7 +149,7 @@ class AgentServer:
         self.roots, self.jobs = roots, jobs
 
     def lookup(self, session_id: str) -> Job | SessionRecord:
-        if not SESSION_ID.match(session_id):
+        if not SESSION_ID.fullmatch(session_id):
             raise ToolError(f"'{session_id}' is not a session id (they look like "
                             "20261130-131600-a1b2c3; run_task and new_project return them)")
         job = self.jobs.get(session_id)
