@@ -141,3 +141,12 @@ def test_wrong_shapes_and_unknown_hosts_are_refused(env: dict[str, str], project
     assert path.read_text("utf-8") == "[1, 2]"
     proc = install("emacs", env, project)
     assert proc.returncode == 2 and "unknown host 'emacs'" in proc.stderr
+
+
+def test_a_root_that_is_no_folder_is_refused(env: dict[str, str], project: Path):
+    """A field trial: `install codex --root /root/nonexist` printed an entry whose server
+    then failed at every start ("workspace root ... is not a directory")."""
+    missing = project / "nonexistent"
+    proc = install("codex", env, project, "--root", str(missing))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--root {missing}: not a folder" in proc.stderr and proc.stdout == ""

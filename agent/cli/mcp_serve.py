@@ -111,6 +111,11 @@ def install_cmd(
     """Print (or --write) the host's config entry that starts `agent mcp serve`."""
     if host not in HOSTS:
         raise UsageError(f"unknown host '{host}'; choose one of: {', '.join(HOSTS)}")
+    for folder in root or []:
+        if not folder.expanduser().is_dir():
+            # `agent mcp serve` refuses it at every start: the host would only ever see a
+            # server that fails (a field trial's install printed it without a word).
+            raise UsageError(f"--root {folder}: not a folder; give an existing one")
     p = plan(host, list(root or [Path.cwd()]), project, name)  # type: ignore[arg-type]
     if not write_file:
         err.print(f"# add to {p.path} (or rerun with --write):", markup=False)
