@@ -37,7 +37,7 @@ def test_every_command_has_clear_help(args: list[str], agent_home: Path):
 
 
 def test_root_help_documents_exit_codes(agent_home: Path):
-    out = run("--help", home=agent_home).stdout
+    out = " ".join(run("--help", home=agent_home).stdout.split())  # however it wraps
     assert "Exit codes: 0 success" in out and "130 interrupted" in out
 
 
@@ -229,7 +229,8 @@ def test_the_dflash_profile_without_a_draft_is_a_clear_error(engine, agent_home:
     assert run("backend", "build", "--server-bin", str(engine.binary),
                home=agent_home).returncode == 0
     proc = run("backend", "up", "--profile", "dflash", home=agent_home)
-    assert proc.returncode == 3
+    # Bad usage, as with --print-cmd (39fcf33: it was 3 here, after the engine was built).
+    assert proc.returncode == 2
     assert "needs a draft model" in proc.stderr and "internal error" not in proc.stderr
 
 
