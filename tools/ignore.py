@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pathspec
+
+from tools.workspace import read_regular
 
 ALWAYS_SKIPPED = {".git", ".dflash-agent", ".hg", ".svn", ".jj"}
 
@@ -20,15 +21,8 @@ def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
     ignore = folder / ".gitignore"
     if not ignore.is_file():
         return None
-    try:
-        # Without blocking, regular files only, never past the cap: a cloned repository's
-        # .gitignore may link to /proc/kcore (a "regular" file of terabytes) or a FIFO.
-        fd = os.open(ignore, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            data = file.read(MAX_GITIGNORE_BYTES)
-    except OSError:
+    data = read_regular(ignore, MAX_GITIGNORE_BYTES)
+    if data is None:
         return None
     return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", "replace").splitlines())
 

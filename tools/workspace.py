@@ -234,6 +234,25 @@ def _umask() -> int:
     return current
 
 
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of ``path`` (links followed) when it is a regular file, opened
+    without blocking; None for anything else or a file that cannot be read. For the files a
+    cloned repository controls that are read besides the tools' own reads (a ``.gitignore``,
+    an ``AGENTS.md``): a FIFO would block the open, a link to ``/dev/zero`` never end the read,
+    one to ``/proc/kcore`` (a "regular" file of terabytes) fill memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return file.read(limit)
+    except OSError:
+        return None
+
+
 def hide_from_git(root: Path, pattern: str) -> None:
     """Add ``pattern`` to ``<root>/.git/info/exclude`` when ``root`` is a git work tree."""
     git_dir = root / ".git"

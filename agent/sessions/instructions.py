@@ -3,9 +3,9 @@ directory, in that order, size-capped, for the system prompt."""
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
+
+from tools.workspace import read_regular
 
 MAX_FILE_CHARS = 8_000
 MAX_TOTAL_CHARS = 16_000
@@ -38,14 +38,9 @@ def _read_inside(path: Path, root: Path) -> tuple[str, bool] | None:
         return None
     if root not in real.parents:
         return None
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError:
+    data = read_regular(real, _MAX_BYTES + 1)
+    if data is None:
         return None
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = file.read(_MAX_BYTES + 1)
     return data[:_MAX_BYTES].decode("utf-8", errors="replace"), len(data) > _MAX_BYTES
 
 
