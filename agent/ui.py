@@ -390,9 +390,9 @@ class Reporter:
         changes and every :data:`PROGRESS_EVERY_S` seconds within one, and the total time at
         the end. ``now`` is ``time.monotonic()`` seconds."""
         if self._build_plain is None:
-            # Measured from fresh clones on 2 idle cores: 3 min 37 s (AMD EPYC, 2026-12-05)
-            # to 11 min (2026-12-02); "about 10 minutes" overstated the usual case.
-            self.console.print(Text("Building llama-server (first run only, 4 to 11 minutes on 2 "
+            # Fresh clones on 2 cores: 3 min 37 s and 3 min 46 s (AMD EPYC, 2026-12-05) to
+            # 11 min (2026-12-02); "about 10 minutes" overstated the usual case.
+            self.console.print(Text("Building llama-server (first run only, 3 to 11 minutes on 2 "
                                     f"cores; full log: {self._build_log})"))
             self._build_plain = (now, now - PROGRESS_EVERY_S, "")
         started, said, last = self._build_plain
