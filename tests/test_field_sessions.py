@@ -114,3 +114,25 @@ def test_a_damaged_log_line_is_said_plainly_by_resume_and_undo(repo: Path, agent
         assert "tagged-union" not in stderr and "pydantic" not in stderr
     assert "`agent undo` and `agent diff` skip this one and still work" in resume.stderr
     assert "undo and diff use the rest of the log" in undo.stderr
+
+
+def test_an_empty_chat_is_not_what_undo_diff_and_resume_pick(repo: Path, agent_home: Path):
+    """A chat left without a task (Ctrl-D at its first prompt) is saved too, and it is the
+    newest: `agent undo` said "nothing to undo" and `agent diff` "(no changes)" while the task
+    before it had edited app.py, and `agent resume` opened the empty conversation."""
+    log = _edited_session(repo, agent_home)
+    with ScriptedModel([]) as model:
+        chat = agent("chat", "--base-url", model.url, home=agent_home, cwd=repo)
+    assert chat.returncode == 0, chat.stderr
+    sessions = [p for p in (agent_home / "data" / "sessions").glob("*.jsonl")
+                if p.name != "index.jsonl"]
+    assert len(sessions) == 2, sessions
+    diff = agent("diff", home=agent_home, cwd=repo)
+    assert diff.returncode == 0 and "+x = 2" in diff.stdout, diff.stdout + diff.stderr
+    with ScriptedModel([]) as model:
+        resume = agent("resume", "--base-url", model.url, home=agent_home, cwd=repo)
+    assert resume.returncode == 0, resume.stderr
+    assert f"session {log.stem}" in resume.stderr, resume.stderr
+    undo = agent("undo", home=agent_home, cwd=repo)
+    assert undo.returncode == 0, undo.stderr
+    assert (repo / "app.py").read_text() == "x = 1\n"

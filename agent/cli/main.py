@@ -439,9 +439,9 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
 
 def _pick_session(session_id: str | None, here_only: bool = True) -> str:
     """``session_id``, else the latest session of the repository around the current directory
-    (``here_only``) or of any repository. An id given empty is refused: `resume ""` (a
-    variable that was not set) went on with the latest session, which may not be the one
-    meant."""
+    (``here_only``) or of any repository that ran a task (the latest of all where none did).
+    An id given empty is refused: `resume ""` (a variable that was not set) went on with the
+    latest session, which may not be the one meant."""
     if session_id is not None and not session_id.strip():
         raise UsageError("the session id is empty; name one from `agent sessions`, or leave it "
                          "out for the latest")
@@ -457,7 +457,10 @@ def _pick_session(session_id: str | None, here_only: bool = True) -> str:
         where = " for this directory" if here_only else ""
         raise UsageError(f"there is no saved session{where} (start one with `agent run` or "
                          "`agent chat`, or name a session id from `agent sessions`)")
-    return sessions[0].id
+    # A chat left at its first prompt is saved too: being newest, it hid the task before it
+    # from undo and diff ("nothing to undo") and made resume open an empty conversation.
+    ran = [s for s in sessions if s.tasks]
+    return (ran or sessions)[0].id
 
 
 @app.command("resume", epilog=EXIT_CODES_HELP)
