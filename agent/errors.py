@@ -22,6 +22,15 @@ EXIT_CODES_HELP = ("Exit codes: 0 success; 1 the task did not finish (new-projec
                    "(build, model, server, config); 4 internal error (see the crash log); 130 "
                    "interrupted (Ctrl-C, SIGTERM, SIGHUP).")
 
+CHAT_EXIT_CODES_HELP = ("Exit codes: 0 you left the chat (/exit, Ctrl-D), whatever its tasks did "
+                        "(a task that did not finish says so and the prompt comes back); 2 bad "
+                        "usage (flags, an unknown preset on the command line); 3 an error with a "
+                        "stated cause before the first prompt (model, server, config, session "
+                        "log); 4 internal error (see the crash log); 130 interrupted (Ctrl-C, "
+                        "SIGTERM, SIGHUP).")
+"""`agent chat` and `agent resume`: a session the user leaves is a success (as an interactive
+session of Codex CLI or Claude Code), so 1 never comes from them."""
+
 
 def interrupted_by(exc: KeyboardInterrupt) -> str:
     """What interrupted the command: ``""`` for Ctrl-C, or the name of the termination signal

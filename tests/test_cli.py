@@ -41,6 +41,15 @@ def test_root_help_documents_exit_codes(agent_home: Path):
     assert "Exit codes: 0 success" in out and "130 interrupted" in out
 
 
+@pytest.mark.parametrize("command", ["chat", "resume"])
+def test_chat_help_says_leaving_is_success(command: str, agent_home: Path):
+    """chat and resume exit 0 when the user leaves, whatever the tasks did; their help said
+    "1 the task did not finish", which only run and new-project do."""
+    out = " ".join(run(command, "--help", home=agent_home).stdout.split())
+    assert "Exit codes: 0 you left the chat (/exit, Ctrl-D), whatever its tasks did" in out
+    assert "1 the task did not finish" not in out and "130 interrupted" in out
+
+
 def test_new_project_refuses_a_non_empty_directory_and_touches_nothing(agent_home: Path,
                                                                       tmp_path: Path):
     target = tmp_path / "busy"

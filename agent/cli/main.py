@@ -25,6 +25,7 @@ from agent.client import ContextOverflow, ServerUnavailable
 from agent.config import Settings, load_settings
 from agent.context import ContextTooSmall
 from agent.errors import (
+    CHAT_EXIT_CODES_HELP,
     EXIT_CODES_HELP,
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -417,7 +418,7 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             out.print(f"error: {exc}; the session goes on (/exit to leave)", markup=False)
 
 
-@app.command("chat", epilog=EXIT_CODES_HELP)
+@app.command("chat", epilog=CHAT_EXIT_CODES_HELP)
 def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset = None,
              profile: Profile = None, base_url: BaseUrl = None, ctx_size: CtxSize = None,
              tool_protocol: ToolProtocol = None, no_git: NoGit = False) -> None:
@@ -463,7 +464,7 @@ def _pick_session(session_id: str | None, here_only: bool = True) -> str:
     return (ran or sessions)[0].id
 
 
-@app.command("resume", epilog=EXIT_CODES_HELP)
+@app.command("resume", epilog=CHAT_EXIT_CODES_HELP)
 def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (see "
                                                                 "`agent sessions`).")] = None,
                last: Annotated[bool, typer.Option("--last", help="The most recent "
