@@ -15,6 +15,13 @@ def test_slugify_makes_short_directory_names():
     assert len(slugify("word " * 40)) <= 40
 
 
+def test_slugify_folds_accents_instead_of_splitting_words():
+    """The seed's user writes Portuguese: "gestão" became "gest-o", one word cut in two."""
+    assert slugify("CLI para gestão de preços") == "cli-para-gestao-de-precos"
+    assert slugify("Straße Ærø façade") == "strasse-aero-facade"
+    assert slugify("一个待办事项应用") == "new-project"
+
+
 def test_project_tests_pass_fail_and_none_are_reported_honestly(tmp_path: Path):
     proj = tmp_path / "p"
     proj.mkdir()

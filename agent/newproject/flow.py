@@ -10,6 +10,7 @@ import re
 import sys
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,11 +99,19 @@ _FILLER = frozenset({"a", "an", "the", "with", "and", "or", "for", "of", "to", "
 """Words a slug loses first when the whole description does not fit."""
 
 
+_UNDECOMPOSED = str.maketrans({"ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "ł": "l", "đ": "d",
+                               "ð": "d", "þ": "th", "ı": "i"})
+"""Latin letters that Unicode does not decompose into a base letter and an accent."""
+
+
 def slugify(description: str, limit: int = 40) -> str:
     """A directory name from a description: lowercase words joined by hyphens, at most
     ``limit`` characters. When all the words do not fit, the filler words (:data:`_FILLER`) go
-    first, then whole words from the end; a first word longer than ``limit`` is cut."""
-    words = re.findall(r"[a-z0-9]+", description.lower())
+    first, then whole words from the end; a first word longer than ``limit`` is cut. Accented
+    letters lose their accents ("gestão de preços" is ``gestao-de-precos``, where it was
+    ``gest-o-de-pre-os``); a description with no Latin letter or digit gives ``new-project``."""
+    folded = unicodedata.normalize("NFKD", description.lower().translate(_UNDECOMPOSED))
+    words = re.findall(r"[a-z0-9]+", folded.encode("ascii", "ignore").decode())
     if not words:
         return "new-project"
     if len("-".join(words)) > limit:
