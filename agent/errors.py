@@ -42,7 +42,21 @@ def interrupted_by(exc: KeyboardInterrupt) -> str:
 
 class UserError(RuntimeError):
     """A failure the user can act on; the message says what happened and what to do (no crash
-    log: the line says it all)."""
+    log: the line says it all).
+
+    ``cli_hint`` is advice naming command-line flags (``--no-git``, ``--force``), appended to
+    the message; an MCP host, whose tools have no such flags, is told ``mcp_hint`` in its place
+    (:func:`host_text`)."""
+
+    def __init__(self, *args: object, cli_hint: str = "", mcp_hint: str = ""):
+        self.mcp_text = f"{args[0]}{mcp_hint}" if args and cli_hint else None
+        super().__init__(*((f"{args[0]}{cli_hint}", *args[1:]) if args and cli_hint else args))
+
+
+def host_text(exc: Exception) -> str:
+    """What an MCP host is told of ``exc``: its message, with advice for MCP tools where the
+    command line's would name flags the tools lack."""
+    return getattr(exc, "mcp_text", None) or str(exc)
 
 
 class UsageError(UserError):

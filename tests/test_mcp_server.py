@@ -298,7 +298,9 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
     for key in ("unknown_id", "unknown_result", "unknown_cancel"):
         assert "no session '20260101-000000-abcdef'" in text(results[key])
     assert "the task is empty" in text(results["empty_task"])
-    assert "not inside a git repository" in text(results["not_git"])
+    # the command line's advice names --no-git, which run_task has no argument for
+    assert text(results["not_git"]).endswith("is not inside a git repository; run `git init` "
+                                             "there (run_task works in git repositories only)")
     assert "is not a directory" in text(results["missing"])
     assert "approval" in text(results["bad_approval"])
     assert "not an empty directory" in text(results["non_empty"])
@@ -532,3 +534,16 @@ def test_session_result_diffs_what_the_task_changed_not_what_came_after(repo: Pa
         serve([root], {"base_url": model.url, "tool_protocol": "native"}, body)
     for seen in (out["result"], out["undone"]):
         assert "hello.txt" in seen["diff"] and "mine.txt" not in seen["diff"], seen["diff"]
+
+
+def test_undo_conflict_advice_fits_where_it_is_read():
+    """The undo tool has no force argument: its host was told to "rerun with --force"."""
+    from agent.errors import host_text
+    from agent.sessions.checkpoints import RestoreConflict
+
+    conflict = RestoreConflict(["app.py"])
+    assert str(conflict).endswith("nothing was restored. Review them, then rerun with --force "
+                                  "to overwrite them")
+    assert host_text(conflict).endswith("Review them, then run `agent undo SESSION_ID --force` "
+                                        "in a terminal to overwrite them")
+    assert host_text(ValueError("plain")) == "plain"

@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.config import ConfigError, load_settings
-from agent.errors import UserError
+from agent.errors import UserError, host_text
 from agent.events import FinalAnswer
 from agent.mcp_server.jobs import FINISHED, Job, JobManager
 from agent.sessions import checkpoints as cp
@@ -291,7 +291,7 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
             roots.confine(str(repo.working_tree_dir))
             mode = approval or load_settings(project=path, cli=jobs.settings).approval
         except (UserError, ConfigError) as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(host_text(exc)) from None
         if mode == "ask" and not _can_elicit(ctx):
             raise ToolError("approval 'ask' needs an MCP host that supports elicitation, and "
                             "this one does not; use auto-edit or full-auto")
@@ -398,7 +398,7 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         try:
             plan = await anyio.to_thread.run_sync(undo_task, session_id)
         except UserError as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(host_text(exc)) from None
         return {"session_id": session_id,
                 "restored": [f for f in plan.changed if f not in plan.removed],
                 "removed": plan.removed,

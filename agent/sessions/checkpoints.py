@@ -68,7 +68,9 @@ class RestoreConflict(UserError):
         more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
         super().__init__(
             f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}{more}; "
-            "nothing was restored. Review them, then rerun with --force to overwrite them")
+            "nothing was restored. Review them, then ",
+            cli_hint="rerun with --force to overwrite them",
+            mcp_hint="run `agent undo SESSION_ID --force` in a terminal to overwrite them")
 
 
 @dataclass
@@ -118,16 +120,19 @@ def open_repo(path: Path) -> git.Repo:
     if not Path(path).expanduser().is_dir():
         raise RepoStateError(f"{path} does not exist or is not a directory")
     if shutil.which(git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git") is None:
-        raise RepoStateError("git is not installed (no `git` on PATH); install it, or pass "
-                             "--no-git to work without checkpoints")
+        raise RepoStateError("git is not installed (no `git` on PATH); install it",
+                             cli_hint=", or pass --no-git to work without checkpoints",
+                             mcp_hint=" (run_task works in git repositories only)")
     try:
         repo = git.Repo(Path(path).expanduser().resolve(), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise RepoStateError(f"{path} is not inside a git repository; run `git init` there "
-                             "or pass --no-git") from None
+        raise RepoStateError(f"{path} is not inside a git repository; run `git init` there",
+                             cli_hint=" or pass --no-git",
+                             mcp_hint=" (run_task works in git repositories only)") from None
     if repo.bare or repo.working_tree_dir is None:
         raise RepoStateError(f"{repo.git_dir} is a bare repository with no files to work on; "
-                             "clone it or pass --no-git")
+                             "clone it", cli_hint=" or pass --no-git",
+                             mcp_hint=" and give run_task the clone")
     git_dir = Path(repo.git_dir)
     sweep_temp_indexes(git_dir)
     for name, what, finish in _IN_PROGRESS:
