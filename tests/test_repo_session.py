@@ -345,3 +345,17 @@ def test_chat_ends_on_a_fresh_line_and_names_its_session(repo: git.Repo, agent_h
     assert proc.stdout.endswith("> \n"), proc.stdout[-40:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("session ") and "(undo: agent undo " in last, proc.stderr
+
+
+def test_chat_status_gives_the_context_from_ctx_size_when_the_server_does_not(
+        tmp_path: Path, agent_home: Path):
+    """/status printed "n_ctx None" while the session worked with --ctx-size's 4096."""
+    with ScriptedModel([]) as model:
+        model.props["default_generation_settings"] = {}
+        env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+        ran = subprocess.run([*AGENT, "chat", "--no-git", "--base-url", model.url,
+                              "--ctx-size", "4096"], cwd=tmp_path, env=env,
+                             input="/status\n/exit\n", capture_output=True, text=True,
+                             timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert "tasks 0, n_ctx 4096 (--ctx-size), model /scripted/model.gguf" in ran.stdout

@@ -406,8 +406,14 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             elif line == "/status":
                 client = session.backend.client
                 model = client.props().get("model_path") or client.model_id()
+                # The context the session works with: the server's, else --ctx-size's (it
+                # printed the server's alone, "None" where --ctx-size gave it).
+                context = session.agent.context
+                n_ctx = client.n_ctx()
+                if n_ctx is None and context is not None and context.budget is not None:
+                    n_ctx = f"{context.budget.n_ctx} (--ctx-size)"
                 out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
-                          f"{client.n_ctx()}, model {model}", markup=False)
+                          f"{n_ctx or 'unknown'}, model {model}", markup=False)
             elif line.startswith("/"):
                 out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
                           markup=False)
