@@ -14,7 +14,7 @@ from agent.protocols.choice import ProtocolDecision, decide
 from agent.ui import Reporter
 from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
-from backend.models.presets import get_preset
+from backend.models.presets import PresetError, get_preset
 from backend.serve.launch import ensure_server, profile_for, unload_draft
 from backend.serve.leases import hold
 from backend.serve.ngram_guard import NgramGuard
@@ -76,7 +76,11 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
         describe_remote(client, settings.ctx_size, reporter.note)
         return Backend(client, None, None, sampling)
     sdist = Path(settings.engine_sdist) if settings.engine_sdist else None
-    profile_for(preset, settings.profile)  # a profile the preset cannot run: before any build
+    try:
+        profile_for(preset, settings.profile)  # a profile the preset cannot run: before any build
+    except PresetError as exc:
+        # Exit 2, as `agent backend up` gives for the same preset and profile.
+        raise UsageError(str(exc)) from exc
     if default_engine() is None:
         reporter.note(f"first use: building the engine for the {preset.name} server")
     # Nothing is said before ensure_server knows whether it starts a server or reuses one.
