@@ -547,3 +547,30 @@ def test_undo_conflict_advice_fits_where_it_is_read():
     assert host_text(conflict).endswith("Review them, then run `agent undo SESSION_ID --force` "
                                         "in a terminal to overwrite them")
     assert host_text(ValueError("plain")) == "plain"
+
+
+def test_an_interrupted_session_of_another_server_reads_cancelled(repo: Path, root: Path):
+    """A session another server (or the CLI) ran and that ended interrupted read "done"."""
+    from backend.home import home
+
+    out: dict[str, Any] = {}
+
+    async def first(c: Client) -> None:
+        result = await c.call_tool("run_task", {"task": "nothing", "repo_path": str(repo),
+                                                "approval": "full-auto", "wait": True})
+        out["sid"] = result.structured_content["session_id"]
+
+    async def second(c: Client) -> None:
+        for tool in ("session_status", "session_result"):
+            out[tool] = (await c.call_tool(tool, {"session_id": out["sid"]})).structured_content
+
+    with ScriptedModel([call("final_answer", text="stopped")]) as model:
+        serve([root], {"base_url": model.url}, first)
+        log = home().sessions / f"{out['sid']}.jsonl"
+        text_ = log.read_text("utf-8")
+        assert text_.count('"reason":"done"') == 1, text_
+        log.write_text(text_.replace('"reason":"done"', '"reason":"interrupted"'), "utf-8")
+        serve([root], {"base_url": model.url}, second)
+    for tool in ("session_status", "session_result"):
+        assert out[tool]["state"] == "cancelled", out[tool]
+        assert out[tool]["reason"] == "interrupted"

@@ -347,8 +347,10 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         found = agent.lookup(session_id)
         if isinstance(found, Job):
             return {**found.status(), "backend": jobs.backend}
-        finished = any(isinstance(e, FinalAnswer) for e in found.events)
-        return {"session_id": session_id, "state": "done" if finished else "not running",
+        finals = [e for e in found.events if isinstance(e, FinalAnswer)]
+        return {"session_id": session_id,
+                "state": _ended_state(finals[-1]) if finals else "not running",
+                **({"reason": finals[-1].reason} if finals else {}),
                 "path": found.start.workspace, "note": "not started by this server"}
 
     @tool(READ_ONLY)
@@ -366,7 +368,8 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         finals = [e for e in found.events if isinstance(e, FinalAnswer)]
         if not finals:
             raise ToolError(f"session {session_id} has no result (it did not finish)")
-        return {"session_id": session_id, "state": "done", "reason": finals[-1].reason,
+        return {"session_id": session_id, "state": _ended_state(finals[-1]),
+                "reason": finals[-1].reason,
                 "answer": finals[-1].text, "steps": finals[-1].steps,
                 "path": found.start.workspace}
 
@@ -409,6 +412,13 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
                 "note": "call undo again to bring the agent's changes back"}
 
     return mcp
+
+
+def _ended_state(final: FinalAnswer) -> str:
+    """A logged session's state as a job of this server would have it: an interrupted task
+    (Ctrl-C, a cancel) is ``cancelled``, any other end ``done`` with its reason beside it (an
+    interrupted CLI session read "done")."""
+    return "cancelled" if final.reason == "interrupted" else "done"
 
 
 def http_app(server: MCPServer, token: str, port: int) -> ASGIApp:
