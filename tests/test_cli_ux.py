@@ -184,6 +184,20 @@ def test_sessions_lists_a_new_project_by_its_description_with_one_task(agent_hom
     assert "Create a new project" not in line
 
 
+def test_undo_and_diff_of_a_new_project_say_what_it_was(agent_home: Path, tmp_path: Path):
+    """They said the session "did not run in a git repo", of a project it made with git."""
+    with ScriptedModel([call("final_answer", text="scaffolded")]) as model:
+        agent("new-project", "a todo app", "--dir", str(tmp_path / "proj"), "--base-url",
+              model.url, "--tool-protocol", "json", home=agent_home, cwd=tmp_path)
+    [entry] = json.loads(agent("sessions", "--json", home=agent_home, cwd=tmp_path).stdout)
+    for command in ("undo", "diff"):
+        proc = agent(command, entry["id"], home=agent_home, cwd=tmp_path)
+        assert proc.returncode == 3, proc.stderr
+        assert f"created the project in {tmp_path / 'proj'}: there is no state before it" \
+            in proc.stderr and "remove the folder to undo it" in proc.stderr, proc.stderr
+    assert (tmp_path / "proj" / ".git").is_dir()
+
+
 def test_new_project_indents_the_test_runs_last_lines_under_its_tests_line(agent_home: Path,
                                                                            tmp_path: Path):
     """Before, pytest's "no tests ran in 0.01s" stood at the margin under "Tests (run by

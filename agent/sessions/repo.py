@@ -24,6 +24,7 @@ from agent.events import (
     Event,
     Message,
     ModelTurn,
+    ProjectPlan,
     SessionStart,
     TaskStart,
     ToolCall,
@@ -101,6 +102,12 @@ def _task_checkpoints(record: SessionRecord, task: int | None) -> tuple[int, str
 
 
 def _repo_of(record: SessionRecord) -> git.Repo:
+    if not record.start.repo and any(isinstance(e, ProjectPlan) for e in record.events):
+        # new-project starts before its `git init`: "did not run in a git repo" was wrong.
+        raise UserError(f"session '{record.session_id}' created the project in "
+                        f"{record.start.workspace}: there is no state before it to go back to "
+                        "or compare with (its commit holds the whole project; remove the "
+                        "folder to undo it)")
     if not record.start.repo:
         raise UserError(f"session '{record.session_id}' did not run in a git repo")
     return cp.open_repo(Path(record.start.repo))
