@@ -37,7 +37,8 @@
 #   bash train/h200.sh first     # carry .devkit/m5 when no `data` ran: calibrate, the seed and
 #                                #   edit sets each from an empty acceptance record, the edit set
 #                                #   again over the seed set's record, the agent replay at 0 and
-#                                #   0.7, PMIN's confidence cuts; results in first-results.tgz
+#                                #   0.7, IDLE (set: the idle draft vs context), PMIN's
+#                                #   confidence cuts; results in first-results.tgz
 #   bash train/h200.sh layers    # carry .devkit/m5 (before `first`): generation for LAYER_GEN s
 #                                #   now, in the background (GPU only, beside the CPU build); after
 #                                #   `first` (or LAYERS_WAIT s) 1 and 2 draft layers from random
@@ -415,6 +416,14 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
       --json "$R/replay-t$t.json" && touch "$T/done/replay-$t"
     cp "$acc"/*.json "$R/acceptance-replay-t$t.json" 2>/dev/null
   done
+  if [[ -n ${IDLE-} && ! -f $T/done/idle ]] && (($(left) > 150)); then  # the loaded draft
+    # at n_max 0 against plain, at calibrate's request shape and a session's (the CPU: 0.97x
+    # both; the H200's calibrate said 1.01x where benches paid 5-8 %)
+    DFLASH_AGENT_HOME="$HOME_UP" IDLE_PRESET=smol-v3 "$PY" \
+      benchmarks/cpu-idle-draft-2026-12-05/idle_vs_context.py > "$R/idle-vs-context.txt" 2>&1 \
+      && touch "$T/done/idle"
+    tail -4 "$R/idle-vs-context.txt"
+  fi
   for cut in ${PMIN-}; do  # a confidence cut: "K:P", the draft launched at K with
     # --spec-draft-p-min P, beside baseline on the edit set at t = 0
     [[ -f $T/done/pmin-$cut ]] && continue

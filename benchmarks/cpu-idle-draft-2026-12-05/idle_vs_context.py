@@ -3,8 +3,10 @@ decoding, at calibrate's request shape (a short prompt, no prompt cache) and at 
 1,348-token prompt, cached, asked three times): does the idle draft's cost grow with context?
 
 Run from the checkout's root with the venv: ``.venv/bin/python
-benchmarks/cpu-idle-draft-2026-12-05/idle_vs_context.py``. Output: ``output.txt``."""
+benchmarks/cpu-idle-draft-2026-12-05/idle_vs_context.py``. Output: ``output.txt``. ``IDLE_PRESET``
+names another preset with a draft (``train/h200.sh first`` runs it on a GPU with ``smol-v3``)."""
 
+import os
 import statistics
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from backend.models.presets import get_preset
 from backend.serve.launch import ensure_engine, plan_for
 from backend.serve.server import DEFAULT_HOST, pick_port, stop, up
 
-preset = get_preset("smollm2-135m-dflash")
+preset = get_preset(os.environ.get("IDLE_PRESET", "smollm2-135m-dflash"))
 spec = plan_for(preset, ensure_engine(), "dflash-fixed", 4096, None)
 loaded = spec.model_copy(update={"draft_n_max": 15})
 plain = spec.model_copy(update={"profile": "baseline", "draft": None})
