@@ -136,3 +136,24 @@ def test_an_empty_chat_is_not_what_undo_diff_and_resume_pick(repo: Path, agent_h
     undo = agent("undo", home=agent_home, cwd=repo)
     assert undo.returncode == 0, undo.stderr
     assert (repo / "app.py").read_text() == "x = 1\n"
+
+
+def test_undo_in_a_nested_repository_never_touches_the_one_around_it(repo: Path,
+                                                                     agent_home: Path):
+    """A field trial: a task in the outer repository, an empty chat in a repository inside it;
+    `agent undo` from the inner one reverted the outer one's app.py (and said only "restored
+    app.py")."""
+    _edited_session(repo, agent_home)
+    inner = repo / "inner"
+    committed_repo(inner, {"i.py": "i = 1\n"}).close()
+    with ScriptedModel([]) as model:
+        assert agent("chat", "--base-url", model.url, home=agent_home,
+                     cwd=inner).returncode == 0
+    for command in ("diff", "undo"):
+        proc = agent(command, home=agent_home, cwd=inner)
+        assert proc.returncode == 3 and "no checkpoint to go back to" in proc.stderr, \
+            proc.stdout + proc.stderr
+    assert (repo / "app.py").read_text() == "x = 2\n"
+    undo = agent("undo", home=agent_home, cwd=repo)  # from the outer one: its task, named
+    assert undo.returncode == 0 and (repo / "app.py").read_text() == "x = 1\n", undo.stderr
+    assert undo.stderr.startswith("session ") and f"({repo})" in undo.stderr.splitlines()[0]

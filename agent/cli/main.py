@@ -445,8 +445,9 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
 
 
 def _pick_session(session_id: str | None, here_only: bool = True) -> str:
-    """``session_id``, else the latest session of the repository around the current directory
-    (``here_only``) or of any repository that ran a task (the latest of all where none did).
+    """``session_id``, else the latest session that ran a task (the latest of all where none
+    did) of the repository around the current directory (``here_only``: the innermost folder
+    that has sessions, a nested repository before the one around it) or of any repository.
     An id given empty is refused: `resume ""` (a variable that was not set) went on with the
     latest session, which may not be the one meant."""
     if session_id is not None and not session_id.strip():
@@ -460,6 +461,10 @@ def _pick_session(session_id: str | None, here_only: bool = True) -> str:
         sessions = [s for s in sessions
                     if s.workspace and (cwd == Path(s.workspace)
                                         or Path(s.workspace) in cwd.parents)]
+        # A repository inside another: its own sessions, not the outer one's (an undo from
+        # the inner repository reverted the outer repository's files).
+        innermost = max((len(Path(s.workspace).parts) for s in sessions), default=0)
+        sessions = [s for s in sessions if len(Path(s.workspace).parts) == innermost]
     if not sessions:
         where = " for this directory" if here_only else ""
         raise UsageError(f"there is no saved session{where} (start one with `agent run` or "
@@ -474,7 +479,7 @@ def _pick_session(session_id: str | None, here_only: bool = True) -> str:
 def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (see "
                                                                 "`agent sessions`).")] = None,
                last: Annotated[bool, typer.Option("--last", help="The most recent "
-                                                  "session.")] = False,
+                                                  "session that ran a task.")] = False,
                approval: Approval = None, preset: Preset = None, profile: Profile = None,
                base_url: BaseUrl = None, ctx_size: CtxSize = None,
                tool_protocol: ToolProtocol = None) -> None:
@@ -533,13 +538,18 @@ def _age(seconds: float) -> str:
 
 @app.command("undo", epilog=EXIT_CODES_HELP)
 def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (default: "
-                                                              "the last session).")] = None,
+                                                              "the latest here that ran a "
+                                                              "task).")] = None,
              task: Annotated[int | None, typer.Option(help="Task number (default: the "
                                                       "last).")] = None,
              force: Annotated[bool, typer.Option(help="Overwrite files you changed after "
                                                  "the agent.")] = False) -> None:
     """Put back the files a task changed (the current state is checkpointed first)."""
-    plan = undo_task(_pick_session(session_id), task, force)
+    chosen = _pick_session(session_id)
+    plan = undo_task(chosen, task, force)
+    if session_id is None:  # say which session was picked: it may not be the one expected
+        where = next((f" ({s.workspace})" for s in list_sessions() if s.id == chosen), "")
+        err.print(f"session {chosen}{where}", markup=False)
     if not plan.did_something:
         echo("nothing to undo: the task changed no files")
     for path in plan.changed:
@@ -567,7 +577,8 @@ def _commits_note(plan: RestorePlan) -> str:
 
 @app.command("diff")
 def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (default: the "
-                                                              "last session).")] = None
+                                                              "latest here that ran a task)."
+                                                              )] = None
              ) -> None:
     """The working tree against the session's first checkpoint, as a unified diff."""
     diff = diff_session(_pick_session(session_id)) or "(no changes)"
