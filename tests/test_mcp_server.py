@@ -541,11 +541,12 @@ def test_undo_conflict_advice_fits_where_it_is_read():
     from agent.errors import host_text
     from agent.sessions.checkpoints import RestoreConflict
 
-    conflict = RestoreConflict(["app.py"])
+    conflict = RestoreConflict(["app.py"], "20261205-101237-1ee431")
     assert str(conflict).endswith("nothing was restored. Review them, then rerun with --force "
                                   "to overwrite them")
-    assert host_text(conflict).endswith("Review them, then run `agent undo SESSION_ID --force` "
-                                        "in a terminal to overwrite them")
+    assert host_text(conflict).endswith("Review them, then run `agent undo "
+                                        "20261205-101237-1ee431 --force` in a terminal to "
+                                        "overwrite them")
     assert host_text(ValueError("plain")) == "plain"
 
 
@@ -574,3 +575,39 @@ def test_an_interrupted_session_of_another_server_reads_cancelled(repo: Path, ro
     for tool in ("session_status", "session_result"):
         assert out[tool]["state"] == "cancelled", out[tool]
         assert out[tool]["reason"] == "interrupted"
+
+
+def test_advice_to_an_mcp_host_names_no_command_line_flag(repo: Path, root: Path):
+    """A field trial: a merge in progress was answered "or pass --no-git", a new project under
+    a file "choose another --dir", and an undo conflict "rerun with --force": flags the tools
+    do not have."""
+    script = [call("str_replace", path="app.py", old_str="x = 1", new_str="x = 2"),
+              call("final_answer", text="done")]
+    (root / "afile").write_text("a file\n")
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        done = await c.call_tool("run_task", {"task": "bump", "approval": "full-auto",
+                                              "repo_path": str(repo), "wait": True})
+        sid = done.structured_content["session_id"]
+        (repo / "app.py").write_text("x = 3\n")  # the user edits after the agent
+        out["undo"] = await c.call_tool("undo", {"session_id": sid})
+        out["sid"] = sid
+        (Path(repo) / ".git" / "MERGE_HEAD").write_text("0" * 40 + "\n")
+        out["merge"] = await c.call_tool("run_task", {"task": "x", "repo_path": str(repo)})
+        made = await c.call_tool("new_project", {"description": "x",
+                                                 "directory": str(root / "afile" / "sub")})
+        out["project"] = await until_finished(c, made.structured_content["session_id"])
+
+    with ScriptedModel(script) as model:
+        serve([root], {"base_url": model.url}, body)
+    undo = text(out["undo"])
+    assert out["undo"].is_error and f"run `agent undo {out['sid']} --force` in a terminal" in undo
+    merge = text(out["merge"])
+    assert out["merge"].is_error and merge.endswith("`git merge --abort`), then retry"), merge
+    assert out["project"]["state"] == "failed", out["project"]
+    assert out["project"]["error"].endswith("is a file; choose another directory"), out["project"]
+    for said in (undo, merge, out["project"]["error"]):
+        assert "--force" not in said.replace(" --force` in a terminal", "") \
+            and "--no-git" not in said and "--dir" not in said, said
+    assert (repo / "app.py").read_text() == "x = 3\n"

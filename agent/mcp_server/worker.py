@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from agent.config import load_settings
-from agent.errors import UserError, write_crash_log
+from agent.errors import UserError, host_text, write_crash_log
 from agent.events import Event
 from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project
@@ -171,7 +171,7 @@ def main() -> int:
         # As the CLI says them: an unknown preset or an unreachable server is one line, not
         # a crash (a field trial's host read "UnknownPreset: … (crash log: …)").
         tail = "" if is_plain(exc) else f" (details: {write_crash_log(exc)})"
-        send({"type": "failed", "message": f"{exc}{tail}"})
+        send({"type": "failed", "message": f"{host_text(exc)}{tail}"})
         return 3
     except Exception as exc:
         crash = write_crash_log(exc)

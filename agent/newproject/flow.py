@@ -197,27 +197,34 @@ def turn_stats(timings: list[Timings]) -> dict[str, float | int | None]:
             "acceptance_rate": round(accepted / drafts, 3) if drafts else None}
 
 
+_OTHER_DIR = {"cli_hint": " --dir", "mcp_hint": " directory"}
+"""The end of "choose another": the command line's flag, the MCP tool's argument."""
+
+
 def _check_target(directory: Path, force: bool) -> None:
     """Refuse (:class:`UsageError`) a target that is a file, not empty without ``force``,
     the user's home or the file system's root (git init and a commit of everything in it,
     even with ``force``), or a repository with uncommitted changes."""
     if directory == Path.home().resolve() or directory.parent == directory:
         what = "the root folder" if directory.parent == directory else "your home folder"
-        raise UsageError(f"{directory} is {what}; new-project makes a folder of its own: give "
-                         "--dir a new folder inside it")
+        raise UsageError(f"{directory} is {what}; new-project makes a folder of its own: give",
+                         cli_hint=" --dir a new folder inside it",
+                         mcp_hint=" a new folder inside it as the directory")
     try:
         directory.exists()
     except OSError as exc:  # a name longer than the file system allows, a path it refuses
-        raise UsageError(f"{directory} cannot be used: {exc.strerror or exc}; choose another "
-                         "--dir") from exc
+        raise UsageError(f"{directory} cannot be used: {exc.strerror or exc}; choose another",
+                         **_OTHER_DIR) from exc
     if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{directory} exists and is not a directory; choose another --dir")
+        raise UsageError(f"{directory} exists and is not a directory; choose another",
+                         **_OTHER_DIR)
     if not directory.exists():
         _check_creatable(directory)
     # A folder holding only a fresh `git init` is empty for this purpose (a field trial was
     # told such a folder "is not empty"); a repository with history is checked below.
     if directory.is_dir() and not force and any(p.name != ".git" for p in directory.iterdir()):
-        raise UsageError(f"{directory} is not empty; choose another --dir or pass --force")
+        raise UsageError(f"{directory} is not empty; choose another",
+                         cli_hint=" --dir or pass --force", mcp_hint=" directory")
     if directory.is_dir() and force:
         hidden = _ignored_files(directory)
         if hidden:
@@ -230,8 +237,8 @@ def _check_target(directory: Path, force: bool) -> None:
     outer = _enclosing_repo(directory)
     if outer is not None and directory.is_dir() and _dirty_under(outer, directory):
         raise UsageError(f"{directory} has uncommitted changes in the git repository at "
-                         f"{outer}; commit or stash them first, or choose "
-                         "another --dir")
+                         f"{outer}; commit or stash them first, or choose another",
+                         **_OTHER_DIR)
     if (directory / ".git").exists():
         # The model may rewrite any file, and the commit takes every change: work the user
         # had not committed could be lost, or end up in the new project's commit.
@@ -239,10 +246,10 @@ def _check_target(directory: Path, force: bool) -> None:
             dirty = git.Repo(directory).is_dirty(untracked_files=True)
         except git.GitError as exc:
             raise UsageError(f"{directory} has a .git that git cannot read ({exc}); choose "
-                             "another --dir") from exc
+                             "another", **_OTHER_DIR) from exc
         if dirty:
             raise UsageError(f"{directory} has uncommitted changes; commit or stash them "
-                             "first, or choose another --dir")
+                             "first, or choose another", **_OTHER_DIR)
 
 
 def _check_creatable(directory: Path) -> None:
@@ -252,10 +259,12 @@ def _check_creatable(directory: Path) -> None:
     the model's work thrown away."""
     parent = next(p for p in directory.parents if p.exists())
     if not parent.is_dir():
-        raise UsageError(f"{directory} cannot be made: {parent} is a file; choose another --dir")
+        raise UsageError(f"{directory} cannot be made: {parent} is a file; choose another",
+                         **_OTHER_DIR)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{directory} cannot be made: no permission to create folders in "
-                         f"{parent} (or its file system is read-only); choose another --dir")
+                         f"{parent} (or its file system is read-only); choose another",
+                         **_OTHER_DIR)
 
 
 PRODUCT_EXCLUDES = (f"/{SCRATCH_NAME}/", f"/{VENV}/", "node_modules/")
@@ -284,8 +293,8 @@ def _ignored_files(directory: Path) -> list[str]:
                     ["git", f"--git-dir={Path(tmp) / '.git'}", f"--work-tree={directory}",
                      *args])
     except git.GitError as exc:
-        raise UsageError(f"git cannot list the files of {directory} ({exc}); choose another "
-                         "--dir") from exc
+        raise UsageError(f"git cannot list the files of {directory} ({exc}); choose another",
+                         **_OTHER_DIR) from exc
     hidden = []
     for entry in filter(None, str(listed).split("\0")):
         name = entry.rstrip("/").rsplit("/", 1)[-1]

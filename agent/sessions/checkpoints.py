@@ -60,9 +60,10 @@ class RepoStateError(UserError):
 
 
 class RestoreConflict(UserError):
-    """Files the task changed were edited again after the agent finished."""
+    """Files the task changed were edited again after the agent finished (``session_id``: the
+    session whose undo it refused, named in the advice an MCP host gets)."""
 
-    def __init__(self, conflicts: Sequence[str]):
+    def __init__(self, conflicts: Sequence[str], session_id: str = "SESSION_ID"):
         self.conflicts = list(conflicts)
         shown = ", ".join(self.conflicts[:10])
         more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
@@ -70,7 +71,7 @@ class RestoreConflict(UserError):
             f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}{more}; "
             "nothing was restored. Review them, then ",
             cli_hint="rerun with --force to overwrite them",
-            mcp_hint="run `agent undo SESSION_ID --force` in a terminal to overwrite them")
+            mcp_hint=f"run `agent undo {session_id} --force` in a terminal to overwrite them")
 
 
 @dataclass
@@ -138,7 +139,7 @@ def open_repo(path: Path) -> git.Repo:
     for name, what, finish in _IN_PROGRESS:
         if (git_dir / name).exists():
             raise RepoStateError(f"{what} is in progress in {repo.working_tree_dir}; finish it "
-                                 f"({finish}), then retry, or pass --no-git")
+                                 f"({finish}), then retry", cli_hint=", or pass --no-git")
     return repo
 
 
@@ -333,7 +334,8 @@ def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None,
                                 istream=istream, strip_newline_in_stdout=False)
     except git.GitCommandError as exc:
         raise RepoStateError(f"`git {args[0]}` failed in {repo.working_tree_dir}: "
-                             f"{_detail(exc)}; fix that and retry, or pass --no-git") from exc
+                             f"{_detail(exc)}; fix that and retry",
+                             cli_hint=", or pass --no-git") from exc
 
 
 def _failure(repo: git.Repo, *args: str, env: dict[str, str] | None = None) -> str:

@@ -142,7 +142,10 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
         # Undo the undo: back to the snapshot taken just before it.
         kind, before, after = "redo", marks[-1].sha, before
     ref = cp.checkpoint_ref(session_id, number, f"{kind}-{len(marks) + 1}")
-    plan = cp.restore(repo, before, after, ref, force=force)
+    try:
+        plan = cp.restore(repo, before, after, ref, force=force)
+    except cp.RestoreConflict as exc:  # the session's id, for the advice an MCP host gets
+        raise cp.RestoreConflict(exc.conflicts, session_id) from None
     sha = repo.git.rev_parse(ref)
     (log or SessionLog(session_id, "", Path(record.start.workspace), resume=True)).append(
         Checkpoint(session_id=session_id, task=number, kind=kind, ref=ref, sha=sha))
