@@ -6,7 +6,7 @@ from pathlib import Path
 import git
 
 from agent.newproject import run_project_tests, slugify
-from agent.newproject.flow import _commit, _prepare
+from agent.newproject.flow import _commit, _prepare, module_name
 
 
 def test_slugify_makes_short_directory_names():
@@ -20,6 +20,13 @@ def test_slugify_folds_accents_instead_of_splitting_words():
     assert slugify("CLI para gestão de preços") == "cli-para-gestao-de-precos"
     assert slugify("Straße Ærø façade") == "strasse-aero-facade"
     assert slugify("一个待办事项应用") == "new-project"
+    # what is not a letter with an accent separates words, as ASCII punctuation does
+    assert slugify("price—list tool") == "price-list-tool"
+    assert slugify("café日本bar") == "cafe-bar"
+    assert slugify("Ħal Saflieni ŋoŋ") == "hal-saflieni-ngong"
+    # the simple recipe's module is named from the same words
+    assert module_name("Größenänderung für Bilder") == "grossenanderung_fur"
+    assert module_name("CLI para gestão de preços") == "cli_para_gestao_de"
 
 
 def test_project_tests_pass_fail_and_none_are_reported_honestly(tmp_path: Path):

@@ -100,8 +100,17 @@ _FILLER = frozenset({"a", "an", "the", "with", "and", "or", "for", "of", "to", "
 
 
 _UNDECOMPOSED = str.maketrans({"ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "ł": "l", "đ": "d",
-                               "ð": "d", "þ": "th", "ı": "i"})
+                               "ð": "d", "þ": "th", "ı": "i", "ħ": "h", "ŋ": "ng"})
 """Latin letters that Unicode does not decompose into a base letter and an accent."""
+
+
+def _words(text: str) -> list[str]:
+    """The lowercase ASCII words of ``text``: accents dropped ("preços" is ``precos``), any
+    other character a separator (a dash, an arrow, a CJK character: "price—list" is two
+    words, which dropping them glued into ``pricelist``)."""
+    folded = unicodedata.normalize("NFKD", text.lower().translate(_UNDECOMPOSED))
+    kept = "".join(c for c in folded if not unicodedata.combining(c))
+    return re.findall(r"[a-z0-9]+", kept)
 
 
 def slugify(description: str, limit: int = 40) -> str:
@@ -110,8 +119,7 @@ def slugify(description: str, limit: int = 40) -> str:
     first, then whole words from the end; a first word longer than ``limit`` is cut. Accented
     letters lose their accents ("gestão de preços" is ``gestao-de-precos``, where it was
     ``gest-o-de-pre-os``); a description with no Latin letter or digit gives ``new-project``."""
-    folded = unicodedata.normalize("NFKD", description.lower().translate(_UNDECOMPOSED))
-    words = re.findall(r"[a-z0-9]+", folded.encode("ascii", "ignore").decode())
+    words = _words(description)
     if not words:
         return "new-project"
     if len("-".join(words)) > limit:
@@ -143,7 +151,7 @@ def module_name(description: str) -> str:
     # ("a CLI todo app with tests" gave cli_todo_app_tests.py). Nor do filler words, even
     # where they would fit ("a CLI that counts words" made a_cli_that_counts_words.py).
     text = _TESTS_CLAUSE.sub("", description) or description
-    words = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _FILLER]
+    words = [w for w in _words(text) if w not in _FILLER]
     name = slugify(" ".join(words) or text, 24).replace("-", "_")
     if not name.isidentifier() or keyword.iskeyword(name) or name in sys.stdlib_module_names:
         return f"project_{name}"
