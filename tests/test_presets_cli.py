@@ -163,6 +163,8 @@ def test_a_name_key_in_a_user_preset_is_exit_3(agent_home: Path):
     ("model", "https://example.org/m.gguf",
      "model: 'https://example.org/m.gguf': unsupported source scheme 'https://'"),
     ("draft", "s3://bucket/d.gguf", "draft: 's3://bucket/d.gguf': unsupported source scheme"),
+    ("model", "file://", "model: 'file://' names nothing after 'file://'"),
+    ("model", "hf:// ", "model: 'hf:// ' names nothing after 'hf://'"),
 ])
 def test_an_empty_or_web_source_is_a_preset_error(key: str, value: str, expected: str,
                                                   agent_home: Path):
@@ -175,4 +177,15 @@ def test_an_empty_or_web_source_is_a_preset_error(key: str, value: str, expected
     proc = presets(home=agent_home)
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.startswith(f"error: {bad}: preset 'p': {expected}"), proc.stderr
-    assert "download it and name its path" in proc.stderr or "is empty" in proc.stderr
+    assert "download it and name its path" in proc.stderr or "is empty" in proc.stderr \
+        or "names nothing" in proc.stderr
+
+
+def test_a_local_path_with_a_colon_and_slashes_is_a_path(agent_home: Path):
+    """A field trial: "/data/we://ird/m.gguf" (a folder named "we:") was refused as an
+    unsupported scheme '/data/we://'."""
+    (agent_home / "config").mkdir(parents=True)
+    (agent_home / "config" / "presets.toml").write_text('[p]\nmodel = "/data/we://ird/m.gguf"\n')
+    proc = presets(home=agent_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "/data/we://ird/m.gguf (no such file" in proc.stdout

