@@ -359,3 +359,34 @@ def test_chat_status_gives_the_context_from_ctx_size_when_the_server_does_not(
                              timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert "tasks 0, n_ctx 4096 (--ctx-size), model /scripted/model.gguf" in ran.stdout
+
+
+def test_chat_undo_force_overwrites_what_the_user_changed_after_the_task(
+        repo: git.Repo, agent_home: Path):
+    """A field trial: /undo refused over an edit made after the task, saying "rerun with
+    --force", and "/undo --force" was an unknown command."""
+    root = Path(repo.working_tree_dir)
+    script = [call("create", path="made.txt", file_text="made\n"),
+              call("final_answer", text="made it")]
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel(script) as model:
+        proc = subprocess.Popen([*AGENT, "chat", "--base-url", model.url], cwd=root, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            proc.stdin.write("make a file\n")
+            proc.stdin.flush()
+            sessions = agent_home / "data" / "sessions"
+            deadline = time.monotonic() + 60
+            while not any('"kind":"after"' in p.read_text("utf-8")
+                          for p in sessions.glob("2*.jsonl")):
+                assert time.monotonic() < deadline, "the task never ended"
+                time.sleep(0.1)
+            (root / "made.txt").write_text("the user's edit\n")
+            out, err = proc.communicate("/undo\n/undo --force\n/exit\n", timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "then type /undo --force to overwrite them; the session goes on" in out, out
+    assert "unknown command" not in out and "removed: made.txt" in out, out
+    assert not (root / "made.txt").exists()

@@ -39,7 +39,7 @@ from agent.errors import (
 )
 from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project, slugify
-from agent.sessions.checkpoints import RestorePlan
+from agent.sessions.checkpoints import RestoreConflict, RestorePlan
 from agent.sessions.log import list_sessions
 from agent.sessions.repo import (
     RepoSession,
@@ -374,7 +374,7 @@ def _undo_summary(plan: RestorePlan) -> str:
 
 def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
     out = SafeConsole(highlight=False, soft_wrap=True)
-    out.print("Type a task, or /undo /diff /commit /compact /status /exit.")
+    out.print("Type a task, or /undo [--force] /diff /commit /compact /status /exit.")
     while True:
         try:
             line = input("> ").strip()
@@ -386,8 +386,13 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
         if line in {"/exit", "/quit"}:
             return
         try:
-            if line == "/undo":
-                plan = undo_task(session.id, log=session.log)
+            if line in ("/undo", "/undo --force"):
+                try:
+                    plan = undo_task(session.id, log=session.log, force=line != "/undo")
+                except RestoreConflict as exc:  # "rerun with --force" named no way in here
+                    out.print(f"error: {exc.worded('type /undo --force to overwrite them')}; "
+                              "the session goes on", markup=False)
+                    continue
                 out.print(_undo_summary(plan), markup=False)
                 for note in _undo_notes(plan):
                     out.print(note, markup=False)
@@ -415,7 +420,8 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                 out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
                           f"{n_ctx or 'unknown'}, model {model}", markup=False)
             elif line.startswith("/"):
-                out.print(f"unknown command {line}; try /undo /diff /commit /compact /status /exit",
+                out.print(f"unknown command {line}; try /undo [--force] /diff /commit /compact "
+                          "/status /exit",
                           markup=False)
             else:
                 session.run_task(line)

@@ -65,13 +65,16 @@ class RestoreConflict(UserError):
 
     def __init__(self, conflicts: Sequence[str], session_id: str = "SESSION_ID"):
         self.conflicts = list(conflicts)
+        super().__init__(self.worded(""), cli_hint="rerun with --force to overwrite them",
+                         mcp_hint=f"run `agent undo {session_id} --force` in a terminal to "
+                         "overwrite them")
+
+    def worded(self, then: str) -> str:
+        """The refusal, ending with what to do ``then`` (the chat's is a slash command)."""
         shown = ", ".join(self.conflicts[:10])
         more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
-        super().__init__(
-            f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}{more}; "
-            "nothing was restored. Review them, then ",
-            cli_hint="rerun with --force to overwrite them",
-            mcp_hint=f"run `agent undo {session_id} --force` in a terminal to overwrite them")
+        return (f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}"
+                f"{more}; nothing was restored. Review them, then {then}")
 
 
 @dataclass
