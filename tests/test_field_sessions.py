@@ -124,6 +124,7 @@ def test_an_empty_chat_is_not_what_undo_diff_and_resume_pick(repo: Path, agent_h
     with ScriptedModel([]) as model:
         chat = agent("chat", "--base-url", model.url, home=agent_home, cwd=repo)
     assert chat.returncode == 0, chat.stderr
+    assert "(no task ran: nothing to undo)" in chat.stderr  # not "undo: agent undo <id>"
     sessions = [p for p in (agent_home / "data" / "sessions").glob("*.jsonl")
                 if p.name != "index.jsonl"]
     assert len(sessions) == 2, sessions
@@ -151,7 +152,7 @@ def test_undo_in_a_nested_repository_never_touches_the_one_around_it(repo: Path,
                      cwd=inner).returncode == 0
     for command in ("diff", "undo"):
         proc = agent(command, home=agent_home, cwd=inner)
-        assert proc.returncode == 3 and "no checkpoint to go back to" in proc.stderr, \
+        assert proc.returncode == 3 and "ran no task: there is nothing to undo" in proc.stderr, \
             proc.stdout + proc.stderr
     assert (repo / "app.py").read_text() == "x = 2\n"
     undo = agent("undo", home=agent_home, cwd=repo)  # from the outer one: its task, named

@@ -611,3 +611,25 @@ def test_advice_to_an_mcp_host_names_no_command_line_flag(repo: Path, root: Path
         assert "--force" not in said.replace(" --force` in a terminal", "") \
             and "--no-git" not in said and "--dir" not in said, said
     assert (repo / "app.py").read_text() == "x = 3\n"
+
+
+def test_the_result_of_a_session_that_ran_no_task_says_so(repo: Path, root: Path):
+    """An empty chat's result was "has no result (it did not finish)", as if a task broke."""
+    import subprocess
+    import sys
+
+    from backend.home import home
+
+    out: dict[str, Any] = {}
+    with ScriptedModel([]) as model:
+        subprocess.run([sys.executable, "-m", "agent", "chat", "--base-url", model.url],
+                       cwd=repo, stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+                       check=True)  # the test's own home (DFLASH_AGENT_HOME)
+        [log] = [p for p in home().sessions.glob("2*.jsonl")]
+
+        async def body(c: Client) -> None:
+            out["result"] = await c.call_tool("session_result", {"session_id": log.stem})
+
+        serve([root], {"base_url": model.url}, body)
+    assert out["result"].is_error
+    assert text(out["result"]).endswith(f"session {log.stem} has no result (it ran no task)")

@@ -290,7 +290,7 @@ def test_a_failed_command_in_chat_does_not_end_the_session(repo: git.Repo, agent
     lines = ["/undo", "make a file", "/exit"]  # nothing to undo yet: an error, then work
     proc = chat(script, lines, home=agent_home, cwd=root)
     assert proc.returncode == 0, proc.stderr
-    assert "has no checkpoint to go back to" in proc.stdout
+    assert "ran no task: there is nothing to undo or compare" in proc.stdout
     assert "the session goes on" in proc.stdout
     assert (root / "made.txt").read_text() == "made\n"
 
@@ -358,7 +358,8 @@ def test_chat_status_gives_the_context_from_ctx_size_when_the_server_does_not(
                              input="/status\n/exit\n", capture_output=True, text=True,
                              timeout=120)
     assert ran.returncode == 0, ran.stderr
-    assert "tasks 0, n_ctx 4096 (--ctx-size), model /scripted/model.gguf" in ran.stdout
+    assert "tasks 0, n_ctx 4096 (ctx_size: the server does not say), model " \
+        "/scripted/model.gguf" in ran.stdout
 
 
 def test_chat_undo_force_overwrites_what_the_user_changed_after_the_task(

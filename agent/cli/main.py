@@ -350,11 +350,11 @@ def _commit_line(sha: str | None, left_out: list[str], how: str) -> str:
 
 def _session_footer(session: RepoSession, committed: str = "") -> list[str]:
     """What `run` and `chat` print last: the session with its undo command (none without
-    git: there are no checkpoints), what ``committed`` says, and the managed server when it
-    is left running (new-project says the same: a server holding the model's memory
-    unannounced is what a user would not expect)."""
-    undo = f"undo: agent undo {session.id}" if session.repo is not None else \
-        "no git: no undo"
+    git: there are no checkpoints, nor after a chat that ran no task), what ``committed``
+    says, and the managed server when it is left running (new-project says the same: a
+    server holding the model's memory unannounced is what a user would not expect)."""
+    undo = "no task ran: nothing to undo" if not session.tasks else \
+        f"undo: agent undo {session.id}" if session.repo is not None else "no git: no undo"
     lines = [f"session {session.id} ({undo})" + (f"; {committed}" if committed else "")]
     left = _left_running(session.backend.state)
     if left is not None:
@@ -416,7 +416,7 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                 context = session.agent.context
                 n_ctx = client.n_ctx()
                 if n_ctx is None and context is not None and context.budget is not None:
-                    n_ctx = f"{context.budget.n_ctx} (--ctx-size)"
+                    n_ctx = f"{context.budget.n_ctx} (ctx_size: the server does not say)"
                 out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
                           f"{n_ctx or 'unknown'}, model {model}", markup=False)
             elif line.startswith("/"):

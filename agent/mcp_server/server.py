@@ -367,7 +367,8 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
             return await anyio.to_thread.run_sync(agent.outcome, found)
         finals = [e for e in found.events if isinstance(e, FinalAnswer)]
         if not finals:
-            raise ToolError(f"session {session_id} has no result (it did not finish)")
+            why = "it did not finish" if found.tasks else "it ran no task"
+            raise ToolError(f"session {session_id} has no result ({why})")
         return {"session_id": session_id, "state": _ended_state(finals[-1]),
                 "reason": finals[-1].reason,
                 "answer": finals[-1].text, "steps": finals[-1].steps,

@@ -90,6 +90,9 @@ def load_record(session_id: str, lenient: bool = False) -> SessionRecord:
 
 def _task_checkpoints(record: SessionRecord, task: int | None) -> tuple[int, str, str | None]:
     done = [t for t, c in record.checkpoints.items() if "before" in c]
+    if not done and not record.tasks:
+        raise UserError(f"session '{record.session_id}' ran no task: there is nothing to undo "
+                        "or compare")
     if not done:
         raise UserError(f"session '{record.session_id}' has no checkpoint to go back to "
                         "(it made no task in a git repo)")
