@@ -132,3 +132,23 @@ def test_a_fifo_in_a_project_skill_is_never_trusted_and_blocks_nothing(tmp_path:
     with pytest.raises(SkillTrustError):
         trust(skill)
     assert not is_trusted(skill)
+
+
+def test_validate_of_a_path_it_may_not_stat_is_a_clear_error(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    """As a user other than root, a path under a folder without search permission made
+    Python 3.11's Path.is_file raise PermissionError: an internal error (exit 4)."""
+    from agent.cli.skills import validate_cmd
+    from agent.errors import UserError
+
+    locked = tmp_path / "locked" / "skill"
+    real_stat = Path.stat
+
+    def stat(self: Path, *args, **kwargs):
+        if self == locked or locked in self.parents:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    with pytest.raises(UserError, match=r"locked/skill: cannot be read \(Permission denied\)"):
+        validate_cmd(locked, repo=tmp_path)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from agent.errors import EXIT_TASK_FAILED, UsageError
+from agent.errors import EXIT_TASK_FAILED, UsageError, UserError
 from agent.ui import echo
 from skills.catalog import shorten
 from skills.loader import Discovery, Skill, Source, discover, skill_folders, skill_roots
@@ -146,9 +146,12 @@ def validate_cmd(path: Annotated[Path | None, typer.Argument(
         where = "the skill folders of " + ", ".join(str(r) for _, r in _roots(repo))
     else:
         path = path.expanduser()
-        is_skill = path.is_file() or (path / "SKILL.md").is_file() \
-            or (path / "skill.md").is_file()
-        folders = [path] if is_skill or not path.is_dir() else skill_folders(path)
+        try:
+            is_skill = path.is_file() or (path / "SKILL.md").is_file() \
+                or (path / "skill.md").is_file()
+            folders = [path] if is_skill or not path.is_dir() else skill_folders(path)
+        except OSError as exc:  # Python 3.11's is_file raises on EACCES (exit 4 on input)
+            raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
         labelled = [(None, folder) for folder in folders]
         where = str(path)
     if not labelled:
