@@ -207,7 +207,7 @@ def test_a_bench_stopped_by_a_signal_stops_its_servers(sig: signal.Signals, engi
 @pytest.mark.parametrize(("preset", "expected"), [
     ('model = "/nowhere/model.gguf"', "model file not found"),
     ('model = "{model}"\nextra_flags = ["--no-such-flag"]', "would reject the launch command"),
-    ('model = "ftp://host/model.gguf"', "unsupported model source scheme"),
+    ('model = "ftp://host/model.gguf"', "unsupported source scheme 'ftp://'"),
 ], ids=["missing-model", "flag-the-build-lacks", "bad-source"])
 def test_an_ordinary_mistake_is_one_error_line_without_a_crash_log(
         preset: str, expected: str, tmp_path: Path, agent_home: Path):
