@@ -237,15 +237,20 @@ def test_paths_outside_the_roots_are_refused(repo: Path, root: Path, tmp_path: P
     assert not (tmp_path / "elsewhere").exists()
 
 
+async def run_nothing(c: Client, repo: Path) -> str:
+    """The session id of a task "nothing" run to its end in ``repo`` (full-auto)."""
+    result = await c.call_tool("run_task", {"task": "nothing", "repo_path": str(repo),
+                                            "approval": "full-auto", "wait": True})
+    return result.structured_content["session_id"]
+
+
 def test_a_session_of_another_root_is_refused(repo: Path, root: Path, tmp_path: Path):
     other = tmp_path / "other-root"
     other.mkdir()
     out: dict[str, Any] = {}
 
     async def first(c: Client) -> None:
-        result = await c.call_tool("run_task", {"task": "nothing", "repo_path": str(repo),
-                                                "approval": "full-auto", "wait": True})
-        out["sid"] = result.structured_content["session_id"]
+        out["sid"] = await run_nothing(c, repo)
 
     async def second(c: Client) -> None:
         for tool in ("session_status", "session_result", "undo"):
@@ -557,9 +562,7 @@ def test_an_interrupted_session_of_another_server_reads_cancelled(repo: Path, ro
     out: dict[str, Any] = {}
 
     async def first(c: Client) -> None:
-        result = await c.call_tool("run_task", {"task": "nothing", "repo_path": str(repo),
-                                                "approval": "full-auto", "wait": True})
-        out["sid"] = result.structured_content["session_id"]
+        out["sid"] = await run_nothing(c, repo)
 
     async def second(c: Client) -> None:
         for tool in ("session_status", "session_result"):
