@@ -330,6 +330,22 @@ def test_str_replace_keeps_crlf_line_endings(reg: Registry, ws: Path):
     assert (ws / "win.txt").read_bytes() == b"one\r\n2\r\n2.5\r\n3\r\n"
 
 
+def test_an_edit_of_a_file_mixing_crlf_and_lf_changes_no_other_line(reg: Registry, ws: Path):
+    """A field trial: one line replaced in a file mixing CRLF and LF made every line CRLF (a
+    diff of every other line), and nothing said so."""
+    mixed = b"linha um\r\nlinha dois\nlinha tres\r\nlinha quatro\n"
+    (ws / "misto.txt").write_bytes(mixed)
+    obs = reg.call("str_replace", {"path": "misto.txt", "old_str": "linha tres",
+                                   "new_str": "linha tr\u00eas"})
+    assert not obs.is_error, obs.content
+    assert (ws / "misto.txt").read_bytes() == mixed.replace(b"tres", "três".encode())
+    reg.call("insert", {"path": "misto.txt", "insert_line": 4, "text": "fim"})
+    assert (ws / "misto.txt").read_bytes() == mixed.replace(b"tres", "três".encode()) + b"fim\n"
+    obs = reg.call("str_replace", {"path": "misto.txt", "old_str": "linha um\n", "new_str": ""})
+    assert not obs.is_error, obs.content
+    assert (ws / "misto.txt").read_bytes().startswith(b"linha dois\nlinha tr\xc3\xaas\r\n")
+
+
 def test_str_replace_accepts_crlf_in_old_and_new_str_for_a_crlf_file(reg: Registry, ws: Path):
     (ws / "win.txt").write_bytes(b"one\r\ntwo\r\n")
     obs = reg.call("str_replace", {"path": "win.txt", "old_str": "one\r\ntwo",

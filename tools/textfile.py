@@ -21,6 +21,9 @@ class TextFile:
     encoding: str
     newline: str
     bom: bool
+    endings: tuple[str, ...] | None = None
+    """Each line's own ending (``\r\n`` or ``\n``) in a file that mixes both, else None:
+    :func:`encode` keeps them on the lines an edit leaves alone."""
 
 
 def looks_binary(data: bytes) -> bool:
@@ -39,7 +42,30 @@ def decode(data: bytes) -> TextFile:
         except UnicodeDecodeError:
             continue
     newline = "\r\n" if "\r\n" in text else "\n"
-    return TextFile(text=text.replace("\r\n", "\n"), encoding=encoding, newline=newline, bom=bom)
+    endings = None
+    if newline == "\r\n" and text.count("\r\n") < text.count("\n"):
+        endings = tuple("\r\n" if line.endswith("\r") else "\n"
+                        for line in text.split("\n")[:-1])
+    return TextFile(text=text.replace("\r\n", "\n"), encoding=encoding, newline=newline,
+                    bom=bom, endings=endings)
+
+
+def _mixed_endings(tf: TextFile, text: str) -> str:
+    """``text`` (``\n`` endings) with each line's ending as ``tf`` had it where the edit left
+    the line alone (the lines before and after the one changed region), and the first changed
+    line's old ending (else the previous line's) on new lines. A one-line edit of a file that
+    mixed CRLF and LF made every line CRLF: a diff of every other line, unreported."""
+    assert tf.endings is not None
+    old, new = tf.text.split("\n"), text.split("\n")
+    same = min(len(old), len(new))
+    head = next((i for i in range(same) if old[i] != new[i]), same)
+    tail = next((i for i in range(same - head) if old[-1 - i] != new[-1 - i]), same - head)
+    fresh = tf.endings[min(head, len(tf.endings) - 1)] if tf.endings else tf.newline
+    ends = []
+    for j in range(len(new) - 1):
+        i = j if j < head else j - len(new) + len(old) if j >= len(new) - tail else -1
+        ends.append(tf.endings[i] if 0 <= i < len(tf.endings) else fresh)
+    return "".join(line + end for line, end in zip(new[:-1], ends, strict=True)) + new[-1]
 
 
 def read_text(path: Path, read: Callable[[Path], bytes] = Path.read_bytes) -> TextFile:
@@ -67,7 +93,12 @@ def encode(tf: TextFile, text: str) -> bytes:
     in cp1252), so it is refused with the encoding named. Raises :class:`ToolError`.
     """
     # CRLF already in ``text`` (sent by the model) must not become CR CR LF.
-    body = text.replace("\r\n", "\n").replace("\n", tf.newline) if tf.newline != "\n" else text
+    if tf.endings is not None:
+        body = _mixed_endings(tf, text.replace("\r\n", "\n"))
+    elif tf.newline != "\n":
+        body = text.replace("\r\n", "\n").replace("\n", tf.newline)
+    else:
+        body = text
     try:
         data = body.encode(tf.encoding)
     except UnicodeEncodeError as exc:
