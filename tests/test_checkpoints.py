@@ -603,3 +603,20 @@ def test_open_repo_refuses_in_the_middle_of_a_cherry_pick(tmp_path: Path):
     assert (path / ".git" / "CHERRY_PICK_HEAD").exists()
     with pytest.raises(RepoStateError, match="a cherry-pick is in progress"):
         open_repo(path)
+
+
+def test_restore_of_a_file_whose_name_is_not_utf8(tmp_path: Path):
+    """A field trial: a Latin-1 name from an old zip (relat\\xf3rio.txt) edited by the task made
+    the undo an internal error (UnicodeEncodeError) that restored nothing."""
+    path = new_repo(tmp_path / "repo")
+    name = os.fsdecode(b"relat\xf3rio.txt")
+    (path / name).write_text("valor = 1\n")
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+    subprocess.run(["git", "commit", "-qm", "latin-1 name"], cwd=path, check=True)
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (path / name).write_text("valor = 3\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after")
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert plan.changed == [name]
+    assert (path / name).read_text() == "valor = 1\n"

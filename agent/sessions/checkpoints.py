@@ -585,7 +585,9 @@ def _checkout(repo: git.Repo, commit: str, paths: list[str]) -> None:
     with _temp_index(repo, seed=False) as env:
         _git(repo, "read-tree", commit, env=env)
         listing = Path(env["GIT_INDEX_FILE"]).with_name(f"paths-{secrets.token_hex(4)}")
-        listing.write_bytes("".join(f"{p}\0" for p in paths).encode("utf-8"))
+        # fsencode: a name that is not UTF-8 came from git as surrogate escapes (encoding it
+        # as UTF-8 raised, and the undo ended in an internal error having restored nothing).
+        listing.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in paths))
         with listing.open("rb") as stdin:
             # --stdin: no limit on the number of paths; -f: replace what is there now.
             _git(repo, "checkout-index", "-f", "-z", "--stdin", env=env, istream=stdin)
