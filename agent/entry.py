@@ -19,6 +19,12 @@ interrupted."""
 def main() -> None:
     """Re-exec without secrets when the environment holds any, then run the CLI; a Ctrl-C
     before the CLI handles it exits 130 with one line."""
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal that is not UTF-8 (LC_ALL=pt_BR.ISO-8859-1) cannot show every file name
+        # or model reply: escape what it cannot show instead of an internal error (exit 4).
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         from backend import secret_store
 

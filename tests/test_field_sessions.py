@@ -3,6 +3,7 @@ error (never an internal one), and a session log cut mid-line still undoes and d
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -158,3 +159,33 @@ def test_undo_in_a_nested_repository_never_touches_the_one_around_it(repo: Path,
     undo = agent("undo", home=agent_home, cwd=repo)  # from the outer one: its task, named
     assert undo.returncode == 0 and (repo / "app.py").read_text() == "x = 1\n", undo.stderr
     assert undo.stderr.startswith("session ") and f"({repo})" in undo.stderr.splitlines()[0]
+
+
+def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
+                                                                      agent_home: Path):
+    """A field trial (a Portuguese user): a task typed in a Latin-1 terminal under a UTF-8
+    locale ("ol\\xe1") was an internal error that left an empty session; `agent sessions` on
+    a stdout that cannot show an emoji was exit 4; so was `agent diff` piped, whose bytes must
+    be git's whatever the locale."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    script = [call("create", path="app.py", file_text="x = 'ç' 🚀\n"),
+              call("final_answer", text="feito")]
+    with ScriptedModel(script) as model:
+        proc = subprocess.run([sys.executable, "-m", "agent", "run", b"ol\xe1 fun\xe7\xe3o \xf0",
+                               "--tool-protocol", "json", "--base-url", model.url],
+                              cwd=repo, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    [entry] = json.loads(agent("sessions", "--json", home=agent_home, cwd=repo).stdout)
+    assert entry["task"] == "olá função ð"
+    ascii_env = {**env, "PYTHONIOENCODING": "ascii"}
+    listed = subprocess.run([sys.executable, "-m", "agent", "sessions"], cwd=repo,
+                            env=ascii_env, capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert b"ol\\xe1 fun\\xe7\\xe3o" in listed.stdout
+    diff = subprocess.run([sys.executable, "-m", "agent", "diff"], cwd=repo, env=ascii_env,
+                          capture_output=True, timeout=120)
+    assert diff.returncode == 0, diff.stderr.decode()
+    assert "+x = 'ç' 🚀".encode() in diff.stdout

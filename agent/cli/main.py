@@ -185,6 +185,7 @@ def new_project_cmd(
     it in full-auto mode inside the new folder with dependencies in the project (.venv,
     node_modules), then dflash-agent runs the project's own tests itself and commits, saying
     how they went."""
+    description = typed(description)
     settings = load_settings(cli={"preset": preset, "profile": profile, "base_url": base_url,
                                   "ctx_size": ctx_size, "tool_protocol": tool_protocol,
                                   "max_steps": max_steps, "max_time": max_time,
@@ -286,6 +287,16 @@ def _repo_dir(repo: Path) -> Path:
     return path.resolve()
 
 
+def typed(text: str) -> str:
+    """Text the user typed (a task, a description, a chat line). Bytes the locale could not
+    decode arrive as surrogate escapes (a Latin-1 terminal under a UTF-8 locale: "ol\\xe1"),
+    which no session log or request can hold (an internal error, exit 4): such text is read
+    as cp1252, the usual one-byte terminal encoding ("olá")."""
+    if not any("\udc80" <= c <= "\udcff" for c in text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("cp1252", "replace")
+
+
 def _session_settings(repo: Path, **cli: object):
     return load_settings(project=repo.expanduser().resolve(), cli=cli)
 
@@ -311,6 +322,7 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
                 "--skill", metavar="NAME", help="Activate this skill (see `agent skills "
                 "list`) before the model starts; repeatable.")] = None) -> None:
     """Run one task in a repository, checkpointed (undo with `agent undo`), then exit."""
+    task = typed(task)
     if not task.strip():
         raise UsageError("the task is empty; say what to do")
     repo = _repo_dir(repo)
@@ -377,7 +389,7 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
     out.print("Type a task, or /undo [--force] /diff /commit /compact /status /exit.")
     while True:
         try:
-            line = input("> ").strip()
+            line = typed(input("> ")).strip()
         except EOFError:
             out.print()  # Ctrl-D left the cursor after the prompt
             return
@@ -593,7 +605,11 @@ def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
     if sys.stdout.isatty():
         echo(diff)
     else:
-        sys.stdout.write(diff + "\n")
+        # git's own bytes (its output was read with surrogate escapes), whatever the locale's
+        # encoding: under LC_ALL=C or a Latin-1 locale the text write raised or re-encoded.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(diff.encode("utf-8", "surrogateescape") + b"\n")
+        sys.stdout.buffer.flush()
 
 
 @backend_app.command("download", epilog=EXIT_CODES_HELP)
