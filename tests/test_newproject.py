@@ -26,7 +26,12 @@ def test_slugify_folds_accents_instead_of_splitting_words():
     assert slugify("Ħal Saflieni ŋoŋ") == "hal-saflieni-ngong"
     # the simple recipe's module is named from the same words
     assert module_name("Größenänderung für Bilder") == "grossenanderung_fur"
-    assert module_name("CLI para gestão de preços") == "cli_para_gestao_de"
+    assert module_name("CLI para gestão de preços") == "cli_gestao_precos"
+    # Portuguese filler words and tests clause, as the English ones (the name was cut at
+    # "uma_api_de_gestao_de")
+    assert module_name("uma API de gestão de preços com testes") == "api_gestao_precos"
+    assert module_name("uma API de preços, com testes unitários") == "api_precos"
+    assert module_name("gestor de testes e relatórios") == "gestor_testes_relatorios"
 
 
 def test_project_tests_pass_fail_and_none_are_reported_honestly(tmp_path: Path):

@@ -95,7 +95,11 @@ def _git_reason(exc: BaseException) -> str:
 
 
 _FILLER = frozenset({"a", "an", "the", "with", "and", "or", "for", "of", "to", "in", "on",
-                     "that", "which", "using", "from", "by", "into", "my", "some"})
+                     "that", "which", "using", "from", "by", "into", "my", "some",
+                     # Portuguese, the seed's user's language ("uma API de gestão de preços")
+                     "um", "uma", "uns", "umas", "o", "os", "as", "de", "do", "da", "dos",
+                     "das", "com", "para", "por", "em", "no", "na", "nos", "nas", "que", "e",
+                     "ou", "meu", "minha", "usando"})
 """Words a slug loses first when the whole description does not fit."""
 
 
@@ -134,11 +138,14 @@ def slugify(description: str, limit: int = 40) -> str:
     return slug or words[0][:limit]
 
 
-_TESTS_CLAUSE = re.compile(r"""[\s,;]* \b(?:with|including|plus) \s+ (?:\w+\s+)?  # ", with unit"
-                               tests? (?:\s+suite)? \s*
-                               (?:$|[,.;:!(]|\b(?:and|or)\b)  # it ends there: not "test data"
+_TESTS_CLAUSE = re.compile(r"""[\s,;]* \b(?:with|including|plus|com|incluindo|e) \s+
+                               (?:\w+\s+)?  # ", with unit"
+                               (?:tests?(?:\s+suite)?  # English; Portuguese puts the adjective
+                                |testes?(?:\s+(?:unit[aá]rios|automatizados|automáticos))?)
+                               \s* (?:$|[,.;:!(]|\b(?:and|or|e|ou)\b)  # ends: not "test data"
                                .*""", re.IGNORECASE | re.DOTALL | re.VERBOSE)
-"""A clause asking for tests ("with tests", ", including unit tests."), and all after it."""
+"""A clause asking for tests ("with tests", ", including unit tests.", "com testes
+unitários"), and all after it."""
 
 
 def module_name(description: str) -> str:
