@@ -337,13 +337,34 @@ def test_an_edit_of_a_file_mixing_crlf_and_lf_changes_no_other_line(reg: Registr
     (ws / "misto.txt").write_bytes(mixed)
     obs = reg.call("str_replace", {"path": "misto.txt", "old_str": "linha tres",
                                    "new_str": "linha tr\u00eas"})
-    assert not obs.is_error, obs.content
+    assert not obs.is_error, obs.text
     assert (ws / "misto.txt").read_bytes() == mixed.replace(b"tres", "três".encode())
     reg.call("insert", {"path": "misto.txt", "insert_line": 4, "text": "fim"})
     assert (ws / "misto.txt").read_bytes() == mixed.replace(b"tres", "três".encode()) + b"fim\n"
     obs = reg.call("str_replace", {"path": "misto.txt", "old_str": "linha um\n", "new_str": ""})
-    assert not obs.is_error, obs.content
+    assert not obs.is_error, obs.text
     assert (ws / "misto.txt").read_bytes().startswith(b"linha dois\nlinha tr\xc3\xaas\r\n")
+
+
+def test_a_name_written_decomposed_is_found_by_its_composed_spelling(reg: Registry, ws: Path):
+    """A field trial: a file named on macOS (NFD, "c" + U+0327) was "does not exist" to a view
+    of the name as a model types it (NFC), and a create made a second, identical-looking
+    file."""
+    import unicodedata
+
+    composed = "src/configuração.py"
+    (ws / "src").mkdir()
+    (ws / unicodedata.normalize("NFD", composed)).write_text("valor = 1\n")
+    obs = reg.call("view", {"path": composed})
+    assert not obs.is_error and "valor = 1" in obs.text, obs.text
+    obs = reg.call("str_replace", {"path": composed, "old_str": "valor = 1",
+                                   "new_str": "valor = 2"})
+    assert not obs.is_error, obs.text
+    obs = reg.call("create", {"path": composed, "file_text": "valor = 3\n"})
+    assert not obs.is_error, obs.text
+    assert [p.name for p in (ws / "src").iterdir()] == [unicodedata.normalize("NFD",
+                                                                               "configuração.py")]
+    assert (ws / unicodedata.normalize("NFD", composed)).read_text() == "valor = 3\n"
 
 
 def test_str_replace_accepts_crlf_in_old_and_new_str_for_a_crlf_file(reg: Registry, ws: Path):

@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import stat
+import unicodedata
 from pathlib import Path
 from typing import BinaryIO
 
@@ -83,7 +84,7 @@ class Workspace:
         otherwise."""
         if "\x00" in str(path):
             raise PathRefused(f"{str(path)!r} contains a NUL byte, which no file name can hold")
-        raw = Path(str(path)).expanduser()
+        raw = self._unicode_form(Path(str(path)).expanduser())
         full = (raw if raw.is_absolute() else self.root / raw).resolve()
         if full == self.root or self.root in full.parents:
             folder = _vcs_part(full.relative_to(self.root).parts) if writable else None
@@ -102,6 +103,22 @@ class Workspace:
                 return full
         raise OutsideWorkspace(f"{path} is outside the workspace {self.root}; "
                                "only paths inside it can be used")
+
+    def _unicode_form(self, raw: Path) -> Path:
+        """``raw``, or its other Unicode normalization form (NFC, NFD) where only that one
+        exists: names written on macOS arrive decomposed ("a" + U+0303), models type them
+        composed, and a view said "does not exist" while a create made a second file that
+        looks the same in `ls`."""
+        text = str(raw)
+        base = raw if raw.is_absolute() else self.root / raw
+        if text.isascii() or os.path.lexists(base):
+            return raw
+        for form in ("NFC", "NFD"):
+            other = Path(unicodedata.normalize(form, text))
+            if other != raw and os.path.lexists(other if other.is_absolute()
+                                                else self.root / other):
+                return other
+        return raw
 
     def git_interpreted(self, path: str | Path) -> str | None:
         """Why git would read ``path`` (resolved inside the workspace) as configuration, or
