@@ -104,6 +104,13 @@ def _printable(obj: Any) -> Any:
     return obj
 
 
+def _rate(per_second: float | None) -> str:
+    """A decode speed for a step line: whole tokens a second from 10 up, one decimal below
+    (0.45 tok/s read "0 tok/s", as if the server had stalled)."""
+    rate = per_second or 0.0
+    return f"{rate:.0f}" if rate >= 10 or rate == 0 else f"{rate:.1f}"
+
+
 def echo(text: str, nl: bool = True) -> None:
     """:func:`typer.echo` of :func:`printable` text (command output that can hold file names,
     skill or MCP server text); ``nl``: end with a newline."""
@@ -205,7 +212,7 @@ class Reporter:
         miss = f" · re-prefilled {missed} of the last reply" if missed else ""
         reuse = "reuse not reported" if unknown else f"reused {reused}"
         self.console.print(Text(f"step {event.step} · prefill {prompt} ({reuse}){miss} · "
-                                f"decode {decoded} at {t.predicted_per_second or 0:.0f} tok/s"
+                                f"decode {decoded} at {_rate(t.predicted_per_second)} tok/s"
                                 f"{accept}", style="dim"))
         cause = None if self._collapse_said or not self.draft_model else collapse_note(
             t.draft_n, t.draft_n_accepted, event.content, event.usage, event.reasoning)

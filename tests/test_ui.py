@@ -46,6 +46,18 @@ def test_the_status_line_shows_prefill_reuse_speed_and_acceptance():
     assert reporter.totals["reused"] == 900
 
 
+def test_a_slow_step_reads_its_speed_to_a_tenth_not_zero():
+    """A fresh clone's first step decoded at 0.45 tok/s under load and read "0 tok/s"."""
+    reporter, out = _reporter()
+    for step, rate in ((1, 0.45), (2, 2.5), (3, 12.4)):
+        reporter.event(ModelTurn(session_id="s", step=step, protocol="json", content="{}",
+                                 timings=Timings(prompt_n=9, cache_n=0, predicted_n=55,
+                                                 predicted_per_second=rate)))
+    text = out.getvalue()
+    assert "decode 55 at 0.5 tok/s" in text or "decode 55 at 0.4 tok/s" in text, text
+    assert "at 2.5 tok/s" in text and "at 12 tok/s" in text and "at 0 tok/s" not in text
+
+
 def test_prose_streams_but_json_calls_do_not():
     reporter, out = _reporter()
     reporter.request_started("native")
