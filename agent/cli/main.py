@@ -40,7 +40,7 @@ from agent.errors import (
 from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project, slugify
 from agent.sessions.checkpoints import RestoreConflict, RestorePlan
-from agent.sessions.log import list_sessions
+from agent.sessions.log import SessionSummary, list_sessions
 from agent.sessions.repo import (
     RepoSession,
     check_resumable,
@@ -463,16 +463,19 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
 
 
 def _pick_session(session_id: str | None, here_only: bool = True) -> str:
-    """``session_id``, else the latest session that ran a task (the latest of all where none
-    did) of the repository around the current directory (``here_only``: the innermost folder
-    that has sessions, a nested repository before the one around it) or of any repository.
-    An id given empty is refused: `resume ""` (a variable that was not set) went on with the
-    latest session, which may not be the one meant."""
+    """``session_id``, else :func:`_latest_session`'s. An id given empty is refused: `resume
+    ""` (a variable that was not set) went on with the latest session, which may not be the
+    one meant."""
     if session_id is not None and not session_id.strip():
         raise UsageError("the session id is empty; name one from `agent sessions`, or leave it "
                          "out for the latest")
-    if session_id:
-        return session_id
+    return session_id or _latest_session(here_only).id
+
+
+def _latest_session(here_only: bool = True) -> SessionSummary:
+    """The latest session that ran a task (the latest of all where none did) of the
+    repository around the current directory (``here_only``: the innermost folder that has
+    sessions, a nested repository before the one around it) or of any repository."""
     sessions = list_sessions()
     if here_only:
         cwd = Path.cwd().resolve()
@@ -490,7 +493,7 @@ def _pick_session(session_id: str | None, here_only: bool = True) -> str:
     # A chat left at its first prompt is saved too: being newest, it hid the task before it
     # from undo and diff ("nothing to undo") and made resume open an empty conversation.
     ran = [s for s in sessions if s.tasks]
-    return (ran or sessions)[0].id
+    return (ran or sessions)[0]
 
 
 @app.command("resume", epilog=CHAT_EXIT_CODES_HELP)
@@ -563,11 +566,10 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
              force: Annotated[bool, typer.Option(help="Overwrite files you changed after "
                                                  "the agent.")] = False) -> None:
     """Put back the files a task changed (the current state is checkpointed first)."""
-    chosen = _pick_session(session_id)
-    plan = undo_task(chosen, task, force)
-    if session_id is None:  # say which session was picked: it may not be the one expected
-        where = next((f" ({s.workspace})" for s in list_sessions() if s.id == chosen), "")
-        err.print(f"session {chosen}{where}", markup=False)
+    latest = _latest_session() if session_id is None else None
+    plan = undo_task(latest.id if latest else _pick_session(session_id), task, force)
+    if latest is not None:  # say which session was picked: it may not be the one expected
+        err.print(f"session {latest.id} ({latest.workspace})", markup=False)
     if not plan.did_something:
         echo("nothing to undo: the task changed no files")
     for path in plan.changed:
