@@ -161,6 +161,25 @@ def test_undo_in_a_nested_repository_never_touches_the_one_around_it(repo: Path,
     assert undo.stderr.startswith("session ") and f"({repo})" in undo.stderr.splitlines()[0]
 
 
+def test_undo_in_a_nested_repository_with_no_session_of_its_own_leaves_the_outer_one(
+        repo: Path, agent_home: Path):
+    """Without a session of the inner repository (not even an empty chat), `agent undo` and
+    `agent diff` from inside it took the outer repository's task: undo reverted its app.py."""
+    _edited_session(repo, agent_home)
+    inner = repo / "inner"
+    committed_repo(inner, {"i.py": "i = 1\n"}).close()
+    (inner / "sub").mkdir()
+    for cwd in (inner, inner / "sub"):
+        for command in ("diff", "undo"):
+            proc = agent(command, home=agent_home, cwd=cwd)
+            assert proc.returncode == 2, proc.stdout + proc.stderr
+            assert "there is no saved session for this directory" in proc.stderr
+    assert (repo / "app.py").read_text() == "x = 2\n"
+    # From the outer repository its own task is still the one undone.
+    assert agent("undo", home=agent_home, cwd=repo).returncode == 0
+    assert (repo / "app.py").read_text() == "x = 1\n"
+
+
 def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
                                                                       agent_home: Path):
     """A field trial (a Portuguese user): a task typed in a Latin-1 terminal under a UTF-8

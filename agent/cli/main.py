@@ -475,15 +475,21 @@ def _pick_session(session_id: str | None, here_only: bool = True) -> str:
 def _latest_session(here_only: bool = True) -> SessionSummary:
     """The latest session that ran a task (the latest of all where none did) of the
     repository around the current directory (``here_only``: the innermost folder that has
-    sessions, a nested repository before the one around it) or of any repository."""
+    sessions, never past the innermost git repository holding it) or of any repository."""
     sessions = list_sessions()
     if here_only:
         cwd = Path.cwd().resolve()
+        top = _repository_around(cwd)
         sessions = [s for s in sessions
                     if s.workspace and (cwd == Path(s.workspace)
-                                        or Path(s.workspace) in cwd.parents)]
-        # A repository inside another: its own sessions, not the outer one's (an undo from
-        # the inner repository reverted the outer repository's files).
+                                        or Path(s.workspace) in cwd.parents)
+                    # Not past the repository the directory is in: an outer repository's
+                    # task is not this one's (undo from a nested repository with no session
+                    # of its own reverted the outer repository's files).
+                    and (top is None or top == Path(s.workspace)
+                         or top in Path(s.workspace).parents)]
+        # The innermost folder that has sessions: a --no-git session's folder inside the
+        # repository before the repository's own sessions.
         innermost = max((len(Path(s.workspace).parts) for s in sessions), default=0)
         sessions = [s for s in sessions if len(Path(s.workspace).parts) == innermost]
     if not sessions:
@@ -494,6 +500,15 @@ def _latest_session(here_only: bool = True) -> SessionSummary:
     # from undo and diff ("nothing to undo") and made resume open an empty conversation.
     ran = [s for s in sessions if s.tasks]
     return (ran or sessions)[0]
+
+
+def _repository_around(folder: Path) -> Path | None:
+    """The work tree of the innermost git repository holding ``folder`` (a ``.git`` folder,
+    or the ``.git`` file of a submodule or linked worktree), or None outside any."""
+    for candidate in (folder, *folder.parents):
+        if os.path.exists(candidate / ".git"):  # never raises: a folder it may not read
+            return candidate
+    return None
 
 
 @app.command("resume", epilog=CHAT_EXIT_CODES_HELP)
