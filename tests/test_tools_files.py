@@ -3,6 +3,7 @@ on real files, so argument validation, path confinement and byte-exact writes ar
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -365,6 +366,131 @@ def test_a_name_written_decomposed_is_found_by_its_composed_spelling(reg: Regist
     assert [p.name for p in (ws / "src").iterdir()] == [unicodedata.normalize("NFD",
                                                                                "configuração.py")]
     assert (ws / unicodedata.normalize("NFD", composed)).read_text() == "valor = 3\n"
+
+
+def git_repo(root: Path, names: dict[bytes, bytes]) -> None:
+    """``git init`` at ``root`` and commit ``names`` (file name bytes -> content): file names
+    that are not UTF-8 can only be made from bytes."""
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    for name, data in names.items():
+        target = os.fsencode(root) + b"/" + name
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as fh:
+            fh.write(data)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=T", "-c", "user.email=t@e.x",
+                    "commit", "-qm", "init"], check=True)
+
+
+def git_changed(root: Path) -> list[bytes]:
+    """The names git sees changed or new, as bytes (``-z``: no quoting of odd names)."""
+    out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-z"],
+                         capture_output=True, check=True).stdout
+    return sorted(entry[3:] for entry in out.split(b"\0") if entry)
+
+
+def test_a_latin1_file_name_is_reached_by_every_file_tool_by_the_name_the_tools_show(
+        reg: Registry, ws: Path):
+    """A field trial: glob listed a file named in Latin-1 as 'relat\xf3rio.txt', and view of
+    that very text said it did not exist (as did every other file tool)."""
+    git_repo(ws, {b"relat\xf3rio.txt": b"linha um\nlinha dois\n", b"dados\xe9/x.txt": b"x\n"})
+    shown = reg.call("glob", {"pattern": "relat*"}).text
+    assert shown == "relat\\xf3rio.txt"
+    obs = reg.call("view", {"path": shown})
+    assert not obs.is_error and obs.text == numbered(1, ["linha um", "linha dois"]), obs.text
+    obs = reg.call("grep", {"pattern": "dois", "path": shown})
+    assert obs.text == "relat\\xf3rio.txt:2: linha dois"
+    obs = reg.call("str_replace", {"path": shown, "old_str": "um", "new_str": "1"})
+    assert obs.text.startswith("edited relat\\xf3rio.txt:"), obs.text
+    obs = reg.call("insert", {"path": shown, "insert_line": 2, "text": "linha tres"})
+    assert obs.text.startswith("inserted 1 line into relat\\xf3rio.txt:"), obs.text
+    latin1 = ws / os.fsdecode(b"relat\xf3rio.txt")
+    assert latin1.read_bytes() == b"linha 1\nlinha dois\nlinha tres\n"
+    obs = reg.call("create", {"path": shown, "file_text": "novo\n"})
+    assert obs.text == "replaced relat\\xf3rio.txt (1 line)"
+    assert git_changed(ws) == [b"relat\xf3rio.txt"]  # the same file, no second one
+    for expected in (b"linha 1\nlinha dois\nlinha tres\n", b"linha 1\nlinha dois\n",
+                     b"linha um\nlinha dois\n"):
+        obs = reg.call("undo_edit", {"path": shown})
+        assert obs.text == "restored relat\\xf3rio.txt to its contents before the last edit"
+        assert latin1.read_bytes() == expected
+    assert git_changed(ws) == []
+    # A folder named in Latin-1: listed, viewed, and the file inside it too.
+    assert reg.call("view", {"path": "."}).text.split("\n") == [
+        "dados\\xe9/", "dados\\xe9/x.txt", "relat\\xf3rio.txt"]
+    assert reg.call("view", {"path": "dados\\xe9"}).text == "dados\\xe9/x.txt"
+    assert reg.call("view", {"path": "dados\\xe9/x.txt"}).text == numbered(1, ["x"])
+    # An absolute path, as an error names it, is read back the same way.
+    obs = reg.call("view", {"path": f"{ws}/relat\\xf3rio.txt"})
+    assert obs.text == numbered(1, ["linha um", "linha dois"]), obs.text
+
+
+def test_a_name_holding_a_literal_backslash_escape_is_never_taken_for_the_byte(
+        reg: Registry, ws: Path):
+    """Escaping must be unambiguous: a file literally named 'relat\\xf3rio.txt' (backslash,
+    x, f, 3) beside the Latin-1 one is shown with its backslash doubled, and each shown name
+    reaches its own file. A backslash that cannot start an escape is shown as it is."""
+    git_repo(ws, {b"relat\xf3rio.txt": b"latin-1\n", b"relat\\xf3rio.txt": b"literal\n",
+                  b"a\\b.txt": b"plain backslash\n", b"b\\\\\xf3": b"two and a byte\n"})
+    shown = reg.call("glob", {"pattern": "*"}).text.split("\n")
+    assert shown == ["a\\b.txt", "b\\\\\\\\\\xf3", "relat\\\\xf3rio.txt", "relat\\xf3rio.txt"]
+    contents = [reg.call("view", {"path": name}).text for name in shown]
+    assert contents == [numbered(1, [text]) for text in
+                        ("plain backslash", "two and a byte", "literal", "latin-1")]
+    obs = reg.call("create", {"path": "relat\\\\xf3rio.txt", "file_text": "changed\n"})
+    assert obs.text == "replaced relat\\\\xf3rio.txt (1 line)"
+    assert git_changed(ws) == [b"relat\\xf3rio.txt"]
+    assert (ws / os.fsdecode(b"relat\xf3rio.txt")).read_bytes() == b"latin-1\n"
+
+
+def test_every_shown_name_reads_back_to_its_own_name():
+    """The shown form is one-to-one: every name of up to four pieces built from backslashes,
+    escape-like text and bytes that are or are not UTF-8 reads back to itself, and no two
+    names are shown alike."""
+    import itertools
+
+    from tools.workspace import display_name, name_from_display
+
+    pieces = [b"\\", b"x", b"f", b"3", b"\xf3", b"a", "ç".encode()]
+    shown: dict[str, str] = {}
+    for n in range(5):
+        for combo in itertools.product(pieces, repeat=n):
+            name = os.fsdecode(b"".join(combo))
+            text = display_name(name)
+            text.encode("utf-8")  # raises for anything JSON cannot carry
+            assert name_from_display(text) == name, (name, text)
+            assert shown.setdefault(text, name) == name, (text, name, shown[text])
+
+
+def test_a_literal_backslash_name_typed_as_it_is_still_reaches_its_file(reg: Registry,
+                                                                          ws: Path):
+    """Where only the literal file exists, its raw name (as bash's ls prints it) still works;
+    a new file named with an escape gets the byte, so it lists as it was typed."""
+    git_repo(ws, {b"relat\\xf3rio.txt": b"literal\n"})
+    obs = reg.call("view", {"path": "relat\\xf3rio.txt"})
+    assert obs.text == numbered(1, ["literal"])
+    obs = reg.call("create", {"path": "novo\\xe9.txt", "file_text": "x\n"})
+    assert obs.text == "created novo\\xe9.txt (1 line)"
+    assert git_changed(ws) == [b"novo\xe9.txt"]
+    assert reg.call("glob", {"pattern": "novo*"}).text == "novo\\xe9.txt"
+
+
+def test_a_shown_name_that_is_escaped_utf8_reaches_the_utf8_file(reg: Registry, ws: Path):
+    """Escaped bytes that form UTF-8 are that character, as the file system names it."""
+    git_repo(ws, {"ação.txt".encode(): b"ok\n"})
+    assert reg.call("view", {"path": "a\\xc3\\xa7\\xc3\\xa3o.txt"}).text == numbered(1, ["ok"])
+
+
+@pytest.mark.parametrize("tool,extra", [("view", {}), ("create", {"file_text": "x"}),
+                                        ("grep", {"pattern": "x"}), ("glob", {"pattern": "*"}),
+                                        ("undo_edit", {})])
+def test_a_path_with_a_lone_surrogate_is_a_clear_error(reg: Registry, ws: Path, tool: str,
+                                                       extra: dict):
+    """JSON can carry "\\ud800", which no file name can hold: an internal error
+    (UnicodeEncodeError from the path's resolution) before."""
+    obs = reg.call(tool, {"path": "a\ud800b", **extra})
+    assert obs.is_error
+    assert obs.text == "'a\\ud800b' holds a lone surrogate (U+D800), which no file name can hold"
 
 
 def test_str_replace_accepts_crlf_in_old_and_new_str_for_a_crlf_file(reg: Registry, ws: Path):

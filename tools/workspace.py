@@ -47,6 +47,63 @@ class VcsFolder(PathRefused):
     """A write into a version-control folder (``.git/`` …)."""
 
 
+_SHOWN_ESCAPE = re.compile(r"\\(\\|x[89a-fA-F][0-9a-fA-F])")
+"""In a name as the tools show it: an escaped backslash, or a byte from 0x80 to 0xff (the only
+bytes that can fail to decode as UTF-8) written as ``\\xNN``."""
+_HEX_BYTE = re.compile(r"x[89a-fA-F][0-9a-fA-F]")
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def _undecodable(ch: str) -> bool:
+    # Decoding with surrogateescape (as os.fsdecode does) turns each undecodable byte 0xNN
+    # into the lone surrogate U+DCNN. "" (past the end of a name) is not one.
+    return len(ch) == 1 and "\udc80" <= ch <= "\udcff"
+
+
+def display_name(name: str) -> str:
+    """``name`` (a path as Python holds it, undecodable bytes as U+DC80..U+DCFF) as the tools
+    show it to the model, which must be able to pass it back (:func:`name_from_display`).
+
+    Each byte that is not UTF-8 becomes ``\\xNN`` (JSON cannot carry it as it is), and a real
+    backslash is doubled where it would otherwise read as the start of an escape (before
+    another backslash, an undecodable byte or ``x`` and a byte's two hex digits): a file
+    literally named ``a\\xf3`` is shown ``a\\\\xf3``, never as the one-byte name. Every other
+    name is shown exactly as it is, backslashes included."""
+    if "\\" not in name and not _UNDECODABLE.search(name):
+        return name
+    out = []
+    for i, ch in enumerate(name):
+        if _undecodable(ch):
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch == "\\" and (name[i + 1:i + 2] == "\\" or _undecodable(name[i + 1:i + 2])
+                             or _HEX_BYTE.match(name, i + 1)):
+            out.append("\\\\")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def name_from_display(text: str) -> str:
+    """The name that :func:`display_name` shows as ``text``: ``\\xNN`` (NN from 80 to ff) is
+    that byte and ``\\\\`` one backslash; any other backslash is itself. Escaped bytes that
+    together are UTF-8 give their character, the name the file system would report.
+
+    Raises :class:`PathRefused` for a lone UTF-16 surrogate (from a JSON ``"\\ud800"``),
+    which no file name can hold."""
+    try:
+        pieces, last = [], 0
+        for m in _SHOWN_ESCAPE.finditer(text):
+            pieces += [text[last:m.start()].encode("utf-8", "surrogateescape"),
+                       b"\\" if m[1] == "\\" else bytes([int(m[1][1:], 16)])]
+            last = m.end()
+        pieces.append(text[last:].encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as exc:
+        raise PathRefused(f"{display_name(text)!r} holds a lone surrogate "
+                          f"(U+{ord(exc.object[exc.start]):04X}), which no file name can "
+                          "hold") from None
+    return b"".join(pieces).decode("utf-8", "surrogateescape")
+
+
 def _vcs_part(parts: tuple[str, ...]) -> str | None:
     # Case-insensitive: on macOS and Windows ".GIT/config" is git's own config file.
     return next((part for part in parts if part.lower() in VCS_FOLDERS), None)
@@ -81,10 +138,16 @@ class Workspace:
     def resolve(self, path: str | Path, writable: bool = True) -> Path:
         """Absolute, symlink-resolved path inside the workspace, or (``writable=False``, for
         tools that only read) inside a read-only root too; raises :class:`OutsideWorkspace`
-        otherwise."""
+        otherwise.
+
+        A ``str`` is a name as the model gives it: the form the tools show
+        (:func:`display_name`, ``\\xNN`` for a byte that is not UTF-8) is read back, and a
+        name found only in its other Unicode normalization form is that one. A ``Path`` is a
+        real path, taken as it is."""
         if "\x00" in str(path):
             raise PathRefused(f"{str(path)!r} contains a NUL byte, which no file name can hold")
-        raw = self._unicode_form(Path(str(path)).expanduser())
+        raw = self._from_text(path) if isinstance(path, str) else \
+            self._unicode_form(Path(path).expanduser())
         full = (raw if raw.is_absolute() else self.root / raw).resolve()
         if full == self.root or self.root in full.parents:
             folder = _vcs_part(full.relative_to(self.root).parts) if writable else None
@@ -103,6 +166,25 @@ class Workspace:
                 return full
         raise OutsideWorkspace(f"{path} is outside the workspace {self.root}; "
                                "only paths inside it can be used")
+
+    def _from_text(self, text: str) -> Path:
+        """The path the model means by ``text``. The name as shown (escapes read back) comes
+        first: it is how glob, grep and view list the file, and it must reach that file even
+        where a file named with the escape's literal characters exists too. Where only the
+        literal name exists (``a\\\\b`` typed from a bash listing), it is that one. For a new
+        file, the one whose folder exists, the name as shown first (a create then lists as it
+        was typed)."""
+        name = name_from_display(text)
+        if name == text:
+            return self._unicode_form(Path(text).expanduser())
+        candidates = [self._unicode_form(Path(name).expanduser()),
+                      self._unicode_form(Path(text).expanduser())]
+        full = [path if path.is_absolute() else self.root / path for path in candidates]
+        for test in (os.path.lexists, lambda path: os.path.isdir(os.path.dirname(path))):
+            for candidate, path in zip(candidates, full, strict=True):
+                if test(path):
+                    return candidate
+        return candidates[0]
 
     def _unicode_form(self, raw: Path) -> Path:
         """``raw``, or its other Unicode normalization form (NFC, NFD) where only that one
@@ -227,13 +309,13 @@ class Workspace:
             os.close(fd)
 
     def relative(self, path: Path) -> str:
-        """``path`` relative to the root, for display; bytes of a file name that are not UTF-8
-        are shown as ``\\xNN`` escapes (they cannot travel in JSON as they are)."""
+        """``path`` relative to the root, for display as :func:`display_name` shows it (bytes of
+        a file name that are not UTF-8 as ``\\xNN`` escapes); :meth:`resolve` reads it back."""
         try:
             text = str(path.relative_to(self.root)) or "."
         except ValueError:
             text = str(path)
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return display_name(text)
 
     @property
     def scratch(self) -> Path:
