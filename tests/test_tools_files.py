@@ -493,6 +493,19 @@ def test_a_path_with_a_lone_surrogate_is_a_clear_error(reg: Registry, ws: Path, 
     assert obs.text == "'a\\ud800b' holds a lone surrogate (U+D800), which no file name can hold"
 
 
+def test_errors_name_a_latin1_file_as_the_tools_show_it(reg: Registry, ws: Path):
+    """An error about such a file named it '\\udcf3' (Python's own escape), which no tool took
+    back; it names it the way glob shows it."""
+    git_repo(ws, {b"d\xe9.bin": b"\x00\x01"})
+    obs = reg.call("str_replace", {"path": "d\\xe9.bin", "old_str": "a", "new_str": "b"})
+    assert obs.text == f"{ws}/d\\xe9.bin is a binary file (2 bytes); it cannot be edited as text"
+    os.mkfifo(os.fsencode(ws) + b"/f\xe9.fifo")
+    obs = reg.call("view", {"path": "f\\xe9.fifo"})
+    assert obs.is_error
+    assert obs.text.endswith(f"not a regular file (a FIFO, socket or device): {ws}/f\\xe9.fifo")
+    assert reg.call("view", {"path": obs.text.rsplit(": ", 1)[1]}).text == obs.text
+
+
 def test_str_replace_accepts_crlf_in_old_and_new_str_for_a_crlf_file(reg: Registry, ws: Path):
     (ws / "win.txt").write_bytes(b"one\r\ntwo\r\n")
     obs = reg.call("str_replace", {"path": "win.txt", "old_str": "one\r\ntwo",

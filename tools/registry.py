@@ -17,7 +17,7 @@ from tools.insert import Insert
 from tools.str_replace import StrReplace
 from tools.undo_edit import UndoEdit
 from tools.view import View
-from tools.workspace import PathRefused, Workspace
+from tools.workspace import PathRefused, Workspace, display_name
 
 
 def format_validation_error(tool: str, exc: ValidationError) -> str:
@@ -27,6 +27,15 @@ def format_validation_error(tool: str, exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
         parts.append(f"{where}: {err['msg']}")
     return f"invalid arguments for {tool}: " + "; ".join(parts)
+
+
+def _os_error(exc: OSError) -> str:
+    """``exc`` in words, its file named as the tools show names (:func:`display_name`): as
+    ``str(exc)`` writes it, a name that is not UTF-8 read ``'\\udcf3'``, which no file tool
+    takes back."""
+    if not isinstance(exc.filename, str) or exc.filename2 is not None or exc.errno is None:
+        return str(exc)
+    return f"[Errno {exc.errno}] {exc.strerror}: {display_name(exc.filename)}"
 
 
 class Registry:
@@ -79,7 +88,7 @@ class Registry:
         except (ToolError, PathRefused) as exc:
             return Observation(is_error=True, text=str(exc))
         except OSError as exc:
-            return Observation(is_error=True, text=f"{name} failed: {exc}")
+            return Observation(is_error=True, text=f"{name} failed: {_os_error(exc)}")
 
     def preview(self, name: str, arguments: Any) -> str | None:
         """What the call would change (:meth:`Tool.preview`: a diff numbered like the file),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.base import ToolError
+from tools.workspace import display_name
 
 MAX_EDIT_BYTES = 5 * 2**20
 _BOM = b"\xef\xbb\xbf"
@@ -70,18 +71,20 @@ def _mixed_endings(tf: TextFile, text: str) -> str:
 
 def read_text(path: Path, read: Callable[[Path], bytes] = Path.read_bytes) -> TextFile:
     """Read ``path`` for editing with ``read`` (the workspace's symlink-safe reader); raises
-    :class:`ToolError` for missing, binary or huge files."""
+    :class:`ToolError` for missing, binary or huge files, naming the file as the tools show
+    names (:func:`tools.workspace.display_name`)."""
+    shown = display_name(str(path))
     if not path.exists():
-        raise ToolError(f"{path} does not exist")
+        raise ToolError(f"{shown} does not exist")
     if path.is_dir():
-        raise ToolError(f"{path} is a directory, not a file")
+        raise ToolError(f"{shown} is a directory, not a file")
     size = path.stat().st_size
     if size > MAX_EDIT_BYTES:
-        raise ToolError(f"{path} is {size / 2**20:.1f} MiB; files over "
+        raise ToolError(f"{shown} is {size / 2**20:.1f} MiB; files over "
                         f"{MAX_EDIT_BYTES // 2**20} MiB cannot be edited with this tool")
     data = read(path)
     if looks_binary(data):
-        raise ToolError(f"{path} is a binary file ({size} bytes); it cannot be edited as text")
+        raise ToolError(f"{shown} is a binary file ({size} bytes); it cannot be edited as text")
     return decode(data)
 
 
