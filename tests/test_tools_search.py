@@ -304,6 +304,19 @@ def test_glob_with_exactly_500_files_lists_them_all_without_a_cap_message(
     assert lines[-1] == "many/f0499.txt"
 
 
+def test_glob_pattern_takes_a_name_as_the_tools_show_it(reg: Registry, ws: Path):
+    """A name shown with a '\\xf3' escape (not UTF-8) matches its file as a glob pattern; a
+    doubled backslash is one literal backslash, as in glob syntax."""
+    import os
+
+    for name in (b"relat\xf3rio.txt", b"relat\\xf3rio.txt"):
+        with open(os.fsencode(ws) + b"/" + name, "wb") as fh:
+            fh.write(b"x\n")
+    assert reg.call("glob", {"pattern": "relat\\xf3rio.txt"}).text == "relat\\xf3rio.txt"
+    assert reg.call("glob", {"pattern": "*\\xf3*"}).text == "relat\\xf3rio.txt"
+    assert reg.call("glob", {"pattern": "relat\\\\xf3rio.txt"}).text == "relat\\\\xf3rio.txt"
+
+
 def test_glob_path_must_be_a_directory(reg: Registry, tree: Path):
     obs = reg.call("glob", {"pattern": "*", "path": "main.py"})
     assert obs.is_error

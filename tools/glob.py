@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pathspec
@@ -12,6 +13,18 @@ from tools.edits import resolve
 from tools.ignore import outside_line, walk
 
 MAX_RESULTS = 500
+_SHOWN_ESCAPE = re.compile(r"\\(\\|x[89a-fA-F][0-9a-fA-F])")
+
+
+def _shown_bytes_read(pattern: str) -> str:
+    """``pattern`` with each ``\\xNN`` that names a byte the way the tools show a name that is
+    not UTF-8 (:func:`tools.workspace.display_name`) turned back into that byte, so a name
+    copied from a listing matches its file. ``\\\\`` stays: in a glob it already is one
+    literal backslash, as in a shown name."""
+    def read(m: re.Match[str]) -> str:
+        # U+DCNN is how Python holds the undecodable byte 0xNN of a file name.
+        return m[0] if m[1] == "\\" else chr(0xDC00 + int(m[1][1:], 16))
+    return _SHOWN_ESCAPE.sub(read, pattern)
 
 
 class GlobArgs(ToolArgs):
@@ -29,7 +42,8 @@ class Glob(Tool):
         if not start.is_dir():
             raise ToolError(f"{args.path} is not a directory")
         # Git wildmatch semantics: '**' spans folders; a pattern without '/' matches at any depth.
-        spec = pathspec.GitIgnoreSpec.from_lines([args.pattern.removeprefix("./")])
+        spec = pathspec.GitIgnoreSpec.from_lines(
+            [_shown_bytes_read(args.pattern.removeprefix("./"))])
         found: list[str] = []
         files = 0
 
