@@ -192,6 +192,30 @@ def test_grep_line_numbers_agree_with_view_when_a_file_has_form_feeds(reg: Regis
     assert reg.call("view", {"path": "old.c", "view_range": [3, 3]}).text == "     3\tint needle;"
 
 
+def test_grep_matches_across_unicode_normalization_forms(reg: Registry, ws: Path):
+    """A pattern typed composed ("ação", NFC) found nothing in text saved decomposed ("a" +
+    U+0303, NFD, as macOS editors write it), nor the other way round. The line is reported as
+    it is in the file, and a search for the combining mark itself still finds it."""
+    import unicodedata
+
+    composed, decomposed = "ação", unicodedata.normalize("NFD", "ação")
+    write(ws, {"nfd.txt": f"x = '{decomposed}'\n", "nfc.txt": f"y = '{composed}'\n"})
+    for pattern in (composed, decomposed, "AÇÃO"):
+        obs = reg.call("grep", {"pattern": pattern, "ignore_case": pattern == "AÇÃO"})
+        assert obs.text.split("\n") == [f"nfc.txt:1: y = '{composed}'",
+                                        f"nfd.txt:1: x = '{decomposed}'"], pattern
+    obs = reg.call("grep", {"pattern": "\u0303"})
+    assert obs.text == f"nfd.txt:1: x = '{decomposed}'"
+
+
+def test_grep_takes_a_pattern_that_is_no_pattern_once_composed_as_written(reg: Registry,
+                                                                          ws: Path):
+    """"[ē\u0301-\u0302]" (ē or two combining marks) composes to "[ḗ-\u0302]", a range in the
+    wrong order: still searched as written, no error."""
+    write(ws, {"a.txt": "\u0302\n"})
+    assert reg.call("grep", {"pattern": "[ē\u0301-\u0302]"}).text == "a.txt:1: \u0302"
+
+
 def test_grep_of_a_missing_path_is_an_error(reg: Registry):
     obs = reg.call("grep", {"pattern": "x", "path": "nope"})
     assert obs.is_error

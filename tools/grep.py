@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import Field
@@ -17,6 +19,29 @@ from tools.workspace import PathRefused
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
 """Files up to this size are decoded whole (like view); bigger ones are searched line by line."""
+
+
+def _line_matcher(pattern: str, ignore_case: bool) -> Callable[[str], bool]:
+    """Whether a line matches ``pattern``, as written or with both in NFC: "ação" typed
+    composed finds a file written decomposed ("a" + U+0303, as macOS and some editors save
+    it) and the other way round, while a search for a combining mark itself still finds it
+    in the line as written. Raises ``re.error`` for a bad pattern."""
+    flags = re.IGNORECASE if ignore_case else 0
+    regex = composed = re.compile(pattern, flags)
+    # Composed, a pattern may be none ("[ē\u0301-\u0302]" becomes "[ḗ-\u0302]", a range in
+    # the wrong order): then it is searched only as written.
+    with contextlib.suppress(re.error):
+        if not unicodedata.is_normalized("NFC", pattern):
+            composed = re.compile(unicodedata.normalize("NFC", pattern), flags)
+
+    def matches(line: str) -> bool:
+        if regex.search(line):
+            return True
+        if line.isascii() or unicodedata.is_normalized("NFC", line):
+            # Already composed: only a pattern that composing changed can match otherwise.
+            return composed is not regex and composed.search(line) is not None
+        return composed.search(unicodedata.normalize("NFC", line)) is not None
+    return matches
 
 
 class GrepArgs(ToolArgs):
@@ -34,7 +59,7 @@ class Grep(Tool):
 
     def run(self, args: GrepArgs) -> Observation:
         try:
-            regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
+            matches_line = _line_matcher(args.pattern, args.ignore_case)
         except re.error as exc:
             raise ToolError(f"invalid regular expression {args.pattern!r}: {exc}") from exc
         start = resolve(self.ctx, args.path, writable=False)
@@ -63,7 +88,7 @@ class Grep(Tool):
                 continue
             rel = self.ctx.workspace.relative(path)
             for n, line in lines:
-                if regex.search(line):
+                if matches_line(line):
                     if matches >= MAX_MATCHES:  # only claim a cap when a match is dropped
                         out.append(f"[stopped at {MAX_MATCHES} matches; narrow the pattern "
                                    "or the path]")
