@@ -314,6 +314,47 @@ def test_broken_tool_inputs_get_clear_errors(repo: Path, root: Path):
     assert (root / "full" / "x.txt").read_text() == "keep me\n"
 
 
+def test_arguments_of_the_wrong_type_or_name_are_refused_naming_them(repo: Path, root: Path):
+    """A field trial: ``"wait": "yes"`` was read as true (pydantic's lax mode), so a host that
+    sent a string was never told; ``"0"`` would have read as false. A misspelt argument was
+    dropped without a word. Each is now an is_error result naming the argument, and nothing
+    starts."""
+    results: dict[str, t.CallToolResult] = {}
+
+    async def body(c: Client) -> None:
+        calls = {
+            "yes": ("run_task", {"task": "x", "repo_path": str(repo), "approval": "full-auto",
+                                 "wait": "yes"}),
+            "true_text": ("new_project", {"description": "x", "directory": "p1",
+                                          "wait": "true"}),
+            "zero": ("new_project", {"description": "x", "directory": "p2", "wait": "0"}),
+            "one": ("run_task", {"task": "x", "repo_path": str(repo), "wait": 1}),
+            "misspelt": ("new_project", {"description": "x", "directory": "p3",
+                                         "wiat": True}),
+            "number_task": ("run_task", {"task": 5, "repo_path": str(repo)}),
+            "missing": ("new_project", {"description": "x"}),
+        }
+        for key, (tool, args) in calls.items():
+            results[key] = await c.call_tool(tool, args)
+
+    serve([root], {"base_url": "http://127.0.0.1:9"}, body)
+    said = {key: text(result) for key, result in results.items()}
+    assert all(r.is_error for r in results.values()), said
+    assert said["yes"] == ("run_task: invalid arguments: 'wait' must be true or false (a JSON "
+                           'boolean), not the string "yes"')
+    assert "'wait' must be true or false" in said["true_text"]
+    assert 'not the string "0"' in said["zero"]
+    assert "'wait' must be true or false (a JSON boolean), not the number 1" in said["one"]
+    assert said["misspelt"] == ("new_project has no argument 'wiat'; its arguments are "
+                                "description, directory, wait, recipe")
+    assert "'task' must be a string, not the number 5" in said["number_task"]
+    assert said["missing"] == "new_project: invalid arguments: 'directory' is required"
+    for shown in said.values():
+        assert "\n" not in shown and "pydantic" not in shown and "Arguments" not in shown
+    assert not any((root / name).exists() for name in ("p1", "p2", "p3"))
+    assert (repo / "app.py").read_text() == "x = 1\n"
+
+
 def test_an_unreachable_backend_fails_the_session_with_the_cause(repo: Path, root: Path):
     out: dict[str, Any] = {}
 

@@ -15,6 +15,7 @@ Over HTTP (streamable HTTP, path ``/mcp``) the server listens on 127.0.0.1 only,
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
 import re
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import anyio
 import uvicorn
 from mcp.server.elicitation import AcceptedElicitation, render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import (
     CallToolResult,
@@ -115,6 +116,69 @@ class Roots:
                             f"({', '.join(map(str, self.paths))}); restart `agent mcp serve` "
                             "with --root to allow it")
         return full
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as a host's user would name it: ``the string "yes"``, ``the number 1``."""
+    if isinstance(value, str):
+        return f"the string {json.dumps(value, ensure_ascii=False)[:80]}"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def argument_problems(error: ValidationError) -> str:
+    """What is wrong with a call's arguments, in one line that names each argument (pydantic's
+    own text spans several lines, with a URL and its model's name)."""
+    problems = []
+    for item in error.errors(include_url=False):
+        name = ".".join(map(str, item["loc"])) or "(arguments)"
+        got = _shown(item.get("input"))
+        if item["type"] == "missing":
+            problems.append(f"'{name}' is required")
+        elif item["type"] == "bool_type":
+            problems.append(f"'{name}' must be true or false (a JSON boolean), not {got}")
+        elif item["type"] == "string_type":
+            problems.append(f"'{name}' must be a string, not {got}")
+        elif item["type"] == "literal_error":
+            problems.append(f"'{name}' must be {item['ctx']['expected']}, not {got}")
+        else:
+            problems.append(f"'{name}': {item['msg']} (not {got})")
+    return "; ".join(problems)
+
+
+class AgentMCPServer(MCPServer):
+    """The SDK's server, stricter with arguments: a name the tool does not have is refused
+    (``wiat: true`` was dropped without a word, and the task did not wait), and a value of the
+    wrong type is refused in one line naming the argument. Either way the host gets an
+    ``is_error`` result, never a protocol error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.argument_names: dict[str, tuple[str, ...]] = {}
+        """Each tool's arguments (its parameters but the injected ``ctx``), by tool name."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context | None = None) -> CallToolResult | InputRequiredResult:
+        """Run tool ``name``; unknown or ill-typed ``arguments`` raise :class:`ToolError`."""
+        known = self.argument_names.get(name)
+        unknown = sorted(set(arguments) - set(known)) if known is not None else []
+        if known is not None and unknown:
+            raise ToolError(f"{name} has no argument {', '.join(map(repr, unknown))}; its "
+                            f"arguments are {', '.join(known)}")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            # Only the SDK's check of the arguments (its model is "<tool>Arguments"); a tool's
+            # own ToolError keeps its words.
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError) \
+                    or cause.title != f"{name}Arguments":
+                raise
+            raise ToolError(f"{name}: invalid arguments: {argument_problems(cause)}") \
+                from cause
 
 
 def _result(data: dict[str, Any], is_error: bool = False) -> CallToolResult:
@@ -250,12 +314,14 @@ class AgentServer:
 
 def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
     """The MCP server with the six tools; ``jobs`` runs the tasks (warm it before serving)."""
-    mcp = MCPServer("dflash-agent", instructions=INSTRUCTIONS, log_level="WARNING")
+    mcp = AgentMCPServer("dflash-agent", instructions=INSTRUCTIONS, log_level="WARNING")
     agent = AgentServer(roots, jobs)
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
         # The docstring, as one line: hosts show descriptions verbatim.
         def register(fn: Callable[..., Any]) -> Any:
+            mcp.argument_names[fn.__name__] = tuple(
+                p for p in inspect.signature(fn).parameters if p != "ctx")
             return mcp.tool(description=" ".join((fn.__doc__ or "").split()),
                             annotations=annotations)(fn)
         return register
@@ -271,9 +337,11 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
             description="ask: every command and edit is confirmed by the user (needs wait=true "
             "and a host with elicitation); auto-edit: edits run, commands are confirmed; "
             "full-auto: nothing is confirmed. Default: the user's configured mode.")] = None,
-        wait: Annotated[bool, Field(description="Block until the task ends, sending progress "
-                                    "notifications; otherwise return the session_id at once."
-                                    )] = False,
+        # strict: pydantic's lax mode read "yes", "0" or 1 as a boolean, so a host that sent
+        # a string was never told its call did not say what it meant.
+        wait: Annotated[bool, Field(strict=True, description="Block until the task ends, "
+                                    "sending progress notifications; otherwise return the "
+                                    "session_id at once.")] = False,
     ) -> CallToolResult | InputRequiredResult:
         """Run a coding task in a git repository with the local agent. The working tree is
         checkpointed first (undo restores it); files in the repository may be changed and
@@ -316,8 +384,8 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         directory: Annotated[str, Field(description="New or empty directory inside the "
                                         "workspace roots.")],
         ctx: Context,
-        wait: Annotated[bool, Field(description="Block until done, sending progress "
-                                    "notifications.")] = False,
+        wait: Annotated[bool, Field(strict=True, description="Block until done, sending "
+                                    "progress notifications.")] = False,
         recipe: Annotated[Literal["auto", "simple", "full"], Field(
             description="full: the model plans the project (toolchain, files, install, "
             "tests); simple: one module and its tests, for small models; auto: by the "
