@@ -229,6 +229,60 @@ def test_structured_content_against_the_output_schema_is_a_tool_error(tmp_path: 
     assert "'x' is not of type 'integer'" in message and "\n" not in message
 
 
+def fixture_manager(name: str, script: str) -> McpManager:
+    """A manager for one fixture server of :file:`mcp_servers/` over stdio."""
+    return McpManager([ServerConfig(name, Path("test"), "user", command=sys.executable,
+                                    args=(str(FIXTURES / script),))])
+
+
+def test_a_server_that_never_finishes_a_call_is_not_said_to_answer_malformed(tmp_path: Path):
+    """Every RuntimeError from the SDK's call_tool read "answered … with a malformed result";
+    a server that answers each round validly with "input required, retry later" made the SDK
+    give up with one, and the model was told the server's answer was broken (with advice to
+    pass allow_input_required=True, an SDK parameter)."""
+    manager = fixture_manager("retry", "retry_server.py")
+    try:
+        manager.start()
+        with pytest.raises(McpCallError) as caught:
+            manager.call("retry", "later", {})
+        status = manager.servers["retry"].status
+        after = manager.call("retry", "ok", {})
+    finally:
+        manager.close()
+    message = str(caught.value)
+    assert message == ("MCP server 'retry' did not finish later: it answered 'input required' "
+                       "(more input, or retry later) 10 times in a row without a result, so "
+                       "the call was given up")
+    assert status == "ready" and not after.is_error
+
+
+def test_a_call_whose_connection_closes_under_it_is_a_lost_connection_not_a_bad_answer(
+        tmp_path: Path):
+    """A call that goes out just as its server's connection closes (an HTTP server that died
+    is noticed by the runner a moment later) gets the SDK's RuntimeError "Client must be used
+    within an async context manager", which read as the server's malformed answer; it is the
+    lost connection it is, and the server is restarted as after a crash. The window is made
+    here by closing the connection the way a restart does, with the status call() saw just
+    before."""
+    manager = fixture_manager("crashy", "crash_server.py")
+    try:
+        manager.start()
+        state = manager.servers["crashy"]
+        client = state.client
+        manager._wait(manager._submit(manager._stop(state)))
+        state.client, state.status = client, "ready"
+        with pytest.raises(McpCallError) as caught:
+            manager.call("crashy", "ok", {})
+        after = manager.call("crashy", "ok", {})
+    finally:
+        manager.close()
+    message = str(caught.value)
+    assert message.startswith("MCP server 'crashy' lost its connection during ok (its stderr: ")
+    assert message.endswith("it was restarted, so the call can be tried again (check whether "
+                            "it had an effect first)")
+    assert "malformed" not in message and not after.is_error
+
+
 BAD_TOOLS = [ECHO,
              {"name": "arr", "inputSchema": {"type": "array"}},
              {"name": "noschema"},

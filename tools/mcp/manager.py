@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
 STOP_GRACE_S = 10.0
 """Seconds a runner gets to close its connection (the SDK bounds its own shutdown at ~5 s)."""
+CLOSED_STREAM = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+"""anyio's words for a stream whose other end is gone: a call that meets one lost its
+connection."""
 STRAY_KEPT = 3
 """Non-protocol stdout lines kept per server for the warning (the rest are only counted)."""
 BASE_ENV = ("HOME", "LOGNAME", "USER", "PATH", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_ALL",
@@ -226,6 +229,8 @@ class McpManager:
         self.session_id = session_id
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._closing = False
+        """Set by :meth:`close`: a connection closing now is ours, not a crash to restart."""
 
     def _submit(self, coro: Any) -> Future[Any]:
         assert self._loop is not None, "start() first"
@@ -336,8 +341,9 @@ class McpManager:
         """Call ``tool`` on ``server``; returns the server's result (``is_error`` included).
 
         Raises :class:`McpCallError` for a timeout (the call is cancelled), a server that is
-        not running, quarantined or crashed during the call (restarted once), or a protocol
-        error."""
+        not running, quarantined, crashed or lost its connection during the call (restarted
+        once), a malformed answer, a server that never stops asking for input, or a protocol
+        error; each says which."""
         state = self.servers[server]
         if state.status == "quarantined":
             raise McpCallError(f"MCP server '{server}' is quarantined for this session "
@@ -353,11 +359,15 @@ class McpManager:
     async def _call(self, state: ServerState, tool: str,
                     arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         import mcp_types  # deferred: startup time
+        from mcp.client import InputRequiredRoundsExceededError
         from mcp.shared.exceptions import MCPError
 
+        name = state.config.name
         timeout = state.config.tool_timeout
         client = state.client
-        assert client is not None
+        if client is None:
+            # The connection ended between call()'s look at the status and now.
+            raise McpCallError(await self._lost(state, tool))
         try:
             with anyio.fail_after(timeout):
                 return await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
@@ -371,37 +381,59 @@ class McpManager:
             if exc.error.code != mcp_types.CONNECTION_CLOSED:
                 raise McpCallError(f"{state.config.name}: {describe_error(exc)}") from None
         except pydantic.ValidationError as exc:
-            raise McpCallError(f"MCP server '{state.config.name}' answered {tool} with a "
-                               f"malformed result ({exc.title}: {validation_summary(exc)})"
-                               ) from None
-        except RuntimeError as exc:
-            # What the SDK raises for a result that breaks the tool's declared output schema
-            # (or asks for input mid-call, which we do not offer): the server's fault, too.
-            raise McpCallError(f"MCP server '{state.config.name}' answered {tool} with a "
-                               f"malformed result ({_first_line(str(exc))})") from None
-        raise McpCallError(await self._crashed(state, tool))
+            raise McpCallError(f"MCP server '{name}' answered {tool} with a malformed result "
+                               f"({exc.title}: {validation_summary(exc)})") from None
+        except InputRequiredRoundsExceededError as exc:
+            # The server answered every round, validly, but never with a result.
+            raise McpCallError(f"MCP server '{name}' did not finish {tool}: it answered "
+                               f"'input required' (more input, or retry later) "
+                               f"{exc.max_rounds} times in a row without a result, so the "
+                               "call was given up") from None
+        except Exception as exc:
+            # The SDK raises RuntimeError for a result that breaks the tool's output schema,
+            # and also for a call on a connection that closed under it: the first is the
+            # server's malformed answer, the second is no answer at all.
+            if isinstance(exc, CLOSED_STREAM) or _connection_gone(state, client):
+                raise McpCallError(await self._lost(state, tool)) from None
+            if isinstance(exc, RuntimeError) and _from_result_check(exc):
+                raise McpCallError(f"MCP server '{name}' answered {tool} with a malformed "
+                                   f"result ({_first_line(str(exc))})") from None
+            raise McpCallError(f"MCP server '{name}': the call to {tool} failed without an "
+                               f"answer ({describe_error(exc)})") from None
+        raise McpCallError(await self._lost(state, tool, "crashed"))
 
-    async def _crashed(self, state: ServerState, tool: str) -> str:
-        """Restart a server whose connection dropped, or quarantine it the second time."""
+    async def _lost(self, state: ServerState, tool: str, what: str = "lost its connection"
+                    ) -> str:
+        """What to say of a call whose connection closed under it: the session is stopping
+        its servers (nothing to restart), or :meth:`_crashed` (``what`` happened)."""
+        if self._closing:
+            return (f"the call to {tool} on MCP server '{state.config.name}' was cut off: "
+                    "the session is stopping its MCP servers")
+        return await self._crashed(state, tool, what)
+
+    async def _crashed(self, state: ServerState, tool: str, what: str = "crashed") -> str:
+        """Restart a server whose connection dropped, or quarantine it the second time.
+        ``what`` happened to it: ``crashed`` (the server ended the connection) or ``lost its
+        connection`` (it closed under the call, cause unknown)."""
         name = state.config.name
         await self._stop(state)
         where = f" (its stderr: {state.log})" if state.log else ""
         if state.restarts >= 1:
             state.status = "quarantined"
-            state.error = f"crashed again during {tool}"
+            state.error = f"{what} again during {tool}"
             self._record_quarantine(state)
-            return (f"MCP server '{name}' crashed again during {tool}{where}; it is "
+            return (f"MCP server '{name}' {what} again during {tool}{where}; it is "
                     "quarantined for the rest of this session")
         state.restarts += 1
         await self._start_one(state)
         if state.status != "ready":
             state.status = "quarantined"
             reason = state.error
-            state.error = f"crashed during {tool} and did not restart: {reason}"
+            state.error = f"{what} during {tool} and did not restart: {reason}"
             self._record_quarantine(state)
-            return (f"MCP server '{name}' crashed during {tool}{where} and did not restart "
+            return (f"MCP server '{name}' {what} during {tool}{where} and did not restart "
                     f"({reason}); it is quarantined for the rest of this session")
-        return (f"MCP server '{name}' crashed during {tool}{where}; it was restarted, so the "
+        return (f"MCP server '{name}' {what} during {tool}{where}; it was restarted, so the "
                 "call can be tried again (check whether it had an effect first)")
 
     def _record_quarantine(self, state: ServerState) -> None:
@@ -416,6 +448,7 @@ class McpManager:
         """Stop every server and the loop thread (idempotent)."""
         if self._loop is None or self._thread is None or not self._thread.is_alive():
             return
+        self._closing = True
         states = list(self.servers.values())
 
         async def stop_all() -> None:
@@ -558,6 +591,33 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
+
+
+def _connection_gone(state: ServerState, client: Client) -> bool:
+    """Whether the connection ``client`` made has closed: the runner has ended or replaced it,
+    or the ``Client`` has left its context (its ``session`` then raises RuntimeError)."""
+    if state.client is not client or (state.done is not None and state.done.is_set()):
+        return True
+    try:
+        client.session  # noqa: B018 - the property is the SDK's own "still connected" test
+    except RuntimeError:
+        return True
+    return False
+
+
+def _from_result_check(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by the SDK's check of a tool result against the tool's
+    declared output schema (``ClientSession.validate_tool_result``): the SDK's one RuntimeError
+    that means the server's answer broke its own declaration. Its type cannot tell: the same
+    class is raised when a closed connection is used."""
+    frame = exc.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name == "validate_tool_result" and \
+                frame.tb_frame.f_globals.get("__name__", "").startswith("mcp.client"):
+            return True
+        frame = frame.tb_next
+    return False
 
 
 def _stderr_tail(state: ServerState) -> str | None:
