@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel
-from tests.test_cli_ux import agent, call
+from tests.test_cli_ux import AGENT, agent, call
 
 
 @pytest.fixture
@@ -125,7 +127,7 @@ def test_an_empty_chat_is_not_what_undo_diff_and_resume_pick(repo: Path, agent_h
     with ScriptedModel([]) as model:
         chat = agent("chat", "--base-url", model.url, home=agent_home, cwd=repo)
     assert chat.returncode == 0, chat.stderr
-    assert "(no task ran: nothing to undo)" in chat.stderr  # not "undo: agent undo <id>"
+    assert "(no task ran: nothing to undo" in chat.stderr  # not "undo: agent undo <id>"
     sessions = [p for p in (agent_home / "data" / "sessions").glob("*.jsonl")
                 if p.name != "index.jsonl"]
     assert len(sessions) == 2, sessions
@@ -138,6 +140,62 @@ def test_an_empty_chat_is_not_what_undo_diff_and_resume_pick(repo: Path, agent_h
     undo = agent("undo", home=agent_home, cwd=repo)
     assert undo.returncode == 0, undo.stderr
     assert (repo / "app.py").read_text() == "x = 1\n"
+
+
+def test_sessions_leaves_out_a_chat_left_without_a_task(repo: Path, agent_home: Path):
+    """A field trial: a chat opened and left without a task was listed by `agent sessions`
+    ("no task run"), clutter among the sessions that did something. Its log is kept (its id
+    still names it); a chat that ran a task, even one that failed, is listed."""
+    assert agent("sessions", home=agent_home, cwd=repo).stdout == "no sessions yet\n"
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel([]) as model:
+        for typed in ("/status\n/exit\n", ""):
+            left = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=repo,
+                                  env=env, input=typed, capture_output=True, text=True,
+                                  timeout=120)
+            assert left.returncode == 0, left.stderr
+            assert "(no task ran: nothing to undo, and `agent sessions` does not list it)" \
+                in left.stderr, left.stderr
+    folder = agent_home / "data" / "sessions"
+    empty = sorted(p.stem for p in folder.glob("2*.jsonl"))
+    assert len(empty) == 2 and len((folder / "index.jsonl").read_text().splitlines()) == 2
+    listed = agent("sessions", home=agent_home, cwd=repo)
+    assert listed.returncode == 0 and listed.stdout == "no sessions yet\n", listed.stdout
+    assert json.loads(agent("sessions", "--json", home=agent_home, cwd=repo).stdout) == []
+    with ScriptedModel([call("final_answer", text="ok")]) as model:
+        assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo).returncode == 0
+    with ScriptedModel([]) as model:  # the model never answers: the task fails
+        failed = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=repo, env=env,
+                                input="do it\n", capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 0, failed.stderr
+    rows = json.loads(agent("sessions", "--json", home=agent_home, cwd=repo).stdout)
+    assert [(r["task"], r["tasks"]) for r in rows] == [("do it", 1), ("look", 1)], rows
+    text = agent("sessions", home=agent_home, cwd=repo).stdout
+    assert len(text.splitlines()) == 2 and not any(e in text for e in empty), text
+    assert all((folder / f"{e}.jsonl").is_file() for e in empty)
+
+
+def test_a_session_that_died_writing_its_first_line_after_the_start_is_still_listed(
+        agent_home: Path, tmp_path: Path):
+    """Only a log that holds nothing but its start is empty: one cut off mid-write (its first
+    task, maybe) is listed, and so is a session whose index names what it was asked."""
+    from agent.sessions.log import list_sessions
+
+    folder = agent_home / "data" / "sessions"
+    folder.mkdir(parents=True)
+    start = json.dumps({"type": "session_start", "session_id": "a", "task": "",
+                        "workspace": str(tmp_path)})
+    system = json.dumps({"type": "message", "session_id": "a",
+                         "message": {"role": "system", "content": "you are"}})
+    logs = {"bare": f"{start}\n{system}\n", "torn": f'{start}\n{{"type": "task_st',
+            "asked": f"{start}\n"}
+    with (folder / "index.jsonl").open("w") as index:
+        for n, (name, text) in enumerate(logs.items()):
+            (folder / f"{name}.jsonl").write_text(text)
+            index.write(json.dumps({"id": name, "task": "a todo app" if name == "asked" else "",
+                                    "workspace": str(tmp_path), "started": n}) + "\n")
+    assert {s.id: s.ended for s in list_sessions()} == {"torn": "no_task", "asked": "no_task"}
 
 
 def test_undo_in_a_nested_repository_never_touches_the_one_around_it(repo: Path,
@@ -153,8 +211,8 @@ def test_undo_in_a_nested_repository_never_touches_the_one_around_it(repo: Path,
                      cwd=inner).returncode == 0
     for command in ("diff", "undo"):
         proc = agent(command, home=agent_home, cwd=inner)
-        assert proc.returncode == 3 and "ran no task: there is nothing to undo" in proc.stderr, \
-            proc.stdout + proc.stderr
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "there is no saved session for this directory" in proc.stderr
     assert (repo / "app.py").read_text() == "x = 2\n"
     undo = agent("undo", home=agent_home, cwd=repo)  # from the outer one: its task, named
     assert undo.returncode == 0 and (repo / "app.py").read_text() == "x = 1\n", undo.stderr
@@ -186,9 +244,6 @@ def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
     locale ("ol\\xe1") was an internal error that left an empty session; `agent sessions` on
     a stdout that cannot show an emoji was exit 4; so was `agent diff` piped, whose bytes must
     be git's whatever the locale."""
-    import subprocess
-    import sys
-
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
     script = [call("create", path="app.py", file_text="x = 'ç' 🚀\n"),
               call("final_answer", text="feito")]

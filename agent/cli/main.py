@@ -365,8 +365,12 @@ def _session_footer(session: RepoSession, committed: str = "") -> list[str]:
     git: there are no checkpoints, nor after a chat that ran no task), what ``committed``
     says, and the managed server when it is left running (new-project says the same: a
     server holding the model's memory unannounced is what a user would not expect)."""
-    undo = "no task ran: nothing to undo" if not session.tasks else \
-        f"undo: agent undo {session.id}" if session.repo is not None else "no git: no undo"
+    if not session.tasks:  # its id is the only way to it: `agent sessions` leaves it out
+        undo = "no task ran: nothing to undo, and `agent sessions` does not list it"
+    elif session.repo is not None:
+        undo = f"undo: agent undo {session.id}"
+    else:
+        undo = "no git: no undo"
     lines = [f"session {session.id} ({undo})" + (f"; {committed}" if committed else "")]
     left = _left_running(session.backend.state)
     if left is not None:
@@ -496,8 +500,8 @@ def _latest_session(here_only: bool = True) -> SessionSummary:
         where = " for this directory" if here_only else ""
         raise UsageError(f"there is no saved session{where} (start one with `agent run` or "
                          "`agent chat`, or name a session id from `agent sessions`)")
-    # A chat left at its first prompt is saved too: being newest, it hid the task before it
-    # from undo and diff ("nothing to undo") and made resume open an empty conversation.
+    # A session that ran no task (a damaged log; a chat left at its first prompt is not
+    # listed at all) must not hide the task before it from undo, diff and resume.
     ran = [s for s in sessions if s.tasks]
     return (ran or sessions)[0]
 

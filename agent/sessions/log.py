@@ -149,7 +149,9 @@ class SessionSummary:
     tasks: int
     ended: str = "no_task"
     """How the last task ended: done, stopped, interrupted, failed, no_end (nothing recorded:
-    killed, or still running), no_task, or unknown (the log is damaged or unreadable)."""
+    killed, or still running), no_task, empty (opened and left without a task: the log holds
+    only its start; :func:`list_sessions` leaves these out), or unknown (the log is damaged or
+    unreadable)."""
     end_detail: str = "no task run"
     """The same as a phrase for people (why it stopped, the error)."""
 
@@ -165,11 +167,16 @@ STOPPED = {
 """Why a task stopped, per :class:`agent.events.FinalAnswer` reason, for ``agent sessions``."""
 
 
+_START_EVENTS = frozenset({"session_start", "protocol"})
+"""What every session logs as it opens, before any task (with the system message)."""
+
+
 def _ending(lines: list[str], torn: bool) -> tuple[str, str, int, int]:
     """(ended, end_detail, steps, tasks) from a session log's lines. Only the event types and
     a few fields are read (``json.loads``, no model), so listing many long logs stays quick."""
     steps = tasks = 0
     ended, detail = "no_task", "no task run"
+    bare = True  # only what a session logs as it opens, so far
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -178,8 +185,12 @@ def _ending(lines: list[str], torn: bool) -> tuple[str, str, int, int]:
             kind = event["type"]
         except (ValueError, TypeError, KeyError):
             if n == len(lines) and torn:
+                bare = False  # it died writing something: maybe its first task
                 continue  # cut off mid-write: the normal trace of a crash, not damage
             return "unknown", f"unknown (line {n} of the log is damaged)", steps, tasks
+        bare = bare and (kind in _START_EVENTS or (
+            kind == "message" and isinstance(event.get("message"), dict)
+            and event["message"].get("role") == "system"))
         if kind == "model_turn":
             steps += 1
         elif kind == "task_start":
@@ -200,6 +211,8 @@ def _ending(lines: list[str], torn: bool) -> tuple[str, str, int, int]:
                 ended, detail = "interrupted", f"interrupted ({cause or 'Ctrl-C'})"
             else:
                 ended, detail = "stopped", f"stopped: {STOPPED.get(reason, reason)}"
+    if bare:
+        ended, detail = "empty", "empty (left without a task)"
     return ended, detail, steps, tasks
 
 
@@ -221,6 +234,9 @@ def summarise(entry: dict[str, object], path: Path) -> SessionSummary:
     lines = data.decode("utf-8", errors="replace").split("\n")
     torn = not data.endswith(b"\n") and lines[-1].strip() != ""
     summary.ended, summary.end_detail, summary.steps, summary.tasks = _ending(lines, torn)
+    if summary.ended == "empty" and summary.task:
+        # Asked for (new-project indexes its description) but never started: not clutter.
+        summary.ended, summary.end_detail = "no_task", "no task run"
     if not summary.task:
         # Sessions started by `agent chat` are indexed before their first task.
         for line in lines:
@@ -251,7 +267,11 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 def list_sessions() -> list[SessionSummary]:
     """Every indexed session with a log, newest first; corrupt index lines are skipped, and a
-    session whose log is damaged or unreadable is listed with ``ended`` unknown."""
+    session whose log is damaged or unreadable is listed with ``ended`` unknown.
+
+    An empty session (a chat opened and left without a task: its log holds only its start)
+    is left out: it is clutter in `agent sessions`, and nothing to resume, undo or compare.
+    Its log stays, so its id still names it (`agent resume ID`, the MCP server's tools)."""
     index = home().sessions / "index.jsonl"
     if not index.is_file():
         return []
@@ -267,4 +287,5 @@ def list_sessions() -> list[SessionSummary]:
         path = home().sessions / f"{session_id}.jsonl"
         if os.path.lexists(path):
             found[session_id] = summarise(entry, path)
-    return sorted(found.values(), key=lambda s: s.started, reverse=True)
+    return sorted((s for s in found.values() if s.ended != "empty"), key=lambda s: s.started,
+                  reverse=True)
