@@ -362,6 +362,48 @@ def test_chat_status_gives_the_context_from_ctx_size_when_the_server_does_not(
         "/scripted/model.gguf" in ran.stdout
 
 
+def test_chat_and_resume_take_the_step_and_time_limits_per_task(repo: git.Repo,
+                                                                 agent_home: Path):
+    """A field trial: a chat task stopped at the step limit said "raise --max-steps", an
+    option chat did not have (only run did)."""
+    root = Path(repo.working_tree_dir)
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    script = [call("view", path="app.py"), call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url, "--max-steps", "1",
+                               "--max-time", "60"], cwd=root, env=env,
+                              input="look\nfinish\n", capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout + proc.stderr
+    # Each task has its own budget: the first stops at one call, the second still runs.
+    assert "the step limit (1 model calls) ran out" in said and "raise --max-steps" in said
+    assert len(model.requests) == 2, said
+    rows = json.loads(agent("sessions", "--json", home=agent_home, cwd=root).stdout)
+    assert rows[0]["tasks"] == 2 and rows[0]["ended"] == "done", rows
+    with ScriptedModel([call("view", path="app.py")]) as model:
+        resumed = subprocess.run([*AGENT, "resume", "--last", "--base-url", model.url,
+                                  "--max-steps", "1"], cwd=root, env=env,
+                                 input="look again\n", capture_output=True, text=True,
+                                 timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "the step limit (1 model calls) ran out" in resumed.stdout + resumed.stderr
+
+
+def test_a_bad_chat_limit_is_bad_usage(repo: git.Repo, agent_home: Path):
+    root = Path(repo.working_tree_dir)
+    with ScriptedModel([call("final_answer", text="ok")]) as model:  # a session to resume
+        assert agent("run", "look", "--base-url", model.url, home=agent_home,
+                     cwd=root).returncode == 0
+    for command, flag, value in [("chat", "--max-steps", "0"), ("chat", "--max-time", "nan"),
+                                 ("chat", "--max-time", "-1"), ("resume", "--max-steps", "-3"),
+                                 ("resume", "--max-time", "0")]:
+        proc = agent(command, flag, value, "--base-url", "http://127.0.0.1:9",
+                     home=agent_home, cwd=root)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"error: {flag} {value}"), proc.stderr
+
+
 def test_chat_undo_force_overwrites_what_the_user_changed_after_the_task(
         repo: git.Repo, agent_home: Path):
     """A field trial: /undo refused over an edit made after the task, saying "rerun with

@@ -119,6 +119,11 @@ Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline
                                              "BeeLlama <=0.3: its own defaults), "
                                              "dflash+ngram.")]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", help="Context size in tokens.")]
+# One meaning wherever tasks run: each task's own budget (a chat's second task starts afresh).
+MaxSteps = Annotated[int | None, typer.Option(help="Model calls at most, per task (default: "
+                                              "max_steps in config.toml, else 30).")]
+MaxTime = Annotated[float | None, typer.Option(help="Seconds at most, per task (default: "
+                                               "max_time in config.toml, else 1800).")]
 
 
 def _installed_version() -> str:
@@ -164,8 +169,8 @@ def new_project_cmd(
     ctx_size: CtxSize = None,
     tool_protocol: Annotated[str | None, typer.Option(
         help="auto (text, falling back to json), text, native or json.")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
-    max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
+    max_steps: MaxSteps = None,
+    max_time: MaxTime = None,
     force: Annotated[bool, typer.Option(help="Use a non-empty directory: its files are "
                                         "committed first; refused when it holds files git "
                                         "ignores (caches and a virtualenv aside) or "
@@ -311,8 +316,8 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
             repo: Repo = Path("."), approval: Approval = None, preset: Preset = None,
             profile: Profile = None, base_url: BaseUrl = None, ctx_size: CtxSize = None,
             tool_protocol: ToolProtocol = None,
-            max_steps: Annotated[int | None, typer.Option(help="Model calls at most.")] = None,
-            max_time: Annotated[float | None, typer.Option(help="Seconds at most.")] = None,
+            max_steps: MaxSteps = None,
+            max_time: MaxTime = None,
             commit: Annotated[bool, typer.Option(help="Commit the task's changes.")] = False,
             include_user_changes: Annotated[bool, typer.Option(
                 help="With --commit, also commit files you had modified before the task.")]
@@ -449,12 +454,14 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
 @app.command("chat", epilog=CHAT_EXIT_CODES_HELP)
 def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset = None,
              profile: Profile = None, base_url: BaseUrl = None, ctx_size: CtxSize = None,
-             tool_protocol: ToolProtocol = None, no_git: NoGit = False) -> None:
+             tool_protocol: ToolProtocol = None, max_steps: MaxSteps = None,
+             max_time: MaxTime = None, no_git: NoGit = False) -> None:
     """Interactive session: a prompt between tasks, one session, checkpoints per task."""
     repo = _repo_dir(repo)
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
                                  base_url=base_url, ctx_size=ctx_size,
-                                 tool_protocol=tool_protocol)
+                                 tool_protocol=tool_protocol, max_steps=max_steps,
+                                 max_time=max_time)
     reporter = Reporter()
     session = RepoSession(settings, repo, reporter, no_git=no_git)
     try:
@@ -522,7 +529,8 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
                                                   "session that ran a task.")] = False,
                approval: Approval = None, preset: Preset = None, profile: Profile = None,
                base_url: BaseUrl = None, ctx_size: CtxSize = None,
-               tool_protocol: ToolProtocol = None) -> None:
+               tool_protocol: ToolProtocol = None, max_steps: MaxSteps = None,
+               max_time: MaxTime = None) -> None:
     """Continue a saved session (the exact conversation) in chat mode. It keeps the session's
     tool-call protocol unless --tool-protocol says otherwise."""
     chosen = _pick_session(None if last else session_id, here_only=False)
@@ -539,7 +547,8 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
         raise UserError(f"session {chosen} ran in {repo}, which is no longer a folder; it "
                         "cannot be resumed there")
     settings = _session_settings(repo, approval=approval, preset=preset, profile=profile,
-                                 base_url=base_url, ctx_size=ctx_size)
+                                 base_url=base_url, ctx_size=ctx_size, max_steps=max_steps,
+                                 max_time=max_time)
     reporter = Reporter()
     session = RepoSession(settings, repo, reporter, no_git=record.start.repo is None,
                           resume=chosen, protocol=tool_protocol)
