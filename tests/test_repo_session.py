@@ -3,6 +3,7 @@ model on loopback (the loop's logic) and real git repositories."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -263,6 +264,37 @@ def test_chat_slash_commands(repo: git.Repo, agent_home: Path):
     assert "unknown command /bogus" in out
     assert "removed: made.txt" in out and "restored" not in out  # /undo
     assert not (root / "made.txt").exists()
+
+
+def test_chat_help_lists_every_command_and_a_wrong_one_never_reaches_the_model(
+        repo: git.Repo, agent_home: Path):
+    """A field trial: chat had no /help; a mistyped command said "unknown command" with a
+    list that left out /quit, and a task that starts with a path (/etc/hosts …) was taken
+    for a command and never ran."""
+    root = Path(repo.working_tree_dir)
+    lines = ["/help", "/bogus", "/", "/diff now", "/undo --hard", "/status please",
+             "/etc/hosts: what is in it?", "/help", "/quit"]
+    proc = chat([call("final_answer", text="localhost")], lines, home=agent_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("Type a task, or a command (/help lists them; /exit leaves).\n")
+    shown = [re.sub(r"^(> )+", "", line) for line in out.splitlines()]  # input not echoed
+    helped = [line.strip() for line in shown if line.startswith("  /")]
+    for command in ("/undo [--force]", "/diff", "/commit", "/compact", "/status", "/help",
+                    "/exit, /quit"):
+        # One line each, saying what it does, once per /help.
+        said = [h for h in helped if h.startswith(command + "  ")]
+        assert len(said) == 2 and len(said[0]) > len(command) + 12, (command, out)
+    assert len(helped) == 14, helped
+    assert "unknown command /bogus; /help lists the commands" in out
+    assert "unknown command /; /help lists the commands" in out
+    assert "/diff takes no arguments; /help lists the commands" in out
+    assert "/undo takes only --force; /help lists the commands" in out
+    assert "/status takes no arguments" in out and "n_ctx" not in out
+    # The task that starts with a path went to the model, and nothing else did.
+    rows = json.loads(agent("sessions", "--json", home=agent_home, cwd=root).stdout)
+    assert [(r["task"], r["tasks"]) for r in rows] == [("/etc/hosts: what is in it?", 1)]
+    assert "localhost" in out + proc.stderr
 
 
 def test_undo_and_diff_default_to_this_repositorys_session(repo: git.Repo, agent_home: Path,

@@ -393,9 +393,45 @@ def _undo_summary(plan: RestorePlan) -> str:
     return "; ".join(parts + plan.git_lines()) or "nothing to undo: the task changed no files"
 
 
+CHAT_COMMANDS = {
+    "/undo": ("/undo [--force]", "put back the files the last task changed (--force: over "
+              "your edits since; again: undo the undo)"),
+    "/diff": ("/diff", "what the session changed: the files now against its first checkpoint"),
+    "/commit": ("/commit", "commit the last task's files (not the ones you had changed)"),
+    "/compact": ("/compact", "summarise the conversation so far, to free the context"),
+    "/status": ("/status", "the session's id, tasks, context size and model"),
+    "/help": ("/help", "these commands, one line each"),
+    "/exit": ("/exit, /quit", "leave the chat (Ctrl-D too); the session stays resumable"),
+}
+"""``agent chat``'s slash commands: name → (how it is typed, what it does), as /help lists
+them; ``/quit`` is ``/exit``."""
+_COMMAND_ARGS = {"/undo": ("--force",)}
+"""The arguments a command takes (one at most); the others take none."""
+
+
+def chat_command(line: str) -> tuple[str, str] | None:
+    """``line`` as a slash command: (name, its argument or ""), or None when it is a task.
+
+    A first word with a second ``/`` is a path ("/etc/hosts: what is in it?"): a task, not a
+    command nobody knows. Raises :class:`UserError` for an unknown command or an argument the
+    command does not take, so it is never sent to the model."""
+    word, _, rest = line.partition(" ")
+    if not word.startswith("/") or "/" in word[1:]:
+        return None
+    name = "/exit" if word == "/quit" else word
+    arg = rest.strip()
+    if name not in CHAT_COMMANDS:
+        raise UserError(f"unknown command {word}; /help lists the commands")
+    takes = _COMMAND_ARGS.get(name, ())
+    if arg and arg not in takes:
+        said = f"takes only {' or '.join(takes)}" if takes else "takes no arguments"
+        raise UserError(f"{word} {said}; /help lists the commands")
+    return name, arg
+
+
 def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
     out = SafeConsole(highlight=False, soft_wrap=True)
-    out.print("Type a task, or /undo [--force] /diff /commit /compact /status /exit.")
+    out.print("Type a task, or a command (/help lists them; /exit leaves).")
     while True:
         try:
             line = typed(input("> ")).strip()
@@ -404,12 +440,21 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
             return
         if not line:
             continue
-        if line in {"/exit", "/quit"}:
+        try:
+            command = chat_command(line)
+        except UserError as exc:
+            out.print(f"error: {exc}", markup=False)
+            continue
+        name, arg = command or ("", "")
+        if name == "/exit":
             return
         try:
-            if line in ("/undo", "/undo --force"):
+            if name == "/help":
+                for usage, what in CHAT_COMMANDS.values():
+                    out.print(f"  {usage:<16} {what}", markup=False)
+            elif name == "/undo":
                 try:
-                    plan = undo_task(session.id, log=session.log, force=line != "/undo")
+                    plan = undo_task(session.id, log=session.log, force=arg == "--force")
                 except RestoreConflict as exc:  # "rerun with --force" named no way in here
                     out.print(f"error: {exc.worded('type /undo --force to overwrite them')}; "
                               "the session goes on", markup=False)
@@ -417,19 +462,19 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                 out.print(_undo_summary(plan), markup=False)
                 for note in _undo_notes(plan):
                     out.print(note, markup=False)
-            elif line == "/diff":
+            elif name == "/diff":
                 out.print(diff_session(session.id) or "(no changes)", markup=False)
-            elif line == "/commit":
+            elif name == "/commit":
                 sha, left_out = session.commit_last()
                 out.print(_commit_line(sha, left_out, "commit them yourself with git"),
                           markup=False)
-            elif line == "/compact":
+            elif name == "/compact":
                 before = len(session.agent.messages)
                 done = session.agent.compact()
                 out.print(f"compacted {before} messages into {len(session.agent.messages)}" if done
                           else "the server's context size is unknown: nothing to compact against",
                           markup=False)
-            elif line == "/status":
+            elif name == "/status":
                 client = session.backend.client
                 model = client.props().get("model_path") or client.model_id()
                 # The context the session works with: the server's, else --ctx-size's (it
@@ -440,10 +485,6 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                     n_ctx = f"{context.budget.n_ctx} (ctx_size: the server does not say)"
                 out.print(f"session {session.id}, tasks {session.tasks}, n_ctx "
                           f"{n_ctx or 'unknown'}, model {model}", markup=False)
-            elif line.startswith("/"):
-                out.print(f"unknown command {line}; try /undo [--force] /diff /commit /compact "
-                          "/status /exit",
-                          markup=False)
             else:
                 session.run_task(line)
         except CHAT_RECOVERABLE as exc:
