@@ -149,11 +149,13 @@ def test_sessions_leaves_out_a_chat_left_without_a_task(repo: Path, agent_home: 
     assert agent("sessions", home=agent_home, cwd=repo).stdout == "no sessions yet\n"
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
     with ScriptedModel([]) as model:
-        for typed in ("/status\n/exit\n", ""):
+        for typed in ("/status\n/compact\n/exit\n", ""):
             left = subprocess.run([*AGENT, "chat", "--base-url", model.url], cwd=repo,
                                   env=env, input=typed, capture_output=True, text=True,
                                   timeout=120)
             assert left.returncode == 0, left.stderr
+            assert "compacted" not in left.stdout
+            assert typed == "" or "nothing to compact yet: no task has run" in left.stdout
             assert "(no task ran: nothing to undo, and `agent sessions` does not list it)" \
                 in left.stderr, left.stderr
     folder = agent_home / "data" / "sessions"

@@ -468,6 +468,11 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                 sha, left_out = session.commit_last()
                 out.print(_commit_line(sha, left_out, "commit them yourself with git"),
                           markup=False)
+            elif name == "/compact" and all(m.get("role") == "system"
+                                            for m in session.agent.messages):
+                # Nothing to summarise; compacting anyway logged a compaction that made an
+                # empty chat one `agent sessions` lists.
+                out.print("nothing to compact yet: no task has run", markup=False)
             elif name == "/compact":
                 before = len(session.agent.messages)
                 done = session.agent.compact()
