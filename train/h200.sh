@@ -91,6 +91,13 @@ require() {
   [[ -f $T/$1.done ]] || { say "FRESH MACHINE: stage $1 never ran here."; finish 10; }
 }
 
+built() {  # built SECONDS: waits for the background build while more than SECONDS of the call
+  # are left; a build still running is exit 75 (call again), not a failed one (12)
+  while [[ ! -f $T/build.rc ]] && (($(left) > $1)); do sleep 10; done
+  [[ -f $T/build.rc ]] || { tail -2 "$T/build.log"; say "the build is still running"; finish 75; }
+  [[ $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+}
+
 collect() {  # every kit part carried by this call, kept for the later ones
   local f
   for f in "$KIT"/k1*/* "$KIT"/m*/*; do [[ -f $f ]] && cp -n "$f" "$T/kit/"; done
@@ -286,8 +293,7 @@ echo \$rc > '$T/fit.rc'" < /dev/null > "$T/chain.log" 2>&1
   ;;
 rpc)  # the CUDA engine's rpc-server as a worker, as a user runs it (the GPU is shared)
   require build
-  while [[ ! -f $T/build.rc ]] && (($(left) > 200)); do sleep 10; done
-  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  built 200
   join_models; presets "$T/run/draft.gguf"
   tail -3 "$T/build.log"; ls "$HOME_UP"/cache/engines/*/bin/
   setsid -f "${A[@]}" backend worker --port 50052 < /dev/null > "$OUT/worker.txt" 2>&1
@@ -322,8 +328,7 @@ trained)
   ;;
 bench)  # calibrated first (the tuned profile launches from the stored costs), then the edit set
   require build; collect; join_models
-  while [[ ! -f $T/build.rc ]] && (($(left) > 300)); do sleep 10; done
-  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  built 300
   presets "${DRAFT:-$T/run/draft.gguf}"
   # step costs with the target as the shipped preset serves it (Q8_0) and as the wheel has it
   # (each step once: a call that ran out of time is called again and goes on)
@@ -340,8 +345,7 @@ bench)  # calibrated first (the tuned profile launches from the stored costs), t
   ;;
 bench2)  # the seed set at t = 0 and 0.7, the edit set at 0.7, other n-gram lengths
   require build; collect; join_models
-  while [[ ! -f $T/build.rc ]] && (($(left) > 300)); do sleep 10; done
-  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  built 300
   presets "${DRAFT:-$T/run/draft.gguf}"
   [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
     --lengths 1,2,3,5,7,15 --tokens 128 --json "$OUT/calibrate-smol-v3.json" \
@@ -373,7 +377,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
   }
   while [[ ! -f $T/build.rc || -f $T/gpu.busy ]] && (($(left) > 300)); do sleep 10; done
   [[ -f $T/gpu.busy ]] && { say "the GPU is still generating for layers"; pack 75; }
-  [[ -f $T/build.rc && $(cat "$T/build.rc") == 0 ]] || { tail -30 "$T/build.log"; finish 12; }
+  built 300
   presets "${DRAFT:-$ROOT/backend/models/packaged/smollm2-135m-dflash-v5.gguf}"
   [[ -f $T/done/cal-smol-v3 ]] || { "${A[@]}" backend calibrate --preset smol-v3 \
     --lengths "${CAL_LENGTHS:-1,2,3,5,7,15}" --json "$R/calibrate-smol-v3.json" \
