@@ -323,6 +323,27 @@ def test_str_replace_can_delete_text_with_an_empty_new_str(reg: Registry, ws: Pa
     assert (ws / "f.txt").read_text() == "keep\nkeep too\n"
 
 
+def test_an_edits_snippet_is_numbered_like_view_for_a_file_ending_in_a_line_break(
+        reg: Registry, ws: Path):
+    """The snippet after an edit showed one more numbered line than the file has ('3\t',
+    empty) when the file ends in a line break, which view never shows; it is view's lines."""
+    (ws / "e.txt").write_text("one\ntwo\n")
+    obs = reg.call("str_replace", {"path": "e.txt", "old_str": "two", "new_str": "2"})
+    assert obs.text == "edited e.txt:\n" + numbered(1, ["one", "2"])
+    assert obs.text.split("\n", 1)[1] == reg.call("view", {"path": "e.txt"}).text
+    obs = reg.call("insert", {"path": "e.txt", "insert_line": 2, "text": "three"})
+    assert obs.text == "inserted 1 line into e.txt:\n" + numbered(1, ["one", "2", "three"])
+    assert obs.text.split("\n", 1)[1] == reg.call("view", {"path": "e.txt"}).text
+    # Without a final line break the last line is still shown; an emptied file says so.
+    (ws / "f.txt").write_bytes(b"a\nb")
+    obs = reg.call("str_replace", {"path": "f.txt", "old_str": "b", "new_str": "c"})
+    assert obs.text == "edited f.txt:\n" + numbered(1, ["a", "c"])
+    obs = reg.call("str_replace", {"path": "e.txt", "old_str": "one\n2\nthree\n",
+                                   "new_str": ""})
+    assert obs.text == "edited e.txt:\n(empty file)"
+    assert reg.call("view", {"path": "e.txt"}).text == "(empty file)"
+
+
 def test_str_replace_keeps_crlf_line_endings(reg: Registry, ws: Path):
     (ws / "win.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
     obs = reg.call("str_replace", {"path": "win.txt", "old_str": "two\nthree",

@@ -35,8 +35,13 @@ def write_recorded(ctx: ToolContext, path: Path, data: bytes) -> None:
 
 def snippet(text: str, first_line: int, last_line: int, context: int = 3) -> str:
     """Lines ``first_line..last_line`` (1-based) of ``text`` with ``context`` lines around,
-    numbered like the view tool."""
-    lines = text.split("\n")
+    numbered like the view tool: the final line break ends the last line, so a file ending
+    in one shows no empty line after it; "(empty file)" when no line is left."""
+    # Split as view splits: text.split("\n") numbered a line after the final break, an empty
+    # "N\t" that view never shows.
+    lines = _lines(text)
+    if not lines:
+        return "(empty file)"
     start = max(1, first_line - context)
     end = min(len(lines), last_line + context)
     return "\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(start, end + 1))
