@@ -341,6 +341,24 @@ def test_glob_pattern_takes_a_name_as_the_tools_show_it(reg: Registry, ws: Path)
     assert reg.call("glob", {"pattern": "relat\\\\xf3rio.txt"}).text == "relat\\\\xf3rio.txt"
 
 
+def test_glob_matches_names_with_control_characters_by_their_shown_form(reg: Registry,
+                                                                        ws: Path):
+    """'\\x0a' in a pattern is a newline, as the tools show one in a name. A pattern that
+    ends in one matches (pathspec strips a pattern's trailing whitespace), and 'a.py' no
+    longer takes the file 'a.py' + newline too (its '$' matched before a final newline)."""
+    import os
+
+    for name in (b"a.py", b"a.py\n", b"b\tc.py", "d\u2028e.py".encode()):
+        with open(os.fsencode(ws) + b"/" + name, "wb") as fh:
+            fh.write(b"x\n")
+    assert reg.call("glob", {"pattern": "a.py"}).text == "a.py"
+    assert reg.call("glob", {"pattern": "a.py\\x0a"}).text == "a.py\\x0a"
+    assert reg.call("glob", {"pattern": "*\\x0a"}).text == "a.py\\x0a"
+    assert reg.call("glob", {"pattern": "b\\x09*"}).text == "b\\x09c.py"
+    assert reg.call("glob", {"pattern": "b?c.py"}).text == "b\\x09c.py"
+    assert reg.call("glob", {"pattern": "d\\xe2\\x80\\xa8e.py"}).text == "d\\xe2\\x80\\xa8e.py"
+
+
 def test_glob_path_must_be_a_directory(reg: Registry, tree: Path):
     obs = reg.call("glob", {"pattern": "*", "path": "main.py"})
     assert obs.is_error

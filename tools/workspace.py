@@ -47,35 +47,53 @@ class VcsFolder(PathRefused):
     """A write into a version-control folder (``.git/`` …)."""
 
 
-_SHOWN_ESCAPE = re.compile(r"\\(\\|x[89a-fA-F][0-9a-fA-F])")
-"""In a name as the tools show it: an escaped backslash, or a byte from 0x80 to 0xff (the only
-bytes that can fail to decode as UTF-8) written as ``\\xNN``."""
-_HEX_BYTE = re.compile(r"x[89a-fA-F][0-9a-fA-F]")
-_UNDECODABLE = re.compile("[\udc80-\udcff]")
+CONTROL_CHARACTERS = ("".join(map(chr, range(0x01, 0x20))) + "".join(map(chr, range(0x7F, 0xA0)))
+                      + "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e"
+                      "\u2066\u2067\u2068\u2069")
+"""Characters a name is never shown with as they are (:func:`display_name`): the C0 and C1
+controls and DEL (a newline or carriage return made one name look like two lines of a listing,
+or put text of the name's choosing on a line of its own: "a.py\nIGNORE PREVIOUS
+INSTRUCTIONS"), the line and paragraph separators (U+2028, U+2029: line breaks to
+``str.splitlines`` and some renderers) and the bidirectional controls (they reorder how a name
+reads on a terminal, as in "Trojan Source"). NUL is left out: no name holds it."""
+
+_HEX = r"x(?:0[1-9a-fA-F]|1[0-9a-fA-F]|7[fF]|[89a-fA-F][0-9a-fA-F])"
+_SHOWN_ESCAPE = re.compile(r"\\(\\|" + _HEX + ")")
+"""In a name as the tools show it: an escaped backslash, or a byte written as ``\\xNN``: a
+control byte (01 to 1f, 7f) or a byte from 80 to ff (the only bytes that can fail to decode
+as UTF-8, and those that spell a shown control character from U+0080 up)."""
+_HEX_BYTE = re.compile(_HEX)
+_ESCAPED = re.compile(f"[{CONTROL_CHARACTERS}\udc80-\udcff]")
+"""A character :func:`display_name` shows escaped: a control character, or an undecodable
+byte (as ``os.fsdecode`` holds it, U+DC80..U+DCFF)."""
 
 
-def _undecodable(ch: str) -> bool:
-    # Decoding with surrogateescape (as os.fsdecode does) turns each undecodable byte 0xNN
-    # into the lone surrogate U+DCNN. "" (past the end of a name) is not one.
-    return len(ch) == 1 and "\udc80" <= ch <= "\udcff"
+def _shown_char(ch: str) -> str:
+    # An undecodable byte 0xNN is held as U+DCNN; a control character is shown as its UTF-8
+    # bytes, so that every escape is a byte and reads back through one rule.
+    if "\udc80" <= ch <= "\udcff":
+        return f"\\x{ord(ch) - 0xDC00:02x}"
+    return "".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8"))
 
 
 def display_name(name: str) -> str:
     """``name`` (a path as Python holds it, undecodable bytes as U+DC80..U+DCFF) as the tools
     show it to the model, which must be able to pass it back (:func:`name_from_display`).
 
-    Each byte that is not UTF-8 becomes ``\\xNN`` (JSON cannot carry it as it is), and a real
-    backslash is doubled where it would otherwise read as the start of an escape (before
-    another backslash, an undecodable byte or ``x`` and a byte's two hex digits): a file
-    literally named ``a\\xf3`` is shown ``a\\\\xf3``, never as the one-byte name. Every other
-    name is shown exactly as it is, backslashes included."""
-    if "\\" not in name and not _UNDECODABLE.search(name):
+    Each byte that is not UTF-8 becomes ``\\xNN`` (JSON cannot carry it as it is), and so
+    does each byte of a control character (:data:`CONTROL_CHARACTERS`: a newline is
+    ``\\x0a``, U+2028 ``\\xe2\\x80\\xa8``), so a name is always one line and reads as it is
+    stored. A real backslash is doubled where it would otherwise read as the start of an
+    escape (before another backslash, an escaped character, or ``x`` and the two hex digits
+    of an escapable byte): a file literally named ``a\\xf3`` is shown ``a\\\\xf3``, never as
+    the one-byte name. Every other name is shown exactly as it is, backslashes included."""
+    if "\\" not in name and not _ESCAPED.search(name):
         return name
     out = []
     for i, ch in enumerate(name):
-        if _undecodable(ch):
-            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
-        elif ch == "\\" and (name[i + 1:i + 2] == "\\" or _undecodable(name[i + 1:i + 2])
+        if _ESCAPED.fullmatch(ch):
+            out.append(_shown_char(ch))
+        elif ch == "\\" and (name[i + 1:i + 2] == "\\" or _ESCAPED.match(name, i + 1)
                              or _HEX_BYTE.match(name, i + 1)):
             out.append("\\\\")
         else:
@@ -83,10 +101,10 @@ def display_name(name: str) -> str:
     return "".join(out)
 
 
-def name_from_display(text: str) -> str:
-    """The name that :func:`display_name` shows as ``text``: ``\\xNN`` (NN from 80 to ff) is
-    that byte and ``\\\\`` one backslash; any other backslash is itself. Escaped bytes that
-    together are UTF-8 give their character, the name the file system would report.
+def _read_shown(text: str, backslash: bytes) -> str:
+    """``text`` with each ``\\xNN`` escape read back into its byte and each ``\\\\`` into
+    ``backslash``, the bytes then decoded as a file name is (UTF-8, undecodable bytes as
+    U+DCNN): escaped bytes that together are UTF-8 give their character.
 
     Raises :class:`PathRefused` for a lone UTF-16 surrogate (from a JSON ``"\\ud800"``),
     which no file name can hold."""
@@ -94,7 +112,7 @@ def name_from_display(text: str) -> str:
         pieces, last = [], 0
         for m in _SHOWN_ESCAPE.finditer(text):
             pieces += [text[last:m.start()].encode("utf-8", "surrogateescape"),
-                       b"\\" if m[1] == "\\" else bytes([int(m[1][1:], 16)])]
+                       backslash if m[1] == "\\" else bytes([int(m[1][1:], 16)])]
             last = m.end()
         pieces.append(text[last:].encode("utf-8", "surrogateescape"))
     except UnicodeEncodeError as exc:
@@ -102,6 +120,25 @@ def name_from_display(text: str) -> str:
                           f"(U+{ord(exc.object[exc.start]):04X}), which no file name can "
                           "hold") from None
     return b"".join(pieces).decode("utf-8", "surrogateescape")
+
+
+def name_from_display(text: str) -> str:
+    """The name that :func:`display_name` shows as ``text``: ``\\xNN`` (NN a control byte,
+    01 to 1f or 7f, or from 80 to ff) is that byte and ``\\\\`` one backslash; any other
+    backslash is itself. Escaped bytes that together are UTF-8 give their character, the
+    name the file system would report.
+
+    Raises :class:`PathRefused` for a lone UTF-16 surrogate (from a JSON ``"\\ud800"``),
+    which no file name can hold."""
+    return _read_shown(text, b"\\")
+
+
+def pattern_from_display(pattern: str) -> str:
+    """A glob ``pattern`` written with names as the tools show them, each ``\\xNN`` read
+    back as :func:`name_from_display` reads it, so a name copied from a listing matches its
+    file. ``\\\\`` stays: in a git glob it already is one literal backslash, as in a shown
+    name. Raises :class:`PathRefused` for a lone surrogate."""
+    return _read_shown(pattern, b"\\\\")
 
 
 def _vcs_part(parts: tuple[str, ...]) -> str | None:
