@@ -515,6 +515,107 @@ def test_new_project_runs_the_projects_tests_and_commits(root: Path):
     assert any(m.endswith("project tests: passed") for m in progress)
 
 
+def _cancel_new_project_midway(c: Client, directory: str, out: dict[str, Any]) -> None:
+    """Start new_project with wait, and cancel the call (MCP notifications/cancelled, as a
+    host's stop button or timeout sends it) once the model's first file is written."""
+    progress: list[str] = []
+    stop = anyio.CancelScope()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+        if "create ok" in (message or ""):
+            stop.cancel()
+
+    async def run() -> None:
+        with stop:
+            await c.call_tool("new_project", {"description": "a calculator",
+                                              "directory": directory, "wait": True},
+                              progress_callback=on_progress)
+        out["cancelled_call"] = stop.cancelled_caught
+        out["session_id"] = progress[0].split()[1]
+
+    return run()
+
+
+SLOW_PROJECT = [call("create", path="calc.py", file_text="def add(a, b):\n    return a + b\n"),
+                {**call("final_answer", text="never reached"), "delay": 60}]
+
+
+@pytest.mark.parametrize("directory", ["calc", "made/for/calc", "empty"])
+def test_a_cancelled_new_project_call_removes_the_folder_it_made(root: Path, directory: str):
+    """A field trial: the host cancelled a waiting new_project; the task ran on unseen, and
+    at the server's stop was left half-made (.git, .venv, a module, no commit, no word). Now
+    the task is stopped and what the call made is removed: the folder (with the parents it
+    made), or what is in a folder that was there empty. Nothing else is touched."""
+    (root / "empty").mkdir()
+    (root / "mine.txt").write_text("the user's own\n")
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        await _cancel_new_project_midway(c, directory, out)
+        sid = out["session_id"]
+        out["midway"] = sorted(p.name for p in (root / directory).iterdir())
+        with anyio.move_on_after(30):  # the removal runs in the background
+            while "note" not in (status := (await c.call_tool(
+                    "session_status", {"session_id": sid})).structured_content):
+                await anyio.sleep(0.1)
+        out["status"] = status
+        out["result"] = (await c.call_tool("session_result", {"session_id": sid})
+                         ).structured_content
+
+    with ScriptedModel(SLOW_PROJECT) as model:
+        serve([root], {"base_url": model.url}, body)
+    assert out["cancelled_call"]
+    assert {".git", ".venv", "calc.py"} <= set(out["midway"])  # half-made when cancelled
+    assert out["status"]["state"] == "cancelled"
+    assert out["result"]["state"] == "cancelled" and out["result"]["note"] == \
+        out["status"]["note"]
+    top = root / directory.split("/")[0]
+    if directory == "empty":
+        assert top.is_dir() and list(top.iterdir()) == []
+        assert out["status"]["note"].endswith(f"everything the task had written in {top} was "
+                                              "removed (the folder was empty before the call, "
+                                              "and is again)")
+    else:
+        assert not top.exists()
+        assert out["status"]["note"] == (
+            "the host stopped waiting before the project was finished, so the task was "
+            f"stopped: {top}, which the call had made, was removed")
+    assert sorted(p.name for p in root.iterdir()) == sorted({"empty", "mine.txt"})
+    assert (root / "mine.txt").read_text() == "the user's own\n"
+
+
+def test_a_cancelled_new_project_task_keeps_its_files_and_says_so(root: Path):
+    """The cancel tool stops a new project like Ctrl-C: its files stay (as the CLI's do), and
+    the status says the project is unfinished and uncommitted, where. While it runs, a second
+    new_project into the same folder is refused naming the session (two tasks would write
+    each other's project)."""
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        started = await c.call_tool("new_project", {"description": "a calculator",
+                                                    "directory": "calc"})
+        sid = started.structured_content["session_id"]
+        out["second"] = await c.call_tool("new_project", {"description": "again",
+                                                          "directory": "calc"})
+        while not (root / "calc" / "calc.py").exists():
+            await anyio.sleep(0.1)
+        out["cancelled"] = (await c.call_tool("cancel", {"session_id": sid})
+                            ).structured_content
+        out["sid"] = sid
+
+    with ScriptedModel(SLOW_PROJECT) as model:
+        serve([root], {"base_url": model.url}, body)
+    assert out["second"].is_error
+    assert (f"session {out['sid']} is still running in {root / 'calc'}; wait for it to end "
+            "or cancel it first, or choose another directory") in text(out["second"])
+    assert out["cancelled"]["state"] == "cancelled"
+    assert out["cancelled"]["note"] == (f"the project in {root / 'calc'} is unfinished: its "
+                                        "files stay as they are, nothing is committed; remove "
+                                        "the folder to start again")
+    assert (root / "calc" / "calc.py").exists()
+
+
 def test_new_project_takes_the_recipe_the_host_asks_for(root: Path):
     """A 30 B model gets the full recipe by its size; the host's recipe=simple wins."""
     script = [call("create", path="calc.py", file_text="def add(a, b):\n    return a + b\n"),

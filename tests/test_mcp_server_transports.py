@@ -169,6 +169,75 @@ def test_a_host_that_dies_mid_call_is_a_disconnect_not_an_internal_error(
         not list((agent_home / "state" / "crashes").iterdir())
 
 
+def test_a_host_that_cancels_a_waiting_new_project_is_left_no_half_made_folder(
+        root: Path, agent_home: Path):
+    """A field trial: the host sent notifications/cancelled for a waiting new_project (its
+    stop button); the project ran on unseen and, when the host closed the server, was left
+    half-made (.git, .venv, a module, no commit). Now the task stops, the folder the call
+    made goes, the server's log (stderr, the host's MCP log) says so, and so does
+    session_status."""
+    def send(message: dict) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+
+    def receive() -> dict:
+        assert proc.stdout is not None
+        return json.loads(proc.stdout.readline())
+
+    script = [reply(json.dumps({"tool": "create", "arguments": {
+                  "path": "calc.py", "file_text": "def add(a, b):\n    return a + b\n"}})),
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "no"}}),
+                    delay=120)]
+    with ScriptedModel(script) as model:
+        proc = subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url",
+                                 model.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, HOME_ENV: str(agent_home)})
+        try:
+            send(INIT)
+            receive()
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "new_project", "_meta": {"progressToken": 7},
+                "arguments": {"description": "a calculator", "directory": "calc",
+                              "wait": True}}})
+            progress: list[str] = []
+            while not progress or "create ok" not in progress[-1]:
+                message = receive()
+                assert message.get("id") != 2, message  # it must still be running
+                progress.append(message["params"].get("message", ""))
+            midway = sorted(p.name for p in (root / "calc").iterdir())
+            send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": 2, "reason": "the user pressed stop"}})
+            session = progress[0].split()[1]
+            deadline = time.monotonic() + 60
+            status: dict = {}
+            while "note" not in status and time.monotonic() < deadline:
+                time.sleep(0.2)
+                send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                    "name": "session_status", "arguments": {"session_id": session}}})
+                while (message := receive()).get("id") != 3:
+                    assert message.get("id") != 2, message  # a cancelled call gets no answer
+                status = message["result"]["structuredContent"]
+            proc.stdin.close()  # type: ignore[union-attr]
+            assert proc.wait(timeout=60) == 0
+            stderr = proc.stderr.read()  # type: ignore[union-attr]
+        finally:
+            proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                stream.close()  # type: ignore[union-attr]
+    assert {".git", ".venv", "calc.py"} <= set(midway)
+    assert status["state"] == "cancelled", status
+    said = (f"the host stopped waiting before the project was finished, so the task was "
+            f"stopped: {root / 'calc'}, which the call had made, was removed")
+    assert status["note"] == said
+    assert f"session {session}: {said}" in stderr, stderr
+    assert not (root / "calc").exists()
+    assert "internal error" not in stderr
+
+
 @pytest.fixture
 def http_server(root: Path, agent_home: Path) -> Iterator[tuple[str, str, int]]:
     """``agent mcp serve --http`` as a subprocess: (endpoint, token, port)."""

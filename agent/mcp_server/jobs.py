@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import git
 import psutil
 
 from agent.config import load_settings
@@ -73,6 +75,27 @@ class Approval:
     """A waiting call has put it to the user."""
 
 
+@dataclass(frozen=True)
+class NewFolder:
+    """What a ``new_project`` call found at its directory, so that what its task makes can be
+    told apart from what was there before."""
+
+    top: Path
+    """The project's folder, or its highest parent that did not exist when the call came."""
+    existed: bool
+    """``top`` (then the project's folder) existed, empty: only what is in it is the task's."""
+
+    @classmethod
+    def at(cls, directory: Path) -> NewFolder:
+        """What the call finds at ``directory`` (resolved; missing, or an empty folder)."""
+        if directory.exists():
+            return cls(directory, True)
+        top = directory
+        while not top.parent.exists():
+            top = top.parent
+        return cls(top, False)
+
+
 @dataclass
 class Job:
     """One task started through MCP. Fields are guarded by ``lock``."""
@@ -94,6 +117,12 @@ class Job:
     approval: Approval | None = None
     approvals: int = 0
     cancel_requested: bool = False
+    new_folder: NewFolder | None = None
+    """For ``new_project``: what its call found at the directory."""
+    note: str | None = None
+    """What became of an unfinished project's folder (session_status and session_result)."""
+    abandoned: bool = False
+    """Its waiting call went away (:meth:`JobManager.abandon`): the note comes from there."""
     proc: subprocess.Popen[str] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     done_event: threading.Event = field(default_factory=threading.Event)
@@ -114,6 +143,8 @@ class Job:
                 out["waiting_for_approval"] = self.approval.prompt
             if self.error:
                 out["error"] = self.error
+            if self.note:
+                out["note"] = self.note
             return out
 
     def answer(self, number: int, text: str) -> None:
@@ -179,6 +210,8 @@ class JobManager:
         self.ready = threading.Event()
         self.backend = "not started"
         self._lock = threading.Lock()
+        self._abandoning: list[threading.Thread] = []
+        """Threads stopping tasks whose waiting call went away (:meth:`abandon`)."""
 
     def warm(self) -> None:
         """Build/fetch/start the backend in a background thread (returns at once)."""
@@ -209,14 +242,16 @@ class JobManager:
 
     def start(self, kind: Literal["run_task", "new_project"], text: str, path: Path,
               approval: Literal["ask", "auto-edit", "full-auto"] = "full-auto",
-              overrides: dict[str, Any] | None = None) -> Job:
+              overrides: dict[str, Any] | None = None,
+              new_folder: NewFolder | None = None) -> Job:
         """Queue a task; its worker starts once the backend is warm. Returns at once.
-        ``overrides``: settings for this task only (over the server's own)."""
+        ``overrides``: settings for this task only (over the server's own); ``new_folder``:
+        for a new project, what the call found at ``path``."""
         self.warm()
         session_id = new_session_id()
         spec = WorkerSpec(kind=kind, session_id=session_id, text=text, path=str(path),
                           approval=approval, settings={**self.settings, **(overrides or {})})
-        job = Job(session_id, kind, spec)
+        job = Job(session_id, kind, spec, new_folder=new_folder)
         job.say(f"waiting for the backend ({self.backend})" if not self.ready.is_set()
                 else "starting")
         self.jobs[session_id] = job
@@ -322,6 +357,12 @@ class JobManager:
             job.state, job.result, job.error = state, result, error
             job.finished = time.time()
             job.say(f"{state}" + (f": {error}" if error else ""))
+            if job.kind == "new_project" and state == "cancelled" and not job.abandoned \
+                    and not (result or {}).get("commit") and _exists(Path(job.spec.path)):
+                # Cancelled like Ctrl-C, the files stay; the result must not read as a
+                # project (a field trial's host was left a half-made folder, unexplained).
+                job.note = (f"the project in {job.spec.path} is unfinished: its files stay as "
+                            "they are, nothing is committed; remove the folder to start again")
         job.done_event.set()
 
     def get(self, session_id: str) -> Job | None:
@@ -334,9 +375,16 @@ class JobManager:
         with job.lock:
             if job.state in FINISHED:
                 return
+            again = job.cancel_requested
             job.cancel_requested = True
             proc = job.proc
-            job.say("cancelling")
+            if not again:
+                job.say("cancelling")
+        if again:
+            # One SIGINT only: a second Ctrl-C could cut short the first one's clean stop
+            # (its checkpoint); this caller waits for that stop, or the kill after the grace.
+            job.done_event.wait()
+            return
         if proc is None:
             # Not started yet: _run sees the flag once the backend is ready.
             if not self.ready.is_set():
@@ -349,11 +397,134 @@ class JobManager:
             _kill_tree(proc.pid)
             job.done_event.wait()
 
+    def abandon(self, job: Job) -> None:
+        """The call waiting on new project ``job`` ended without its result (the host
+        cancelled it, its timeout did, or it went away): stop the task as :meth:`cancel`
+        does, then remove what it made (:func:`discard_unfinished`). Returns at once; the
+        work runs in a thread that :meth:`shutdown` waits for."""
+        with job.lock:
+            if job.state in FINISHED:
+                return  # it ended first: its result stands, and says what it made
+            job.abandoned = True
+        thread = threading.Thread(target=self._abandon, args=(job,), daemon=True,
+                                  name=f"mcp-abandon-{job.session_id}")
+        self._abandoning.append(thread)
+        thread.start()
+
+    def _abandon(self, job: Job) -> None:
+        self.cancel(job)
+        proc = job.proc
+        if proc is not None:
+            # done_event can come with the worker's last line, before it has exited; nothing
+            # may still write in the folder when it goes.
+            try:
+                proc.wait(timeout=CANCEL_GRACE)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc.pid)
+        try:
+            note = discard_unfinished(job)
+        except Exception as exc:  # the removal must not fail silently in a daemon thread
+            note = (f"the host stopped waiting before the project was finished; its folder "
+                    f"{job.spec.path} could not be checked or removed ({exc}), and stays as it "
+                    "is, unfinished")
+        if note:
+            log.warning("session %s: %s", job.session_id, note)
+            with job.lock:
+                job.note = note
+                job.say(note)
+
     def shutdown(self) -> None:
-        """Cancel every running task (the server is stopping)."""
+        """Cancel every running task (the server is stopping), after the removals that calls
+        which went away have started (:meth:`abandon`)."""
+        for thread in list(self._abandoning):
+            thread.join()
         for job in list(self.jobs.values()):
             if job.state not in FINISHED:
                 self.cancel(job)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError:
+        return False
+
+
+def _has_commits(folder: Path) -> bool | None:
+    """Whether the repository of ``folder`` itself (not an enclosing one) has a commit; None
+    when git cannot tell."""
+    try:
+        return git.Repo(folder).head.is_valid()
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return False
+    except (git.GitError, ValueError, OSError):
+        return None
+
+
+def _remove_tree(folder: Path, problems: list[str]) -> None:
+    """``shutil.rmtree`` that goes on past what it cannot remove, noting each in ``problems``
+    (``onerror`` is deprecated from Python 3.12, ``onexc`` missing before it)."""
+    def failed(_func: Any, path: str, exc: BaseException) -> None:
+        problems.append(f"{path}: {exc}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(folder, onexc=failed)
+    else:
+        shutil.rmtree(folder, onerror=lambda func, path, info: failed(func, path, info[1]))
+
+
+def discard_unfinished(job: Job) -> str:
+    """Remove what new project ``job``, stopped because its call went away, made: the folder
+    its call found missing (:attr:`NewFolder.top`), or, when the project's folder existed
+    empty, everything in it. Returns what was done, in words, or ``""`` when there is nothing
+    to say (the task finished first, or it is not a new project).
+
+    What existed before the call is never touched. Only a task that said it was interrupted
+    while making the project (its worker's ``done`` line, ``created``) counts as its maker: one
+    that never started, or failed (as when the folder was no longer empty when it began), or
+    had to be killed, leaves the folder as it is. A project with a commit is kept (finished,
+    or saved work); so is one whose folder became a link, or that git cannot read. The server
+    refuses any other task in or around a running task's folder, so what is in it was written
+    during the call, by the task."""
+    fresh, project = job.new_folder, Path(job.spec.path)
+    with job.lock:
+        state, result = job.state, job.result
+    if fresh is None or state != "cancelled" or (result or {}).get("commit"):
+        return ""
+    stopped = "the host stopped waiting before the project was finished, so the task was stopped"
+    if job.proc is None:
+        return f"{stopped} before it began: nothing was written"
+    if not _exists(project) or (result is not None and not result.get("created")):
+        return f"{stopped}; nothing had been written in {project}"
+    kept = f"{stopped}; the unfinished project stays in {project}, nothing committed"
+    if result is None:
+        return f"{kept} (the task did not say what it had made: not removed)"
+    if fresh.top.is_symlink() or project.is_symlink():
+        return f"{kept} (the folder is now a link: not removed)"
+    commits = _has_commits(project)
+    if commits is None:
+        return f"{kept} (git cannot read its repository: not removed)"
+    if commits:
+        return f"{kept} (its repository has a commit: not removed)"
+    problems: list[str] = []
+    if fresh.existed:
+        for child in list(project.iterdir()):
+            if child.is_dir() and not child.is_symlink():
+                _remove_tree(child, problems)
+            else:
+                try:
+                    child.unlink()
+                except OSError as exc:
+                    problems.append(f"{child}: {exc}")
+        what = f"everything the task had written in {project} was removed (the folder was " \
+               "empty before the call, and is again)"
+    else:
+        _remove_tree(fresh.top, problems)
+        what = f"{fresh.top}, which the call had made, was removed"
+    if problems:
+        return (f"{stopped}; the unfinished project in {project} could not all be removed "
+                f"({len(problems)} problem(s), first: {problems[0]}); the rest stays")
+    return f"{stopped}: {what}"
 
 
 def _kill_tree(pid: int) -> None:

@@ -43,7 +43,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agent.config import ConfigError, load_settings
 from agent.errors import UserError, host_text
 from agent.events import FinalAnswer
-from agent.mcp_server.jobs import FINISHED, Job, JobManager
+from agent.mcp_server.jobs import FINISHED, Job, JobManager, NewFolder
 from agent.sessions import checkpoints as cp
 from agent.sessions.repo import SessionRecord, diff_task, load_record, undo_task
 
@@ -254,7 +254,8 @@ class AgentServer:
             job.answer(int(resume.get("approval", 0)), _answer_of(responses.get(key)))
         else:
             # First, the id: a host whose wait timed out (or that cancelled the request) could
-            # otherwise neither see nor cancel the task, which runs on (a field trial).
+            # otherwise neither see nor cancel the task, which runs on (a field trial; a new
+            # project's is stopped instead, see new_project).
             await ctx.report_progress(0, None, f"session {job.session_id} started: "
                                       "session_status, cancel and undo take this id")
         can_ask = _can_elicit(ctx)
@@ -385,7 +386,9 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
                                         "workspace roots.")],
         ctx: Context,
         wait: Annotated[bool, Field(strict=True, description="Block until done, sending "
-                                    "progress notifications.")] = False,
+                                    "progress notifications. If this call is cancelled (or "
+                                    "times out) first, the project is stopped and the folder "
+                                    "it made removed.")] = False,
         recipe: Annotated[Literal["auto", "simple", "full"], Field(
             description="full: the model plans the project (toolchain, files, install, "
             "tests); simple: one module and its tests, for small models; auto: by the "
@@ -398,13 +401,29 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         if not description.strip():
             raise ToolError("the project description is empty; say what to build")
         path = roots.confine(directory)
+        busy = jobs.running_in(path)
+        if busy is not None:
+            # Two tasks in one new folder would write each other's project; and what is in
+            # the folder must be this task's alone for a cancelled call to remove it.
+            raise ToolError(f"session {busy.session_id} is still running in {busy.spec.path}; "
+                            "wait for it to end or cancel it first, or choose another "
+                            "directory")
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise ToolError(f"{directory} exists and is not an empty directory; choose another")
         job = jobs.start("new_project", description, path,
-                         overrides={"new_project_recipe": recipe})
-        if wait:
+                         overrides={"new_project_recipe": recipe},
+                         new_folder=NewFolder.at(path))
+        if not wait:
+            return _result(job.status())
+        try:
             return await agent.wait(job, ctx, None)
-        return _result(job.status())
+        except anyio.get_cancelled_exc_class():
+            # The host cancelled the call (MCP notifications/cancelled: its user pressed stop,
+            # or its timeout ran out) or went away. Nobody will read this project's result:
+            # running on, it was finished unasked or, at the server's stop, left half-made
+            # and unexplained (a field trial). So it stops, and the folder it made goes.
+            jobs.abandon(job)
+            raise
 
     @tool(READ_ONLY)
     async def session_status(
