@@ -126,6 +126,59 @@ def test_grep_glob_filters_by_file_name(reg: Registry, tree: Path):
                                     "src/sub/conf.toml:1: needle = false"]
 
 
+def test_grep_glob_takes_a_name_as_the_tools_show_it(reg: Registry, ws: Path):
+    """grep's glob filter went to Path.match as typed: 'relat\\xf3rio.txt', copied from
+    glob's own listing, filtered out the very file it names. Each name as glob lists it now
+    filters to that file alone ('\\\\' one literal backslash, '\\x0a' a newline), and is
+    a glob pattern for that file alone too (glob read 'x\\y.py' as 'xy.py')."""
+    import os
+
+    write(ws, {os.fsdecode(name): "needle\n" for name in (
+        b"relat\xf3rio.txt", b"relat\\xf3rio.txt", b"a.py\nb", b"a.py", b"x\\y.py")})
+    listed = reg.call("glob", {"pattern": "*"}).text.split("\n")
+    assert listed == ["a.py", "a.py\\x0ab", "relat\\\\xf3rio.txt", "relat\\xf3rio.txt",
+                      "x\\y.py"]
+    for name in listed:
+        obs = reg.call("grep", {"pattern": "needle", "glob": name})
+        assert obs.text == f"{name}:1: needle", (name, obs.text)
+        assert reg.call("glob", {"pattern": name}).text == name
+    obs = reg.call("grep", {"pattern": "needle", "glob": "*\\xf3*"})
+    assert obs.text == "relat\\xf3rio.txt:1: needle"
+    # A backslash before what a glob escapes still escapes it.
+    write(ws, {"q*r": "", "qxr": ""})
+    assert reg.call("glob", {"pattern": "q\\*r"}).text == "q*r"
+
+
+def test_glob_patterns_match_a_name_in_either_unicode_form(reg: Registry, ws: Path):
+    """A name written decomposed (NFD, as macOS writes names) was not matched by a pattern
+    typed composed (NFC), by glob or by grep's glob filter, nor the other way round."""
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "maçã.py")
+    write(ws, {nfd: "needle\n", "ação.txt": "needle\n", "plain.py": "needle\n"})
+    for pattern, found in [("*maçã*", nfd), ("maçã.py", nfd), ("*ção.txt", "ação.txt"),
+                           ("ma?ã.py", nfd)]:
+        for typed in (pattern, unicodedata.normalize("NFD", pattern)):
+            assert reg.call("glob", {"pattern": typed}).text == found, typed
+            assert reg.call("grep", {"pattern": "needle", "glob": typed}).text == \
+                f"{found}:1: needle", typed
+
+
+@pytest.mark.parametrize(("tool", "args", "error"), [
+    ("glob", {"pattern": "[z-a]"}, "invalid glob pattern '[z-a]': bad character range z-a"),
+    ("glob", {"pattern": "!"}, "invalid glob pattern '!': Invalid git pattern: '!'"),
+    ("glob", {"pattern": "a\ud800"}, "invalid glob pattern: 'a\\ud800' holds a lone surrogate"),
+    ("grep", {"pattern": "x", "glob": "."}, "invalid glob '.': empty pattern"),
+    ("grep", {"pattern": "x", "glob": "a\ud800"}, "invalid glob 'a\\ud800': 'a\\ud800' holds"),
+])
+def test_a_glob_that_is_no_pattern_is_a_clear_error(reg: Registry, ws: Path, tool: str,
+                                                    args: dict, error: str):
+    """glob '[z-a]' or '!' was an internal error (re.error, pathspec's own), as was
+    grep's glob '.' (ValueError from Path.match)."""
+    obs = reg.call(tool, args)
+    assert obs.is_error and obs.text.startswith(error), obs.text
+
+
 def test_grep_path_limits_the_search_to_a_folder(reg: Registry, tree: Path):
     obs = reg.call("grep", {"pattern": "needle", "path": "src/sub"})
     assert obs.text == "src/sub/conf.toml:1: needle = false"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 
 import pathspec
@@ -10,7 +14,7 @@ from pydantic import Field
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import outside_line, walk
-from tools.workspace import CONTROL_CHARACTERS, pattern_from_display
+from tools.workspace import CONTROL_CHARACTERS, PathRefused, pattern_from_display
 
 MAX_RESULTS = 500
 _STAND_INS = {ord(ch): 0xD800 + i for i, ch in enumerate(CONTROL_CHARACTERS)}
@@ -20,10 +24,57 @@ matches before a final newline ('a.py' took the file 'a.py\\n' too). High surrog
 whitespace and no name holds one (an undecodable byte is a low one, U+DCNN)."""
 
 
-def _name(path: Path, start: Path) -> str:
-    """``path`` relative to ``start`` as the pattern is matched against it (stand-ins for
-    control characters)."""
-    return path.relative_to(start).as_posix().translate(_STAND_INS)
+_BACKSLASH_PAIR = re.compile(r"\\(.|$)", re.DOTALL)
+_GLOB_ESCAPED = frozenset("\\*?[]!# -^")
+"""What a backslash escapes in a git glob; before anything else (or at the end) a backslash
+is taken as itself, as a shown name has it: 'x\\y.py' from a listing read as 'xy.py'."""
+
+
+def _literal_backslash(m: re.Match[str]) -> str:
+    # Doubled, the backslash is one literal backslash to pathspec.
+    return m[0] if m[1] and m[1] in _GLOB_ESCAPED else "\\\\" + m[1]
+
+
+def _spec(pattern: str) -> pathspec.GitIgnoreSpec:
+    """``pattern`` (control characters already stand-ins) as a git wildmatch spec; raises
+    ``ValueError`` or ``re.error`` for one that is no pattern ('!', '[z-a]')."""
+    return pathspec.GitIgnoreSpec.from_lines([pattern])
+
+
+def name_matcher(pattern: str) -> Callable[[str], bool]:
+    """Whether a path (relative to where the search starts, '/'-separated) matches the glob
+    ``pattern`` with git wildmatch semantics ('**' spans folders; a pattern without '/'
+    matches at any depth).
+
+    A name as the tools show it ('\\xNN' escapes, a backslash before a character it does not
+    escape in a glob) is read back into the name's own characters, so a name copied from a
+    listing matches its file; and the pattern and the
+    path also match with both in NFC, so 'ação*' typed composed finds a name written
+    decomposed (as macOS writes names) and the other way round. Raises :class:`ToolError`
+    for a pattern that is none, or one holding a lone surrogate."""
+    try:
+        text = _BACKSLASH_PAIR.sub(_literal_backslash,
+                                   pattern_from_display(pattern.removeprefix("./")))
+    except PathRefused as exc:
+        raise ToolError(f"invalid glob pattern: {exc}") from None
+    try:
+        spec = composed = _spec(text.translate(_STAND_INS))
+    except (ValueError, re.error) as exc:
+        raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from None
+    # Composed, a pattern may be none ('[ē\u0301-\u0302]' becomes a range in the wrong
+    # order): then it is matched only as written.
+    with contextlib.suppress(ValueError, re.error):
+        if not unicodedata.is_normalized("NFC", text):
+            composed = _spec(unicodedata.normalize("NFC", text).translate(_STAND_INS))
+
+    def matches(name: str) -> bool:
+        if spec.match_file(name.translate(_STAND_INS)):
+            return True
+        if name.isascii() or unicodedata.is_normalized("NFC", name):
+            # Already composed: only a pattern that composing changed can match otherwise.
+            return composed is not spec and composed.match_file(name.translate(_STAND_INS))
+        return composed.match_file(unicodedata.normalize("NFC", name).translate(_STAND_INS))
+    return matches
 
 
 class GlobArgs(ToolArgs):
@@ -40,21 +91,17 @@ class Glob(Tool):
         start = resolve(self.ctx, args.path, writable=False)
         if not start.is_dir():
             raise ToolError(f"{args.path} is not a directory")
-        # Git wildmatch semantics: '**' spans folders; a pattern without '/' matches at any depth.
-        # A name as the tools show it ('\\xNN' escapes) is read back into the name's own
-        # characters, so a name copied from a listing matches its file.
-        pattern = pattern_from_display(args.pattern.removeprefix("./")).translate(_STAND_INS)
-        spec = pathspec.GitIgnoreSpec.from_lines([pattern])
+        matches = name_matcher(args.pattern)
         found: list[str] = []
         files = 0
 
         def skipped(link: Path) -> None:
             # A folder link may hold matches; a file link is named only when it would match.
-            if link.is_dir() or spec.match_file(_name(link, start)):
+            if link.is_dir() or matches(link.relative_to(start).as_posix()):
                 found.append(outside_line(link, self.ctx.workspace.relative(link)))
 
         for path in walk(self.ctx.workspace.root_of(start), start, outside=skipped):
-            if spec.match_file(_name(path, start)):
+            if matches(path.relative_to(start).as_posix()):
                 if files >= MAX_RESULTS:  # only claim a cap when a file is dropped
                     found.append(f"[stopped at {MAX_RESULTS} files; narrow the pattern]")
                     break

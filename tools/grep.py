@@ -6,7 +6,7 @@ import contextlib
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import Field
 
@@ -14,7 +14,7 @@ from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import outside_line, walk
 from tools.textfile import decode, looks_binary
-from tools.workspace import PathRefused
+from tools.workspace import PathRefused, name_from_display
 
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
@@ -44,6 +44,33 @@ def _line_matcher(pattern: str, ignore_case: bool) -> Callable[[str], bool]:
     return matches
 
 
+def _file_filter(glob: str) -> Callable[[Path], bool]:
+    """Whether a file's path matches grep's ``glob`` filter as ``Path.match`` matches it
+    (from the right: '*.py' in any folder, 'src/*.py' in any folder named src).
+
+    A name as the tools show it is read back first ('\\xNN' escapes, '\\\\' one
+    backslash: ``Path.match`` has no escapes of its own), so a name copied from a listing
+    filters to its file; and the pattern and the path also match with both in NFC, so
+    'ação*' typed composed takes a name written decomposed and the other way round. Raises
+    :class:`ToolError` for a pattern that is none ('.') or holds a lone surrogate."""
+    try:
+        pattern = name_from_display(glob)
+        PurePosixPath("x").match(pattern)  # raises ValueError for an empty pattern ('.')
+    except (PathRefused, ValueError) as exc:
+        raise ToolError(f"invalid glob {glob!r}: {exc}") from None
+    composed = unicodedata.normalize("NFC", pattern)
+
+    def matches(path: Path) -> bool:
+        if path.match(pattern):
+            return True
+        text = str(path)
+        if text.isascii() or unicodedata.is_normalized("NFC", text):
+            # Already composed: only a pattern that composing changed can match otherwise.
+            return composed != pattern and path.match(composed)
+        return PurePosixPath(unicodedata.normalize("NFC", text)).match(composed)
+    return matches
+
+
 class GrepArgs(ToolArgs):
     pattern: str = Field(description="Python regular expression to search for.")
     path: str = Field(".", description="File or directory to search, relative to the root.")
@@ -62,6 +89,7 @@ class Grep(Tool):
             matches_line = _line_matcher(args.pattern, args.ignore_case)
         except re.error as exc:
             raise ToolError(f"invalid regular expression {args.pattern!r}: {exc}") from exc
+        wanted = _file_filter(args.glob) if args.glob else None
         start = resolve(self.ctx, args.path, writable=False)
         if not start.exists():
             raise ToolError(f"{args.path} does not exist")
@@ -70,13 +98,13 @@ class Grep(Tool):
 
         def skipped(link: Path) -> None:
             # A folder link may hold matches; a file link is named only when the glob takes it.
-            if link.is_dir() or not args.glob or link.match(args.glob):
+            if link.is_dir() or wanted is None or wanted(link):
                 out.append(outside_line(link, self.ctx.workspace.relative(link)))
 
         files = [start] if start.is_file() else walk(self.ctx.workspace.root_of(start), start,
                                                       outside=skipped)
         for path in files:
-            if args.glob and not path.match(args.glob):
+            if wanted is not None and not wanted(path):
                 continue
             try:
                 # A symlink is read at its target, which must be inside the workspace too.
