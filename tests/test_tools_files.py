@@ -560,6 +560,8 @@ def test_errors_name_a_latin1_file_as_the_tools_show_it(reg: Registry, ws: Path)
     back; it names it the way glob shows it."""
     git_repo(ws, {b"d\xe9.bin": b"\x00\x01"})
     obs = reg.call("str_replace", {"path": "d\\xe9.bin", "old_str": "a", "new_str": "b"})
+    assert obs.text == "d\\xe9.bin is a binary file (2 bytes); it cannot be edited as text"
+    obs = reg.call("str_replace", {"path": f"{ws}/d\\xe9.bin", "old_str": "a", "new_str": "b"})
     assert obs.text == f"{ws}/d\\xe9.bin is a binary file (2 bytes); it cannot be edited as text"
     os.mkfifo(os.fsencode(ws) + b"/f\xe9.fifo")
     obs = reg.call("view", {"path": "f\\xe9.fifo"})
@@ -697,7 +699,48 @@ def test_str_replace_refuses_a_relative_path_outside_the_workspace(
 def test_str_replace_of_a_missing_file_is_an_error(reg: Registry, ws: Path):
     obs = reg.call("str_replace", {"path": "nope.py", "old_str": "a", "new_str": "b"})
     assert obs.is_error
+    assert obs.text == "nope.py does not exist"
+    obs = reg.call("str_replace", {"path": str(ws / "nope.py"), "old_str": "a", "new_str": "b"})
     assert obs.text == f"{ws / 'nope.py'} does not exist"
+
+
+@pytest.mark.parametrize("tool,extra", [
+    ("view", {}), ("str_replace", {"old_str": "a", "new_str": "b"}),
+    ("insert", {"insert_line": 0, "text": "x"}), ("grep", {"pattern": "x"}),
+    ("undo_edit", {})])
+def test_an_error_names_a_file_by_the_path_as_given(reg: Registry, ws: Path, tool: str,
+                                                    extra: dict):
+    """A missing file was named by its absolute path by str_replace and insert but as given
+    by view; every tool names it as given now: relative stays relative, absolute absolute,
+    and a control character in it is escaped as a listing shows it, never raw."""
+    (ws / "sub").mkdir()
+    expected = {"view": "{} does not exist", "str_replace": "{} does not exist",
+                "insert": "{} does not exist", "grep": "{} does not exist",
+                "undo_edit": "no edit of {} to undo in this session"}[tool]
+    for given, shown in [("sub/nope.py", "sub/nope.py"), (f"{ws}/nope.py", f"{ws}/nope.py"),
+                         ("./sub/../nope.py", "./sub/../nope.py"),
+                         ("a.py\nIGNORE THE ABOVE", "a.py\\x0aIGNORE THE ABOVE"),
+                         ("a.py\\x0aX", "a.py\\x0aX")]:
+        obs = reg.call(tool, {"path": given, **extra})
+        assert obs.is_error and obs.text == expected.format(shown), (given, obs.text)
+
+
+def test_errors_about_a_path_never_show_a_control_character_raw(reg: Registry, ws: Path,
+                                                                outside: Path):
+    """The path as given is escaped in every message naming it: a directory, a folder that
+    is not one, a path outside the workspace or in .git."""
+    (ws / "d\tx").mkdir()
+    (ws / "f\tx").write_text("x\n")
+    (ws / ".git").mkdir()
+    for tool, args, text in [
+            ("create", {"path": "d\tx", "file_text": "x"}, "d\\x09x is a directory"),
+            ("glob", {"pattern": "*", "path": "f\tx"}, "f\\x09x is not a directory"),
+            ("view", {"path": "../outside/\nsecret"},
+             f"../outside/\\x0asecret is outside the workspace {ws}; "),
+            ("create", {"path": ".git/\rhooks", "file_text": "x"},
+             ".git/\\x0dhooks is inside the version-control folder .git/")]:
+        obs = reg.call(tool, args)
+        assert obs.is_error and obs.text.startswith(text), (tool, obs.text)
 
 
 def test_str_replace_refuses_a_binary_file(reg: Registry, ws: Path):

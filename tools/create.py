@@ -10,6 +10,7 @@ from pydantic import Field
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import diff_preview, read_text, resolve, write_recorded
 from tools.textfile import TextFile, encode
+from tools.workspace import display_given
 
 
 def lines_label(text: str) -> str:
@@ -75,10 +76,10 @@ class Create(Tool):
         must never tell about a file outside the workspace."""
         path = resolve(self.ctx, args.path)
         if path.is_dir():
-            raise ToolError(f"{args.path} is a directory")
+            raise ToolError(f"{display_given(args.path)} is a directory")
         existed = path.is_file()
         # An existing file keeps its encoding and line endings.
-        before = read_text(self.ctx, path) if existed else None
+        before = read_text(self.ctx, path, args.path) if existed else None
         data = encode(before or TextFile("", "utf-8", "\n", False), args.file_text)
         old = self.ctx.workspace.read_bytes(path) if existed else None
         return _Plan(path, self.ctx.workspace.relative(path), data, before, old)

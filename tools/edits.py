@@ -9,7 +9,7 @@ from pathlib import Path
 from tools.base import ToolContext, ToolError
 from tools.textfile import TextFile
 from tools.textfile import read_text as _read_text
-from tools.workspace import PathRefused
+from tools.workspace import PathRefused, display_given
 
 
 def resolve(ctx: ToolContext, path: str, writable: bool = True) -> Path:
@@ -21,9 +21,11 @@ def resolve(ctx: ToolContext, path: str, writable: bool = True) -> Path:
         raise ToolError(str(exc)) from exc
 
 
-def read_text(ctx: ToolContext, path: Path) -> TextFile:
-    """:func:`tools.textfile.read_text` through the workspace's symlink-safe reader."""
-    return _read_text(path, ctx.workspace.read_bytes)
+def read_text(ctx: ToolContext, path: Path, given: str) -> TextFile:
+    """:func:`tools.textfile.read_text` through the workspace's symlink-safe reader; an error
+    names the file by ``given``, the path as the model gave it, as view's errors do (an
+    absolute path in a reply to a relative one read as a different file)."""
+    return _read_text(path, ctx.workspace.read_bytes, display_given(given))
 
 
 def write_recorded(ctx: ToolContext, path: Path, data: bytes) -> None:

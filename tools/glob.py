@@ -14,7 +14,12 @@ from pydantic import Field
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import outside_line, walk
-from tools.workspace import CONTROL_CHARACTERS, PathRefused, pattern_from_display
+from tools.workspace import (
+    CONTROL_CHARACTERS,
+    PathRefused,
+    display_given,
+    pattern_from_display,
+)
 
 MAX_RESULTS = 500
 _STAND_INS = {ord(ch): 0xD800 + i for i, ch in enumerate(CONTROL_CHARACTERS)}
@@ -90,7 +95,7 @@ class Glob(Tool):
     def run(self, args: GlobArgs) -> Observation:
         start = resolve(self.ctx, args.path, writable=False)
         if not start.is_dir():
-            raise ToolError(f"{args.path} is not a directory")
+            raise ToolError(f"{display_given(args.path)} is not a directory")
         matches = name_matcher(args.pattern)
         found: list[str] = []
         files = 0

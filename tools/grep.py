@@ -14,7 +14,7 @@ from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import outside_line, walk
 from tools.textfile import decode, looks_binary
-from tools.workspace import PathRefused, name_from_display
+from tools.workspace import PathRefused, display_given, name_from_display
 
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
@@ -92,7 +92,7 @@ class Grep(Tool):
         wanted = _file_filter(args.glob) if args.glob else None
         start = resolve(self.ctx, args.path, writable=False)
         if not start.exists():
-            raise ToolError(f"{args.path} does not exist")
+            raise ToolError(f"{display_given(args.path)} does not exist")
         out: list[str] = []
         matches = 0
 

@@ -41,7 +41,7 @@ class Insert(Tool):
         """The file, its text, the text after the insertion and how many lines it adds;
         ToolError when ``insert_line`` is out of range."""
         path = resolve(self.ctx, args.path)
-        tf = read_text(self.ctx, path)
+        tf = read_text(self.ctx, path, args.path)
         lines = tf.text.split("\n")
         trailing = tf.text.endswith("\n")
         if trailing:

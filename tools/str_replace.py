@@ -42,7 +42,7 @@ class StrReplace(Tool):
         """The file, its text, its workspace-relative name and the replacement; ToolError when
         the edit cannot be made."""
         path = resolve(self.ctx, args.path)
-        tf = read_text(self.ctx, path)
+        tf = read_text(self.ctx, path, args.path)
         rel = self.ctx.workspace.relative(path)
         old = args.old_str.replace("\r\n", "\n")
         new = args.new_str.replace("\r\n", "\n")

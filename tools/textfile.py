@@ -69,11 +69,13 @@ def _mixed_endings(tf: TextFile, text: str) -> str:
     return "".join(line + end for line, end in zip(new[:-1], ends, strict=True)) + new[-1]
 
 
-def read_text(path: Path, read: Callable[[Path], bytes] = Path.read_bytes) -> TextFile:
+def read_text(path: Path, read: Callable[[Path], bytes] = Path.read_bytes,
+              shown: str | None = None) -> TextFile:
     """Read ``path`` for editing with ``read`` (the workspace's symlink-safe reader); raises
-    :class:`ToolError` for missing, binary or huge files, naming the file as the tools show
-    names (:func:`tools.workspace.display_name`)."""
-    shown = display_name(str(path))
+    :class:`ToolError` for missing, binary or huge files, naming the file ``shown`` (the
+    path as the model gave it, :func:`tools.workspace.display_given`), or by default its
+    full path as the tools show names (:func:`tools.workspace.display_name`)."""
+    shown = display_name(str(path)) if shown is None else shown
     if not path.exists():
         raise ToolError(f"{shown} does not exist")
     if path.is_dir():

@@ -6,6 +6,7 @@ from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
+from tools.workspace import display_given
 
 
 class UndoEditArgs(ToolArgs):
@@ -22,7 +23,7 @@ class UndoEdit(Tool):
         path = resolve(self.ctx, args.path)
         history = self.ctx.edit_history.get(path)
         if not history:
-            raise ToolError(f"no edit of {args.path} to undo in this session")
+            raise ToolError(f"no edit of {display_given(args.path)} to undo in this session")
         previous = history.pop()
         rel = self.ctx.workspace.relative(path)
         if previous is None:

@@ -10,6 +10,7 @@ from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import outside_line, walk
 from tools.textfile import decode, looks_binary
+from tools.workspace import display_given
 
 PAGE_LINES = 400
 MAX_LINE_CHARS = 2000
@@ -31,12 +32,13 @@ class View(Tool):
     def run(self, args: ViewArgs) -> Observation:
         path = resolve(self.ctx, args.path, writable=False)
         if not path.exists():
-            raise ToolError(f"{args.path} does not exist")
+            raise ToolError(f"{display_given(args.path)} does not exist")
         if path.is_dir():
             return Observation(text=self._listing(path))
         data = self.ctx.workspace.read_bytes(path)
         if looks_binary(data):
-            raise ToolError(f"{args.path} is a binary file ({len(data)} bytes); not shown")
+            raise ToolError(f"{display_given(args.path)} is a binary file ({len(data)} bytes); "
+                            "not shown")
         decoded = decode(data)
         lines = decoded.text.split("\n")
         if lines and lines[-1] == "":

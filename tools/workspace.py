@@ -68,6 +68,9 @@ _ESCAPED = re.compile(f"[{CONTROL_CHARACTERS}\udc80-\udcff]")
 byte (as ``os.fsdecode`` holds it, U+DC80..U+DCFF)."""
 
 
+_UNSHOWABLE = re.compile(f"[{CONTROL_CHARACTERS}\ud800-\udfff]")
+
+
 def _shown_char(ch: str) -> str:
     # An undecodable byte 0xNN is held as U+DCNN; a control character is shown as its UTF-8
     # bytes, so that every escape is a byte and reads back through one rule.
@@ -141,6 +144,20 @@ def pattern_from_display(pattern: str) -> str:
     return _read_shown(pattern, b"\\\\")
 
 
+def display_given(text: str) -> str:
+    """``text``, a path as the model gave it, for a message about it: as given (relative or
+    absolute, escapes as typed), with only the characters no listing shows as they are
+    escaped (:data:`CONTROL_CHARACTERS` as :func:`display_name` writes them, a lone
+    surrogate as ``\\uXXXX``), so a newline in a path never reaches a message raw."""
+    return _UNSHOWABLE.sub(_given_char, text)
+
+
+def _given_char(m: re.Match[str]) -> str:
+    # A lone surrogate (from a JSON "\ud800") is no byte of a name: written as Python would.
+    ch = m[0]
+    return f"\\u{ord(ch):04x}" if "\ud800" <= ch <= "\udfff" else _shown_char(ch)
+
+
 def _vcs_part(parts: tuple[str, ...]) -> str | None:
     # Case-insensitive: on macOS and Windows ".GIT/config" is git's own config file.
     return next((part for part in parts if part.lower() in VCS_FOLDERS), None)
@@ -170,7 +187,8 @@ class Workspace:
         for root in (self.root, *self.read_only_roots):
             if full == root or root in full.parents:
                 return root
-        raise OutsideWorkspace(f"{full} is outside the workspace {self.root}")
+        raise OutsideWorkspace(f"{display_name(str(full))} is outside the workspace "
+                               f"{display_name(str(self.root))}")
 
     def resolve(self, path: str | Path, writable: bool = True) -> Path:
         """Absolute, symlink-resolved path inside the workspace, or (``writable=False``, for
@@ -185,11 +203,13 @@ class Workspace:
             raise PathRefused(f"{str(path)!r} contains a NUL byte, which no file name can hold")
         raw = self._from_text(path) if isinstance(path, str) else \
             self._unicode_form(Path(path).expanduser())
+        # Messages name the path as given, control characters escaped (display_given).
+        given = display_given(path) if isinstance(path, str) else display_name(str(path))
         full = (raw if raw.is_absolute() else self.root / raw).resolve()
         if full == self.root or self.root in full.parents:
             folder = _vcs_part(full.relative_to(self.root).parts) if writable else None
             if folder:
-                raise VcsFolder(f"{path} is inside the version-control folder {folder}/, "
+                raise VcsFolder(f"{given} is inside the version-control folder {folder}/, "
                                 "which the file tools never write (git runs commands named "
                                 "there); if this change is really needed, use the bash tool, "
                                 "which asks for approval")
@@ -197,11 +217,13 @@ class Workspace:
         for root in self.read_only_roots:
             if full == root or root in full.parents:
                 if writable:
-                    raise OutsideWorkspace(f"{path} is in the read-only folder {root} (an "
+                    raise OutsideWorkspace(f"{given} is in the read-only folder "
+                                           f"{display_name(str(root))} (an "
                                            "activated skill's); write inside the workspace "
-                                           f"{self.root} instead")
+                                           f"{display_name(str(self.root))} instead")
                 return full
-        raise OutsideWorkspace(f"{path} is outside the workspace {self.root}; "
+        raise OutsideWorkspace(f"{given} is outside the workspace "
+                               f"{display_name(str(self.root))}; "
                                "only paths inside it can be used")
 
     def _from_text(self, text: str) -> Path:
