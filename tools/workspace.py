@@ -69,6 +69,8 @@ byte (as ``os.fsdecode`` holds it, U+DC80..U+DCFF)."""
 
 
 _UNSHOWABLE = re.compile(f"[{CONTROL_CHARACTERS}\ud800-\udfff]")
+"""What :func:`display_given` escapes in a path as given: a control character, or a lone
+surrogate (no path as the model gives it holds an undecodable byte: JSON cannot carry one)."""
 
 
 def _shown_char(ch: str) -> str:
