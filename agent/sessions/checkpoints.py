@@ -10,6 +10,16 @@ A snapshot of files cannot hold what git keeps beside them, and a model with a s
 user's stash entry was gone for good and a staged file was unstaged, and nothing said so). So
 :func:`record_git_state` keeps the staged state and the stash entries on a ref of their own,
 and :func:`restore_git_state` puts back what the task dropped.
+
+What a snapshot covers is pinned when the task starts, whatever the ignore rules say later. A
+task may rewrite ``.gitignore`` (a field trial: ``.env`` un-ignored, so the "after" snapshot
+held the user's secret, `agent diff` showed it as a new file and `agent undo` deleted it). So
+a snapshot taken *since* an earlier one (the task's end since its start, the state an undo or a
+diff compares with) leaves out every path that was ignored, and not tracked, when the earlier
+one was taken (its record of them is in its commit message, :class:`Outside`), and keeps every
+path the earlier one holds, even where the rules now ignore it. Such files are never stored,
+restored or removed: an undo cannot bring back content it never saw, and must not delete a
+file that was there before the task.
 """
 
 from __future__ import annotations
@@ -160,19 +170,61 @@ def checkpoint_ref(session_id: str, task: int, suffix: str = "") -> str:
     return f"{REF_PREFIX}/{session_id}/{task}" + (f"-{suffix}" if suffix else "")
 
 
-def snapshot(repo: git.Repo, ref: str, message: str) -> str:
+@dataclass
+class Outside:
+    """The paths a snapshot left out on purpose, kept in its commit message (a JSON paragraph)
+    so that every later snapshot of the task leaves them out too.
+
+    ``ignored``: files and folders (ending in ``/``) that were ignored and untracked when the
+    snapshot was taken, as `git status --ignored=matching` names them (a folder an ignore
+    pattern matches, not each file in it), and those an earlier snapshot of the chain left out
+    that still exist."""
+
+    ignored: set[str] = field(default_factory=set)
+
+    def covers(self, path: str) -> bool:
+        """Whether ``path`` is one of :attr:`ignored` or lies in one of its folders."""
+        if path in self.ignored or path + "/" in self.ignored:
+            return True
+        parts = path.split("/")
+        return any("/".join(parts[:n]) + "/" in self.ignored for n in range(1, len(parts)))
+
+    def message(self) -> str:
+        """The paragraph that records this in a snapshot's commit message."""
+        return json.dumps({"outside": {"ignored": sorted(self.ignored)}})
+
+
+def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None) -> str:
     """Commit the whole working tree and point ``ref`` at it; returns the commit's sha.
 
-    The parent is HEAD when there is one (an unborn branch gives a root commit). Raises
-    :class:`RepoStateError` when git cannot read the tree (unreadable files, a broken index).
+    ``since``: an earlier snapshot of the same work (the task's start, for its end): paths it
+    left out stay out and paths it holds stay in, whatever the ignore rules say now (see the
+    module's notes). The parent is HEAD when there is one (an unborn branch gives a root
+    commit). Raises :class:`RepoStateError` when git cannot read the tree (unreadable files, a
+    broken index).
     """
-    tree = _write_tree(repo)
+    tree, outside = _write_tree(repo, since)
     head = _head(repo)
     parents = ["-p", head] if head else []
-    sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message, tree,
-               env=AGENT_IDENTITY).strip()
+    sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message,
+               "-m", outside.message(), tree, env=AGENT_IDENTITY).strip()
     _git(repo, "update-ref", "-m", message, ref, sha)
     return sha
+
+
+def outside_of(repo: git.Repo, commit: str) -> Outside:
+    """What the snapshot ``commit`` left out (empty for one older than this record, or a
+    commit that is no snapshot)."""
+    try:
+        text = _git(repo, "cat-file", "commit", commit)
+    except RepoStateError:
+        return Outside()
+    last = text.rstrip("\n").rsplit("\n\n", 1)[-1]
+    try:
+        record = json.loads(last)["outside"]
+        return Outside(ignored=set(record.get("ignored", ())))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Outside()
 
 
 def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
@@ -181,10 +233,12 @@ def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
     return sorted(_raw_diff(repo, a, b))
 
 
-def diff(repo: git.Repo, checkpoint: str, until: str | None = None) -> str:
+def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
+         since: str | None = None) -> str:
     """Unified diff from ``checkpoint`` to ``until`` (another checkpoint) or, without it, to
-    the current working tree; ``""`` when unchanged."""
-    current = until or _write_tree(repo)
+    the current working tree, taken :func:`snapshot`'s way ``since`` the given snapshot
+    (default: ``checkpoint``); ``""`` when unchanged."""
+    current = until or _write_tree(repo, since or checkpoint)[0]
     return _git(repo, "diff", "--no-color", "--no-ext-diff", checkpoint, current)
 
 
@@ -195,22 +249,24 @@ def plan_restore(repo: git.Repo, before: str, after: str | None) -> RestorePlan:
     changed, and a conflict is one whose current content or mode differs from ``after``.
     Without it every file changed since ``before`` is restored and nothing is a conflict.
     """
-    return _plan(repo, before, after, _write_tree(repo))
+    return _plan(repo, before, after, _write_tree(repo, after or before)[0])
 
 
 def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
-            force: bool = False) -> RestorePlan:
+            force: bool = False, since: str | None = None) -> RestorePlan:
     """Put back the files the task changed as they were in ``before``; returns the plan.
 
-    The current tree is first snapshotted to ``undo_ref``, so restoring ``undo_ref`` undoes
-    this. Files absent from ``before`` are deleted, with the folders that became empty and did
-    not exist in ``before``. No other file is touched, nor the index, HEAD or the stash
-    (:func:`restore_git_state` does those); submodules are left alone. Raises
+    The current tree is first snapshotted to ``undo_ref`` (``since`` the given snapshot, by
+    default ``after`` or else ``before``: what they left out stays out), so restoring
+    ``undo_ref`` undoes this. Files absent from ``before`` are deleted, with the folders that
+    became empty and did not exist in ``before``. No other file is touched, nor the index, HEAD
+    or the stash (:func:`restore_git_state` does those); submodules are left alone. Raises
     :class:`RestoreConflict` (nothing written) when the user edited some of the files after
     the agent finished, unless ``force``; raises
     :class:`RepoStateError` when a folder or a symbolic link stands where a file must go.
     """
-    current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}")
+    current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}",
+                       since=since or after or before)
     plan = _plan(repo, before, after, current)
     if plan.conflicts and not force:
         raise RestoreConflict(plan.conflicts)
@@ -434,13 +490,90 @@ def _temp_index(repo: git.Repo, seed: bool) -> Iterator[dict[str, str]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _write_tree(repo: git.Repo) -> str:
-    """Tree id of the whole working tree as `git add -A` sees it, via a temporary index."""
+# No split index: writing one could create or expire shared index files in the git dir.
+_NO_SPLIT = ("-c", "core.splitIndex=false")
+
+
+def _write_tree(repo: git.Repo, since: str | None = None) -> tuple[str, Outside]:
+    """Tree id of the whole working tree as `git add -A` sees it, via a temporary index, and
+    what it left out; ``since``: see :func:`snapshot`."""
+    prior = outside_of(repo, since) if since else Outside()
+    kept = _tree_entries(repo, since) if since else {}
+    untracked, ignored = _untracked_and_ignored(repo)
     with _temp_index(repo, seed=True) as env:
-        # No split index: writing one could create or expire shared index files in the git dir.
-        _git(repo, "-c", "core.splitIndex=false", "-c", "advice.addEmbeddedRepo=false",
-             "add", "-A", env=env)
-        return _git(repo, "write-tree", env=env).strip()
+        index = _index_entries(repo, env)
+        # What the earlier snapshot holds stays covered: a path the task's new ignore rule
+        # hides is still compared (tracked in the temporary index, `add -A` updates it).
+        missing = [(path, entry) for path, entry in kept.items() if path not in index]
+        if missing:
+            info = "".join(f"{mode} {sha}\t{path}\0" for path, (mode, sha) in missing)
+            _git_in(repo, *_NO_SPLIT, "update-index", "--add", "--replace", "-z",
+                    "--index-info", env=env, stdin=info)
+        # What it left out stays out, tracked or not now (the task may `git add` it: the
+        # file was there before the task, and an undo must not delete it).
+        excluded = sorted(path for path in {*untracked, *index}
+                          if prior.ignored and path not in kept and prior.covers(path))
+        dropped = [path for path in excluded if path in index]
+        if dropped:
+            _git_in(repo, *_NO_SPLIT, "update-index", "--force-remove", "-z", "--stdin",
+                    env=env, stdin="".join(f"{path}\0" for path in dropped))
+        specs = ["."] + [f":(exclude,literal){path}" for path in excluded]
+        _git_in(repo, *_NO_SPLIT, "-c", "advice.addEmbeddedRepo=false", "add", "-A",
+                "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
+                stdin="".join(f"{spec}\0" for spec in specs))
+        tree = _git(repo, "write-tree", env=env).strip()
+    root = Path(repo.working_tree_dir)
+    # Recorded for the next snapshot: what is ignored now, and what was left out before and
+    # is still there (a file the task un-ignored stays out for the rest of the task).
+    outside = Outside({entry for entry in ignored if entry not in kept}
+                      | {entry for entry in prior.ignored
+                         if os.path.lexists(root / entry.rstrip("/"))})
+    return tree, outside
+
+
+def _git_in(repo: git.Repo, *args: str, stdin: str, env: dict[str, str] | None = None) -> str:
+    """:func:`_git` with ``stdin`` as its input, names that are not UTF-8 as their bytes (they
+    came from git as surrogate escapes). Through a file: git's stdin must be a real one."""
+    with tempfile.TemporaryFile() as data:
+        data.write(stdin.encode("utf-8", "surrogateescape"))
+        data.seek(0)
+        return _git(repo, *args, env=env, istream=data)
+
+
+def _tree_entries(repo: git.Repo, commit: str) -> dict[str, tuple[str, str]]:
+    """``{path: (mode, sha)}`` of every file, link and gitlink in ``commit``'s tree."""
+    found = {}
+    for item in _lines(_git(repo, "ls-tree", "-r", "-z", "--full-tree", commit)):
+        meta, path = item.split("\t", 1)
+        mode, _, sha = meta.split(" ")
+        found[path] = (mode, sha)
+    return found
+
+
+def _index_entries(repo: git.Repo, env: dict[str, str]) -> dict[str, str]:
+    """``{path: mode}`` of the index ``env`` points git at."""
+    found = {}
+    for item in _lines(_git(repo, "ls-files", "-s", "-z", env=env)):
+        meta, path = item.split("\t", 1)
+        found[path] = meta.split(" ")[0]
+    return found
+
+
+def _untracked_and_ignored(repo: git.Repo) -> tuple[set[str], set[str]]:
+    """The untracked paths that are not ignored (a nested repository as its folder, without
+    the trailing ``/``) and the ignored ones (a folder an ignore pattern matches ending in
+    ``/``, not each file in it), as `git status` sees them now; the index is only read."""
+    untracked, ignored = set(), set()
+    out = _git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+               "--ignored=matching", "--no-renames", "--ignore-submodules=all",
+               env={"GIT_OPTIONAL_LOCKS": "0"})
+    for item in _lines(out):
+        code, path = item[:2], item[3:]
+        if code == "??":
+            untracked.add(path.rstrip("/"))
+        elif code == "!!":
+            ignored.add(path)
+    return untracked, ignored
 
 
 @dataclass
@@ -455,7 +588,7 @@ class _GitState:
 def _index_tree(repo: git.Repo) -> str:
     """Tree id of the real index, written from a copy of it."""
     with _temp_index(repo, seed=True) as env:
-        return _git(repo, "-c", "core.splitIndex=false", "write-tree", env=env).strip()
+        return _git(repo, *_NO_SPLIT, "write-tree", env=env).strip()
 
 
 def _stash_entries(repo: git.Repo) -> list[list[str]]:

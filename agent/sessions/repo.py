@@ -104,6 +104,13 @@ def _task_checkpoints(record: SessionRecord, task: int | None) -> tuple[int, str
     return number, marks["before"], marks.get("after")
 
 
+def _latest_snapshot(record: SessionRecord) -> str | None:
+    """The sha of the session's latest snapshot of the working tree (an undo's too), or
+    None when it has none."""
+    marks = [e for e in record.events if isinstance(e, Checkpoint)]
+    return marks[-1].sha if marks else None
+
+
 def _repo_of(record: SessionRecord) -> git.Repo:
     if not record.start.repo and any(isinstance(e, ProjectPlan) for e in record.events):
         # new-project starts before its `git init`: "did not run in a git repo" was wrong.
@@ -141,12 +148,14 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
     marks = [e for e in record.events if isinstance(e, Checkpoint) and e.task == number
              and e.kind in ("undo", "redo")]
     kind: Literal["undo", "redo"] = "undo"
+    since = after or before
     if marks and marks[-1].kind == "undo":
         # Undo the undo: back to the snapshot taken just before it.
         kind, before, after = "redo", marks[-1].sha, before
+        since = before
     ref = cp.checkpoint_ref(session_id, number, f"{kind}-{len(marks) + 1}")
     try:
-        plan = cp.restore(repo, before, after, ref, force=force)
+        plan = cp.restore(repo, before, after, ref, force=force, since=since)
     except cp.RestoreConflict as exc:  # the session's id, for the advice an MCP host gets
         raise cp.RestoreConflict(exc.conflicts, session_id) from None
     sha = repo.git.rev_parse(ref)
@@ -178,7 +187,9 @@ def diff_session(session_id: str, task: int | None = None) -> str:
     first = min(t for t, c in record.checkpoints.items() if "before" in c) \
         if task is None and record.checkpoints else task
     _, before, _ = _task_checkpoints(record, first)
-    return cp.diff(repo, before)
+    # Now as the session's latest snapshot would see it: what any of its tasks found ignored
+    # at its start is left out (a secret a task un-ignored is no new file of the session).
+    return cp.diff(repo, before, since=_latest_snapshot(record))
 
 
 class RepoSession:
@@ -209,11 +220,14 @@ class RepoSession:
                                     client.n_ctx() or settings.ctx_size or DEFAULT_N_CTX,
                                     lambda text: len(client.tokenize(text)), skills)
         self.forced_skills = list(skills)
+        self.last_snapshot: str | None = None
+        """The session's latest checkpoint (its sha), the next one is taken since."""
         if record is not None:
             self.id = record.session_id
             protocol, auto_switch = choose_protocol(protocol, client) if protocol \
                 else (record.start.protocol, False)
             self.tasks = max(record.tasks, default=0)
+            self.last_snapshot = _latest_snapshot(record)
         else:
             self.id = session_id or new_session_id()
             protocol, auto_switch = choose_protocol(protocol or settings.tool_protocol, client)
@@ -297,7 +311,12 @@ class RepoSession:
         if self.repo is None:
             return
         ref = cp.checkpoint_ref(self.id, self.tasks, "" if kind == "before" else kind)
-        sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}")
+        # Since the last snapshot: a task's end since its start, and a task's start since the
+        # end of the one before, so what an earlier task's start found ignored (a secret it
+        # then un-ignored) stays out of every later snapshot of the session.
+        sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}",
+                          since=self.last_snapshot)
+        self.last_snapshot = sha
         cp.record_git_state(self.repo, _state_ref(self.id, self.tasks, kind),
                             f"dflash-agent {self.id} task {self.tasks} {kind}: index and stash")
         self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
