@@ -13,12 +13,15 @@ from pydantic import Field
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
 from tools.ignore import outside_line, walk
+from tools.secretfiles import skipped_by_search
 from tools.textfile import decode, looks_binary
 from tools.workspace import PathRefused, display_given, name_from_display
 
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2 * 2**20
 """Files up to this size are decoded whole (like view); bigger ones are searched line by line."""
+MAX_SECRETS_NAMED = 10
+"""Files skipped as possible secrets that the note after a search names (the rest counted)."""
 
 
 def _line_matcher(pattern: str, ignore_case: bool) -> Callable[[str], bool]:
@@ -95,20 +98,27 @@ class Grep(Tool):
             raise ToolError(f"{display_given(args.path)} does not exist")
         out: list[str] = []
         matches = 0
+        secret: list[str] = []
 
         def skipped(link: Path) -> None:
             # A folder link may hold matches; a file link is named only when the glob takes it.
             if link.is_dir() or wanted is None or wanted(link):
                 out.append(outside_line(link, self.ctx.workspace.relative(link)))
 
-        files = [start] if start.is_file() else walk(self.ctx.workspace.root_of(start), start,
-                                                      outside=skipped)
+        named = start.is_file()
+        files = [start] if named else walk(self.ctx.workspace.root_of(start), start,
+                                           outside=skipped)
         for path in files:
             if wanted is not None and not wanted(path):
                 continue
             try:
                 # A symlink is read at its target, which must be inside the workspace too.
                 real = self.ctx.workspace.resolve(path, writable=False)
+                if not named and skipped_by_search(self.ctx.workspace, path, real):
+                    # Named as grep's path, such a file asks the user first (approval); a walk
+                    # must not read it behind that question.
+                    secret.append(self.ctx.workspace.relative(path))
+                    continue
                 lines = self._lines(real)
             except (OSError, PathRefused):
                 continue
@@ -123,7 +133,8 @@ class Grep(Tool):
                         return Observation(text="\n".join(out))
                     matches += 1
                     out.append(f"{rel}:{n}: {line[:300]}")
-        return Observation(text="\n".join(out + ([] if matches else ["no matches"])))
+        return Observation(text="\n".join(out + ([] if matches else ["no matches"])
+                                          + _secrets_note(secret)))
 
     def _lines(self, real: Path) -> Iterator[tuple[int, str]] | None:
         """Numbered lines of a text file, decoded and split like view does (BOM, cp1252, CRLF;
@@ -148,3 +159,15 @@ class Grep(Tool):
                 for n, raw in enumerate(fh, 1):
                     yield n, decode(raw.removesuffix(b"\n")).text.removesuffix("\r")
         return stream()
+
+
+def _secrets_note(names: list[str]) -> list[str]:
+    """The line saying which files the walk skipped as possible secrets, if any: the model
+    must know the search was not complete, and how to search one (naming it asks the user)."""
+    if not names:
+        return []
+    shown = ", ".join(names[:MAX_SECRETS_NAMED])
+    more = f" and {len(names) - MAX_SECRETS_NAMED} more" if len(names) > MAX_SECRETS_NAMED else ""
+    files, they = ("file", "it") if len(names) == 1 else ("files", "they")
+    return [f"[{len(names)} {files} not searched, as {they} may hold secrets: {shown}{more}; "
+            "grep with one of them as the path searches it, with the user's approval]"]

@@ -69,6 +69,25 @@ def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnor
     return False
 
 
+def ignored(root: Path, path: Path) -> bool:
+    """Whether ``walk`` from ``root`` leaves out ``path`` (inside ``root``, symlinks not
+    resolved) because a ``.gitignore`` ignores it or one of its folders: a file in an ignored
+    folder stays ignored, as in git, whatever a deeper ``!pattern`` says."""
+    root = root.resolve()
+    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    folder = root
+    parts = path.relative_to(root).parts
+    for depth, part in enumerate(parts):
+        spec = _spec_for(folder)
+        if spec:
+            specs.append((folder, spec))
+        folder = folder / part
+        last = depth == len(parts) - 1
+        if _ignored(folder, not last or (folder.is_dir() and not folder.is_symlink()), specs):
+            return True
+    return False
+
+
 def _inside(path: Path, root: Path) -> bool:
     try:
         target = path.resolve()
