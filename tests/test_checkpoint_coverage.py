@@ -5,19 +5,24 @@ scripted model where the whole command is what matters."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 import git
+import pytest
 
 from agent.sessions.checkpoints import (
+    RestoreConflict,
     checkpoint_ref,
+    commit_task,
     diff,
+    preexisting_changes,
     restore,
     snapshot,
 )
 from tests.scripted import ScriptedModel
-from tests.test_checkpoints import isolated_git, new_repo, run, tree_files
+from tests.test_checkpoints import isolated_git, new_repo, run, tree_files, user_state
 from tests.test_cli_ux import agent, call
 
 __all__ = ["isolated_git"]  # the autouse fixture: no global git config, no identity leaks
@@ -121,3 +126,119 @@ def test_undo_and_diff_of_a_run_that_unignored_a_secret(tmp_path: Path, agent_ho
     assert undone.stdout.splitlines() == ["restored .gitignore"]
     assert (path / ".env").read_text() == SECRET
     assert not stored(path, SECRET)
+
+
+# --- 2. files in nested repositories ---------------------------------------------------------
+
+VENDOR = "def lib():\n    return 1\n"
+
+
+def nested_repo(tmp_path: Path) -> Path:
+    """An outer repository with vendor/, a repository of its own (committed), where the user
+    has an uncommitted edit."""
+    path = new_repo(tmp_path / "repo")
+    vendor = new_repo(path / "vendor", commit=False)
+    (vendor / "lib.py").write_text(VENDOR)
+    run(vendor, "add", "lib.py")
+    run(vendor, "commit", "-q", "-m", "vendor")
+    (vendor / "lib.py").write_text(VENDOR + "# the user's uncommitted edit\n")
+    return path
+
+
+def test_a_nested_repositorys_files_are_snapshotted_in_it_shown_and_restored(tmp_path: Path):
+    path = nested_repo(tmp_path)
+    vendor = path / "vendor"
+    vendor_state = user_state(vendor)
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    assert user_state(vendor) == vendor_state  # its HEAD, index, stash and files untouched
+    # The nested snapshot is in the nested repository, on the same ref name, and the outer
+    # snapshot's gitlink names it.
+    link = run(path, "rev-parse", f"{before}:vendor").strip()
+    assert run(vendor, "rev-parse", checkpoint_ref("s", 1)).strip() == link
+    (vendor / "lib.py").write_text("overwritten by the agent\n")
+    (vendor / "new.py").write_text("made by the agent\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+
+    shown = diff(repo, before, after)
+    assert "diff --git a/vendor/lib.py b/vendor/lib.py" in shown
+    assert "-# the user's uncommitted edit" in shown and "+overwritten by the agent" in shown
+    assert "b/vendor/new.py" in shown and "Subproject" not in shown
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert plan.changed == ["vendor/lib.py", "vendor/new.py"]
+    assert plan.removed == ["vendor/new.py"]
+    assert (vendor / "lib.py").read_text() == VENDOR + "# the user's uncommitted edit\n"
+    assert user_state(vendor) == vendor_state
+
+
+def test_an_edit_after_the_agent_in_a_nested_repository_is_a_conflict(tmp_path: Path):
+    path = nested_repo(tmp_path)
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (path / "vendor" / "lib.py").write_text("agent\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    (path / "vendor" / "lib.py").write_text("the user again\n")
+    with pytest.raises(RestoreConflict) as caught:
+        restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert caught.value.conflicts == ["vendor/lib.py"]
+    assert (path / "vendor" / "lib.py").read_text() == "the user again\n"
+
+
+def test_a_submodule_is_covered_too(tmp_path: Path):
+    upstream = new_repo(tmp_path / "upstream", commit=False)
+    (upstream / "lib.py").write_text(VENDOR)
+    run(upstream, "add", "lib.py")
+    run(upstream, "commit", "-q", "-m", "lib")
+    path = new_repo(tmp_path / "repo")
+    run(path, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(upstream),
+        "vendor")
+    run(path, "commit", "-q", "-m", "add the submodule")
+    (path / "vendor" / "lib.py").write_text(VENDOR + "# mine\n")
+    state = user_state(path)
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (path / "vendor" / "lib.py").write_text("agent\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    assert "+agent" in diff(repo, before, after)
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert plan.changed == ["vendor/lib.py"]
+    assert (path / "vendor" / "lib.py").read_text() == VENDOR + "# mine\n"
+    assert user_state(path) == state
+    # --commit commits none of it: the submodule's HEAD did not move.
+    assert commit_task(repo, before, after, "task") is None
+    assert preexisting_changes(repo, before, after) == []
+
+
+def test_a_repository_removed_since_its_checkpoint_is_said_not_guessed(tmp_path: Path):
+    path = nested_repo(tmp_path)
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    shutil.rmtree(path / "vendor")
+    (path / "README.md").write_text("# agent\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert plan.changed == ["README.md"] and (path / "README.md").read_text() == "# readme\n"
+    [note] = plan.not_restored
+    assert note.startswith("vendor/: a nested git repository") and "left as they are" in note
+
+
+def test_a_run_in_a_repository_holding_one_without_commits(tmp_path: Path, agent_home: Path):
+    """The field trial: an untracked nested repository with no commit failed the run with
+    exit 3 and git's "'vendor/' does not have a commit checked out"; a task that rewrote a
+    file in a nested repository showed "(no changes)" and the user's edit was lost."""
+    path = nested_repo(tmp_path)
+    empty = new_repo(path / "fresh", commit=False)
+    (empty / "draft.txt").write_text("the user's draft\n")
+    proc = run_task(path, agent_home, call("view", path="vendor/lib.py"),
+                    call("create", path="vendor/lib.py", file_text="agent\n"),
+                    call("view", path="fresh/draft.txt"),
+                    call("create", path="fresh/draft.txt", file_text="agent\n"))
+    assert "does not have a commit" not in proc.stderr
+    shown = agent("diff", home=agent_home, cwd=path)
+    assert "+agent" in shown.stdout and "b/vendor/lib.py" in shown.stdout, shown.stdout
+    assert "b/fresh/draft.txt" in shown.stdout
+    undone = agent("undo", home=agent_home, cwd=path)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["restored fresh/draft.txt", "restored vendor/lib.py"]
+    assert (path / "vendor" / "lib.py").read_text() == VENDOR + "# the user's uncommitted edit\n"
+    assert (empty / "draft.txt").read_text() == "the user's draft\n"

@@ -20,6 +20,14 @@ one was taken (its record of them is in its commit message, :class:`Outside`), a
 path the earlier one holds, even where the rules now ignore it. Such files are never stored,
 restored or removed: an undo cannot bring back content it never saw, and must not delete a
 file that was there before the task.
+
+A nested git repository (a submodule, or a clone or `git init` inside the work tree) is a
+gitlink to git, its files invisible to a snapshot of the outer tree: a task that overwrote
+``vendor/lib.py`` showed "(no changes)" and the user's uncommitted edit there was lost, and a
+nested repository without a commit made `git add` fail the run. So each nested repository is
+snapshotted in its own object store, on the same ref name, and the outer snapshot's gitlink
+points at that snapshot; diffs and restores follow the gitlinks, so ``vendor/lib.py`` is
+compared, shown and restored like any other file.
 """
 
 from __future__ import annotations
@@ -203,12 +211,19 @@ def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None) -
     commit). Raises :class:`RepoStateError` when git cannot read the tree (unreadable files, a
     broken index).
     """
-    tree, outside = _write_tree(repo, since)
+    return _commit_snapshot(repo, message, since, ref)
+
+
+def _commit_snapshot(repo: git.Repo, message: str, since: str | None, ref: str | None) -> str:
+    """:func:`snapshot`, with ``ref`` optional: a snapshot only compared with (a diff's view of
+    now) needs no ref, but a nested repository's part of it still needs a commit."""
+    tree, outside = _write_tree(repo, since, ref, message)
     head = _head(repo)
     parents = ["-p", head] if head else []
     sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message,
                "-m", outside.message(), tree, env=AGENT_IDENTITY).strip()
-    _git(repo, "update-ref", "-m", message, ref, sha)
+    if ref:
+        _git(repo, "update-ref", "-m", message, ref, sha)
     return sha
 
 
@@ -230,7 +245,7 @@ def outside_of(repo: git.Repo, commit: str) -> Outside:
 def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
     """Sorted paths that differ between two commits or trees (added, modified, deleted,
     or only the file mode changed)."""
-    return sorted(_raw_diff(repo, a, b))
+    return sorted(entry[4] for entry in _raw_entries(repo, a, b))
 
 
 def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
@@ -239,7 +254,24 @@ def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
     the current working tree, taken :func:`snapshot`'s way ``since`` the given snapshot
     (default: ``checkpoint``); ``""`` when unchanged."""
     current = until or _write_tree(repo, since or checkpoint)[0]
-    return _git(repo, "diff", "--no-color", "--no-ext-diff", checkpoint, current)
+    return _diff_text(repo, checkpoint, current, "")
+
+
+def _diff_text(repo: git.Repo, a: str, b: str, prefix: str) -> str:
+    """git's diff of ``a`` and ``b`` with paths under ``prefix``, then each nested repository's
+    part of it (a gitlink's own line, "Subproject commit", says nothing about the files)."""
+    text = _git(repo, "diff", "--no-color", "--no-ext-diff", "--ignore-submodules=all",
+                f"--src-prefix=a/{prefix}", f"--dst-prefix=b/{prefix}", a, b)
+    for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b, recursive=False):
+        if GITLINK_MODE not in (mode_a, mode_b):
+            continue
+        sub = _open_nested(Path(repo.working_tree_dir) / path)
+        ends = [sha if mode == GITLINK_MODE else None
+                for mode, sha in ((mode_a, sha_a), (mode_b, sha_b))]
+        if sub is not None and all(end is None or _has_commit(sub, end) for end in ends):
+            empty = _empty_tree(sub)
+            text += _diff_text(sub, ends[0] or empty, ends[1] or empty, f"{prefix}{path}/")
+    return text
 
 
 def plan_restore(repo: git.Repo, before: str, after: str | None) -> RestorePlan:
@@ -259,8 +291,11 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     The current tree is first snapshotted to ``undo_ref`` (``since`` the given snapshot, by
     default ``after`` or else ``before``: what they left out stays out), so restoring
     ``undo_ref`` undoes this. Files absent from ``before`` are deleted, with the folders that
-    became empty and did not exist in ``before``. No other file is touched, nor the index, HEAD
-    or the stash (:func:`restore_git_state` does those); submodules are left alone. Raises
+    became empty and did not exist in ``before``. Files in nested repositories (submodules
+    too) are restored from their own snapshots; a nested repository's own index, HEAD and
+    stash are left alone, and one the checkpoint cannot read is reported in ``not_restored``.
+    No other file is touched, nor the index, HEAD or the stash (:func:`restore_git_state` does
+    those). Raises
     :class:`RestoreConflict` (nothing written) when the user edited some of the files after
     the agent finished, unless ``force``; raises
     :class:`RepoStateError` when a folder or a symbolic link stands where a file must go.
@@ -268,22 +303,39 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}",
                        since=since or after or before)
     plan = _plan(repo, before, after, current)
+    flat = _flat_diff(repo, before, after or current)
+    # A nested repository this checkpoint cannot read (deleted since, or a gitlink that is no
+    # snapshot of ours): its files cannot be compared or written back; said, not guessed at.
+    stuck = [p for p in plan.changed
+             if any(end is not None and end[0] == GITLINK_MODE for end in flat.changes[p])]
+    plan.changed = [p for p in plan.changed if p not in stuck]
+    plan.conflicts = [p for p in plan.conflicts if p not in stuck]
+    plan.not_restored += [f"{p}/: a nested git repository that this checkpoint cannot read "
+                          "(it was removed or replaced); its files are left as they are"
+                          for p in stuck]
     if plan.conflicts and not force:
         raise RestoreConflict(plan.conflicts)
-    modes = _raw_diff(repo, before, after or current)
     root = Path(repo.working_tree_dir)
-    write = sorted(p for p in plan.changed if modes[p] not in (NULL_MODE, GITLINK_MODE))
-    delete = sorted((p for p in plan.changed if modes[p] == NULL_MODE),
+    write = sorted(p for p in plan.changed if flat.changes[p][0] is not None)
+    delete = sorted((p for p in plan.changed if flat.changes[p][0] is None),
                     key=lambda p: (-p.count("/"), p))
     _check_targets(root, write, delete)
     plan.removed = sorted(delete)
     # Deletions first: a file may have to make way for a folder of the same name, or back.
     if delete:
-        kept_dirs = set(_lines(_git(repo, "ls-tree", "-r", "-d", "-z", "--name-only", before)))
+        kept_dirs = set()
+        for prefix, (holder, commit, _) in flat.holders.items():
+            if commit is not None:
+                kept_dirs |= {prefix + d for d in _lines(_git(
+                    holder, "ls-tree", "-r", "-d", "-z", "--name-only", commit))}
+                kept_dirs.add(prefix.rstrip("/"))
         for rel in delete:
             _remove(root, rel, kept_dirs)
-    if write:
-        _checkout(repo, before, write)
+    # Each file from the repository its checkpoint is in (a nested one's own object store).
+    for prefix, (holder, commit, _) in flat.holders.items():
+        mine = [p[len(prefix):] for p in write if flat.changes[p][0][2] == prefix]
+        if mine and commit is not None:
+            _checkout(holder, commit, mine)
     return plan
 
 
@@ -335,8 +387,8 @@ def preexisting_changes(repo: git.Repo, before: str, after: str) -> list[str]:
     """The files the task changed (``before`` → ``after``) that the user had already modified
     when it started: :func:`commit_task` leaves them out unless asked, and the user must be
     told, or a commit of half a change reads as the whole of it."""
-    return sorted(set(changed_paths(repo, before, after))
-                  & set(changed_paths(repo, _parent_or_empty(repo, before), before)))
+    return sorted(_committable(repo, before, after)
+                  & _committable(repo, _parent_or_empty(repo, before), before))
 
 
 def commit_task(repo: git.Repo, before: str, after: str, message: str,
@@ -344,16 +396,18 @@ def commit_task(repo: git.Repo, before: str, after: str, message: str,
     """Commit the task's files on the current branch (or detached HEAD); returns the new sha,
     or ``None`` when there is nothing to commit.
 
-    The files are those changed between ``before`` and ``after``, minus — unless
+    The files are those changed between ``before`` and ``after`` in this repository (a nested
+    repository's files are its own to commit; its gitlink only where its HEAD moved), minus —
+    unless
     ``include_preexisting`` — those the user had already modified when the task started
     (they differ between the snapshot's parent, i.e. HEAD at that time, and ``before``).
     Their current content is committed; other staged changes stay staged and uncommitted.
     The user's identity is used, or the agent's when none is configured; commit hooks run.
     Raises :class:`RepoStateError` when git refuses the commit (a hook, signing).
     """
-    files = set(changed_paths(repo, before, after))
+    files = _committable(repo, before, after)
     if not include_preexisting:
-        files -= set(changed_paths(repo, _parent_or_empty(repo, before), before))
+        files -= _committable(repo, _parent_or_empty(repo, before), before)
     if not files:
         return None
     root = Path(repo.working_tree_dir)
@@ -392,7 +446,9 @@ def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None,
         return repo.git.execute([repo.git.GIT_PYTHON_GIT_EXECUTABLE, *args], env=env,
                                 istream=istream, strip_newline_in_stdout=False)
     except git.GitCommandError as exc:
-        raise RepoStateError(f"`git {args[0]}` failed in {repo.working_tree_dir}: "
+        # The command's name, not a `-c name=value` before it ("`git -c` failed").
+        words = [a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c")]
+        raise RepoStateError(f"`git {words[0]}` failed in {repo.working_tree_dir}: "
                              f"{_detail(exc)}; fix that and retry",
                              cli_hint=", or pass --no-git") from exc
 
@@ -494,12 +550,15 @@ def _temp_index(repo: git.Repo, seed: bool) -> Iterator[dict[str, str]]:
 _NO_SPLIT = ("-c", "core.splitIndex=false")
 
 
-def _write_tree(repo: git.Repo, since: str | None = None) -> tuple[str, Outside]:
+def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None,
+                message: str = "dflash-agent: the working tree now") -> tuple[str, Outside]:
     """Tree id of the whole working tree as `git add -A` sees it, via a temporary index, and
-    what it left out; ``since``: see :func:`snapshot`."""
+    what it left out; ``since``: see :func:`snapshot`. Each nested repository is snapshotted
+    in itself (with ``message``, on ``ref`` when given) and linked by its gitlink."""
     prior = outside_of(repo, since) if since else Outside()
     kept = _tree_entries(repo, since) if since else {}
-    untracked, ignored = _untracked_and_ignored(repo)
+    untracked, nested_dirs, ignored = _untracked_and_ignored(repo)
+    root = Path(repo.working_tree_dir)
     with _temp_index(repo, seed=True) as env:
         index = _index_entries(repo, env)
         # What the earlier snapshot holds stays covered: a path the task's new ignore rule
@@ -517,12 +576,30 @@ def _write_tree(repo: git.Repo, since: str | None = None) -> tuple[str, Outside]
         if dropped:
             _git_in(repo, *_NO_SPLIT, "update-index", "--force-remove", "-z", "--stdin",
                     env=env, stdin="".join(f"{path}\0" for path in dropped))
-        specs = ["."] + [f":(exclude,literal){path}" for path in excluded]
+        # Nested repositories, untracked or submodules, each in a snapshot of its own: `add`
+        # would record only their HEAD (and fails on one without a commit).
+        left_out = set(excluded)
+        nested = sorted(path for path in nested_dirs | {p for p, mode in index.items()
+                                                         if mode == GITLINK_MODE}
+                        if path not in left_out and os.path.lexists(root / path / ".git"))
+        specs = ["."] + [f":(exclude,literal){path}" for path in [*excluded, *nested]]
         _git_in(repo, *_NO_SPLIT, "-c", "advice.addEmbeddedRepo=false", "add", "-A",
                 "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
                 stdin="".join(f"{spec}\0" for spec in specs))
+        links = []
+        for path in nested:
+            sub = _open_nested(root / path)
+            if sub is None:
+                continue
+            sweep_temp_indexes(Path(sub.git_dir))
+            mode, sha = kept.get(path, ("", ""))
+            sub_since = sha if mode == GITLINK_MODE and _has_commit(sub, sha) else None
+            links.append(f"{GITLINK_MODE} {_commit_snapshot(sub, message, sub_since, ref)}"
+                         f"\t{path}\0")
+        if links:
+            _git_in(repo, *_NO_SPLIT, "update-index", "--add", "--replace", "-z",
+                    "--index-info", env=env, stdin="".join(links))
         tree = _git(repo, "write-tree", env=env).strip()
-    root = Path(repo.working_tree_dir)
     # Recorded for the next snapshot: what is ignored now, and what was left out before and
     # is still there (a file the task un-ignored stays out for the rest of the task).
     outside = Outside({entry for entry in ignored if entry not in kept}
@@ -559,11 +636,12 @@ def _index_entries(repo: git.Repo, env: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def _untracked_and_ignored(repo: git.Repo) -> tuple[set[str], set[str]]:
-    """The untracked paths that are not ignored (a nested repository as its folder, without
-    the trailing ``/``) and the ignored ones (a folder an ignore pattern matches ending in
-    ``/``, not each file in it), as `git status` sees them now; the index is only read."""
-    untracked, ignored = set(), set()
+def _untracked_and_ignored(repo: git.Repo) -> tuple[set[str], set[str], set[str]]:
+    """The untracked paths that are not ignored, the untracked nested repositories among them
+    (as their folders, without the trailing ``/``) and the ignored paths (a folder an ignore
+    pattern matches ending in ``/``, not each file in it), as `git status` sees them now; the
+    index is only read."""
+    untracked, nested, ignored = set(), set(), set()
     out = _git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
                "--ignored=matching", "--no-renames", "--ignore-submodules=all",
                env={"GIT_OPTIONAL_LOCKS": "0"})
@@ -571,9 +649,11 @@ def _untracked_and_ignored(repo: git.Repo) -> tuple[set[str], set[str]]:
         code, path = item[:2], item[3:]
         if code == "??":
             untracked.add(path.rstrip("/"))
+            if path.endswith("/"):  # with --untracked-files=all only a repository is a folder
+                nested.add(path.rstrip("/"))
         elif code == "!!":
             ignored.add(path)
-    return untracked, ignored
+    return untracked, nested, ignored
 
 
 @dataclass
@@ -657,20 +737,129 @@ def _restore_index(repo: git.Repo, before: _GitState, after: _GitState | None,
                                  "were before the task")
 
 
-def _raw_diff(repo: git.Repo, a: str, b: str) -> dict[str, str]:
-    """``{path: mode in a}`` for every path differing between ``a`` and ``b``
-    (``000000`` when the path is absent from ``a``)."""
-    items = _lines(_git(repo, "diff-tree", "-r", "-z", "--no-renames", a, b))
+def _raw_entries(repo: git.Repo, a: str, b: str,
+                 recursive: bool = True) -> list[tuple[str, str, str, str, str]]:
+    """``(mode a, mode b, sha a, sha b, path)`` for every path differing between ``a`` and
+    ``b`` in this repository (mode ``000000``: absent on that side); ``recursive``: files in
+    folders too, else the top level only."""
+    items = _lines(_git(repo, "diff-tree", *(["-r"] if recursive else []), "-z",
+                        "--no-renames", a, b))
     # Entries come in pairs: ":<mode a> <mode b> <sha a> <sha b> <status>", then the path.
-    return {items[i + 1]: items[i].lstrip(":").split(" ")[0] for i in range(0, len(items), 2)}
+    found = []
+    for i in range(0, len(items), 2):
+        mode_a, mode_b, sha_a, sha_b = items[i].lstrip(":").split(" ")[:4]
+        found.append((mode_a, mode_b, sha_a, sha_b, items[i + 1]))
+    return found
+
+
+def _committable(repo: git.Repo, a: str, b: str) -> set[str]:
+    """The paths :func:`commit_task` may commit of those differing between ``a`` and ``b``: a
+    nested repository's gitlink only where its HEAD moved (a snapshot's gitlink names the
+    nested snapshot, which differs whenever its files do; they are the nested repository's to
+    commit, not this one's)."""
+    root = Path(repo.working_tree_dir)
+    found = set()
+    for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b):
+        if mode_a == mode_b == GITLINK_MODE and \
+                _link_head(root / path, sha_a) == _link_head(root / path, sha_b):
+            continue
+        found.add(path)
+    return found
+
+
+def _link_head(path: Path, sha: str) -> str | None:
+    """The commit a gitlink stands for: for a snapshot of the nested repository at ``path``,
+    that repository's HEAD when it was taken (None: it had no commit); else ``sha`` itself."""
+    sub = _open_nested(path)
+    if sub is None or not _has_commit(sub, sha):
+        return sha
+    commit = sub.commit(sha)
+    if commit.author.email != AGENT_EMAIL:
+        return sha
+    return commit.parents[0].hexsha if commit.parents else None
+
+
+def _open_nested(path: Path) -> git.Repo | None:
+    """The git repository whose work tree is ``path`` (a submodule, or one cloned or made
+    there), or None where there is none that git can open."""
+    if not os.path.lexists(path / ".git"):
+        return None
+    try:
+        sub = git.Repo(path)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    if sub.bare or sub.working_tree_dir is None:
+        return None
+    return sub
+
+
+def _has_commit(repo: git.Repo, sha: str) -> bool:
+    """Whether ``repo`` holds the commit ``sha``."""
+    try:
+        _git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
+    except RepoStateError:
+        return False
+    return True
 
 
 def _plan(repo: git.Repo, before: str, after: str | None, current: str) -> RestorePlan:
     if after is None:
-        return RestorePlan(changed=changed_paths(repo, before, current))
-    changed = changed_paths(repo, before, after)
-    edited = set(changed_paths(repo, after, current))
+        return RestorePlan(changed=sorted(_flat_diff(repo, before, current).changes))
+    changed = sorted(_flat_diff(repo, before, after).changes)
+    edited = set(_flat_diff(repo, after, current).changes)
     return RestorePlan(changed=changed, conflicts=[p for p in changed if p in edited])
+
+
+_End = tuple[str, str, str]
+"""One side of a changed path: (mode, sha, the prefix of the repository holding it)."""
+
+
+@dataclass
+class _Flat:
+    """What differs between two snapshots, nested repositories' files included: ``changes``
+    maps each path (from the outer work tree) to its two ends (None: absent), and ``holders``
+    each repository's prefix ("" for the outer one, "vendor/" …) to it and its two commits
+    (None where it has none on that side)."""
+
+    changes: dict[str, tuple[_End | None, _End | None]] = field(default_factory=dict)
+    holders: dict[str, tuple[git.Repo, str | None, str | None]] = field(default_factory=dict)
+
+
+def _flat_diff(repo: git.Repo, a: str, b: str, prefix: str = "",
+               flat: _Flat | None = None) -> _Flat:
+    """The paths that differ between ``a`` and ``b``, following gitlinks into the nested
+    repositories' own snapshots (see the module's notes)."""
+    top = flat is None
+    flat = flat or _Flat()
+    flat.holders[prefix] = (repo, a, b)
+
+    def merge(path: str, old: _End | None, new: _End | None) -> None:
+        known = flat.changes.get(path, (None, None))
+        flat.changes[path] = (old or known[0], new or known[1])
+
+    for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b, recursive=True):
+        full = prefix + path
+        end_a = None if mode_a == NULL_MODE else (mode_a, sha_a, prefix)
+        end_b = None if mode_b == NULL_MODE else (mode_b, sha_b, prefix)
+        if GITLINK_MODE not in (mode_a, mode_b):
+            merge(full, end_a, end_b)
+            continue
+        sub = _open_nested(Path(repo.working_tree_dir) / path)
+        links = [sha if mode == GITLINK_MODE else None
+                 for mode, sha in ((mode_a, sha_a), (mode_b, sha_b))]
+        if sub is None or not all(link is None or _has_commit(sub, link) for link in links):
+            merge(full, end_a, end_b)  # kept as a gitlink: restore reports it
+            continue
+        # A file at the path on the other side (a file replaced by a repository) stays a file.
+        if not (links[0] and links[1]):
+            merge(full, None if links[0] else end_a, None if links[1] else end_b)
+        empty = _empty_tree(sub)
+        _flat_diff(sub, links[0] or empty, links[1] or empty, full + "/", flat)
+    if top:
+        # A file that moved between repositories unchanged (a folder made a repository).
+        flat.changes = {path: ends for path, ends in flat.changes.items()
+                        if ends[0] is None or ends[1] is None or ends[0][:2] != ends[1][:2]}
+    return flat
 
 
 def _check_targets(root: Path, write: list[str], delete: list[str]) -> None:
