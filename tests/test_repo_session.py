@@ -272,7 +272,7 @@ def test_chat_help_lists_every_command_and_a_wrong_one_never_reaches_the_model(
     list that left out /quit, and a task that starts with a path (/etc/hosts …) was taken
     for a command and never ran."""
     root = Path(repo.working_tree_dir)
-    lines = ["/help", "/bogus", "/", "/diff now", "/undo --hard", "/status please",
+    lines = ["/help", "/bogus", "/", "/diff now", "/undo --hard", "/status\tplease",
              "/etc/hosts: what is in it?", "/help", "/quit"]
     proc = chat([call("final_answer", text="localhost")], lines, home=agent_home, cwd=root)
     assert proc.returncode == 0, proc.stderr

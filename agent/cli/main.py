@@ -415,11 +415,11 @@ def chat_command(line: str) -> tuple[str, str] | None:
     A first word with a second ``/`` is a path ("/etc/hosts: what is in it?"): a task, not a
     command nobody knows. Raises :class:`UserError` for an unknown command or an argument the
     command does not take, so it is never sent to the model."""
-    word, _, rest = line.partition(" ")
+    word, *rest = line.split(maxsplit=1)  # a tab after the command too
     if not word.startswith("/") or "/" in word[1:]:
         return None
     name = "/exit" if word == "/quit" else word
-    arg = rest.strip()
+    arg = rest[0].strip() if rest else ""
     if name not in CHAT_COMMANDS:
         raise UserError(f"unknown command {word}; /help lists the commands")
     takes = _COMMAND_ARGS.get(name, ())
