@@ -143,6 +143,21 @@ class Checkpoint(_Event):
     sha: str
 
 
+class FileWrite(_Event):
+    """A file the session's file tools wrote (create, str_replace, insert, undo_edit) and
+    what it held afterwards. Logged, not shown: an undo of a task that has no end checkpoint
+    (its run was killed) puts back only files still as the agent left them, and an undo while
+    another session ran tells that session's files from this one's."""
+
+    type: Literal["file_write"] = "file_write"
+    task: int
+    path: str = Field(description="From the repository root, '/'-separated; a byte that is "
+                      "not UTF-8 as \\xNN.")
+    digest: str | None = Field(description="sha256 of the file's bytes after the write (of a "
+                               "symbolic link's target, prefixed 'link:'); None: the call "
+                               "removed the file.")
+
+
 class ProjectPlan(_Event):
     """``new-project``'s plan: the recipe chosen and why, and each plan the model wrote with
     the product's verdict on it (``accepted``, ``rejected`` with the problems sent back to the
@@ -183,7 +198,7 @@ class ErrorEvent(_Event):
 
 Event = Annotated[SessionStart | Message | Compaction | TaskStart | Checkpoint | ModelTurn
                   | ToolCall | ToolResult | FinalAnswer | ProjectPlan | ProjectChecked | ErrorEvent
-                  | ProtocolChoice,
+                  | ProtocolChoice | FileWrite,
                   Field(discriminator="type")]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 

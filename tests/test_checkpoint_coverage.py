@@ -5,11 +5,15 @@ scripted model where the whole command is what matters."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import git
+import psutil
 import pytest
 
 from agent.sessions.checkpoints import (
@@ -23,7 +27,7 @@ from agent.sessions.checkpoints import (
 )
 from tests.scripted import ScriptedModel
 from tests.test_checkpoints import isolated_git, new_repo, run, tree_files, user_state
-from tests.test_cli_ux import agent, call
+from tests.test_cli_ux import AGENT, agent, call
 
 __all__ = ["isolated_git"]  # the autouse fixture: no global git config, no identity leaks
 
@@ -242,3 +246,71 @@ def test_a_run_in_a_repository_holding_one_without_commits(tmp_path: Path, agent
     assert undone.stdout.splitlines() == ["restored fresh/draft.txt", "restored vendor/lib.py"]
     assert (path / "vendor" / "lib.py").read_text() == VENDOR + "# the user's uncommitted edit\n"
     assert (empty / "draft.txt").read_text() == "the user's draft\n"
+
+
+# --- 3. a run killed before its end checkpoint -----------------------------------------------
+
+
+def killed_run(path: Path, home: Path, *calls: dict) -> str:
+    """`agent run` whose model makes ``calls`` and then a long bash call, killed with SIGKILL
+    while that runs (no end checkpoint); returns the session id."""
+    marker = "sleep 43.75"
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home)}
+    script = [*calls, call("bash", command=marker, timeout=120)]
+    with ScriptedModel(script) as model:
+        proc = subprocess.Popen([*AGENT, "run", "work", "--tool-protocol", "json",
+                                 "--approval", "full-auto", "--base-url", model.url], cwd=path,
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not any(marker in " ".join(p.info["cmdline"] or [])
+                      for p in psutil.process_iter(["cmdline"])):
+            assert time.monotonic() < deadline, "the agent never started the command"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or []):
+            p.kill()
+    [log] = [p for p in (home / "data" / "sessions").glob("*.jsonl") if p.name != "index.jsonl"]
+    assert '"kind":"after"' not in log.read_text()
+    return log.stem
+
+
+def test_undo_of_a_killed_run_refuses_what_it_cannot_tell_was_the_agents(tmp_path: Path,
+                                                                         agent_home: Path):
+    """The field trial: after `kill -9` the user edited g.txt and created h.txt; undo
+    restored g.txt and removed h.txt without a word."""
+    path = new_repo(tmp_path / "repo")
+    for name in ("f.txt", "g.txt"):
+        (path / name).write_text(f"{name} as committed\n")
+    run(path, "add", "-A")
+    run(path, "commit", "-q", "-m", "files")
+    session = killed_run(path, agent_home, call("view", path="f.txt"),
+                         call("create", path="f.txt", file_text="the agent's f\n"))
+    (path / "g.txt").write_text("the user's edit after the kill\n")
+    (path / "h.txt").write_text("the user's new file\n")
+
+    refused = agent("undo", home=agent_home, cwd=path)
+
+    assert refused.returncode == 3, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "no end checkpoint" in said and "2 file(s)" in said and "g.txt, h.txt" in said
+    assert "--force" in said
+    assert (path / "g.txt").read_text() == "the user's edit after the kill\n"
+    assert (path / "h.txt").exists() and (path / "f.txt").read_text() == "the agent's f\n"
+    forced = agent("undo", session, "--force", home=agent_home, cwd=path)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines() == ["restored f.txt", "restored g.txt", "removed h.txt"]
+
+
+def test_undo_of_a_killed_run_puts_back_what_the_agent_left(tmp_path: Path,
+                                                            agent_home: Path):
+    path = new_repo(tmp_path / "repo")
+    killed_run(path, agent_home, call("create", path="made.txt", file_text="agent\n"),
+               call("view", path="README.md"),
+               call("str_replace", path="README.md", old_str="# readme", new_str="# agent"))
+    undone = agent("undo", home=agent_home, cwd=path)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["restored README.md", "removed made.txt"]
+    assert (path / "README.md").read_text() == "# readme\n"

@@ -32,6 +32,7 @@ compared, shown and restored like any other file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -79,10 +80,14 @@ class RepoStateError(UserError):
 
 class RestoreConflict(UserError):
     """Files the task changed were edited again after the agent finished (``session_id``: the
-    session whose undo it refused, named in the advice an MCP host gets)."""
+    session whose undo it refused, named in the advice an MCP host gets); ``unended``: the
+    task has no end checkpoint, and these are files changed since it started that the agent's
+    file tools did not leave as they are now."""
 
-    def __init__(self, conflicts: Sequence[str], session_id: str = "SESSION_ID"):
+    def __init__(self, conflicts: Sequence[str], session_id: str = "SESSION_ID",
+                 unended: bool = False):
         self.conflicts = list(conflicts)
+        self.unended = unended
         super().__init__(self.worded(""), cli_hint="rerun with --force to overwrite them",
                          mcp_hint=f"run `agent undo {session_id} --force` in a terminal to "
                          "overwrite them")
@@ -91,6 +96,12 @@ class RestoreConflict(UserError):
         """The refusal, ending with what to do ``then`` (the chat's is a slash command)."""
         shown = ", ".join(self.conflicts[:10])
         more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
+        if self.unended:
+            return (f"the task has no end checkpoint (its run was killed or crashed), so "
+                    f"{len(self.conflicts)} file(s) changed since it started cannot be told "
+                    f"apart from changes made after it (the agent's file tools did not leave "
+                    f"them as they are now): {shown}{more}; nothing was restored. Review them "
+                    f"(`agent diff`), then {then}")
         return (f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}"
                 f"{more}; nothing was restored. Review them, then {then}")
 
@@ -274,18 +285,47 @@ def _diff_text(repo: git.Repo, a: str, b: str, prefix: str) -> str:
     return text
 
 
-def plan_restore(repo: git.Repo, before: str, after: str | None) -> RestorePlan:
+def plan_restore(repo: git.Repo, before: str, after: str | None,
+                 agent_wrote: dict[str, str | None] | None = None) -> RestorePlan:
     """The files a restore to ``before`` rewrites, and which of them the user edited since.
 
     With ``after`` (the snapshot taken when the agent finished) the files are those the task
     changed, and a conflict is one whose current content or mode differs from ``after``.
-    Without it every file changed since ``before`` is restored and nothing is a conflict.
+    Without it (a killed run) every file changed since ``before``, and a conflict is each one
+    that ``agent_wrote`` (the files the agent's tools wrote, by :func:`log_path`, with their
+    :func:`file_digest` afterwards) does not show as the agent left it: nothing tells the
+    agent's changes from later ones (with ``agent_wrote`` None, none is a conflict).
     """
-    return _plan(repo, before, after, _write_tree(repo, after or before)[0])
+    return _plan(repo, before, after, _write_tree(repo, after or before)[0], agent_wrote)
+
+
+def log_path(path: str) -> str:
+    """``path`` (from git, a byte that is not UTF-8 held as a surrogate escape) as a session
+    log can hold it: such a byte as ``\\xNN``, the rest as it is."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def file_digest(full: Path) -> str | None:
+    """sha256 of the file at ``full`` (of a symbolic link's target, prefixed ``link:``), None
+    when nothing is there or it cannot be read: what :class:`~agent.events.FileWrite`
+    records."""
+    try:
+        if full.is_symlink():
+            return "link:" + hashlib.sha256(os.fsencode(os.readlink(full))).hexdigest()
+        if not full.is_file():
+            return None
+        digest = hashlib.sha256()
+        with full.open("rb") as data:
+            for block in iter(lambda: data.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    except OSError:
+        return None
 
 
 def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
-            force: bool = False, since: str | None = None) -> RestorePlan:
+            force: bool = False, since: str | None = None,
+            agent_wrote: dict[str, str | None] | None = None) -> RestorePlan:
     """Put back the files the task changed as they were in ``before``; returns the plan.
 
     The current tree is first snapshotted to ``undo_ref`` (``since`` the given snapshot, by
@@ -297,12 +337,13 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     No other file is touched, nor the index, HEAD or the stash (:func:`restore_git_state` does
     those). Raises
     :class:`RestoreConflict` (nothing written) when the user edited some of the files after
-    the agent finished, unless ``force``; raises
+    the agent finished, unless ``force`` (without ``after``: see :func:`plan_restore` for
+    ``agent_wrote``); raises
     :class:`RepoStateError` when a folder or a symbolic link stands where a file must go.
     """
     current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}",
                        since=since or after or before)
-    plan = _plan(repo, before, after, current)
+    plan = _plan(repo, before, after, current, agent_wrote)
     flat = _flat_diff(repo, before, after or current)
     # A nested repository this checkpoint cannot read (deleted since, or a gitlink that is no
     # snapshot of ours): its files cannot be compared or written back; said, not guessed at.
@@ -314,7 +355,7 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
                           "(it was removed or replaced); its files are left as they are"
                           for p in stuck]
     if plan.conflicts and not force:
-        raise RestoreConflict(plan.conflicts)
+        raise RestoreConflict(plan.conflicts, unended=after is None)
     root = Path(repo.working_tree_dir)
     write = sorted(p for p in plan.changed if flat.changes[p][0] is not None)
     delete = sorted((p for p in plan.changed if flat.changes[p][0] is None),
@@ -802,9 +843,18 @@ def _has_commit(repo: git.Repo, sha: str) -> bool:
     return True
 
 
-def _plan(repo: git.Repo, before: str, after: str | None, current: str) -> RestorePlan:
+def _plan(repo: git.Repo, before: str, after: str | None, current: str,
+          agent_wrote: dict[str, str | None] | None = None) -> RestorePlan:
     if after is None:
-        return RestorePlan(changed=sorted(_flat_diff(repo, before, current).changes))
+        changed = sorted(_flat_diff(repo, before, current).changes)
+        if agent_wrote is None:
+            return RestorePlan(changed=changed)
+        root = Path(repo.working_tree_dir)
+        # A file is the agent's only while it holds what the agent's last write left (or is
+        # gone, as its undo_edit left it): anything else may be the user's work since.
+        unknown = object()
+        return RestorePlan(changed=changed, conflicts=[
+            p for p in changed if agent_wrote.get(log_path(p), unknown) != file_digest(root / p)])
     changed = sorted(_flat_diff(repo, before, after).changes)
     edited = set(_flat_diff(repo, after, current).changes)
     return RestorePlan(changed=changed, conflicts=[p for p in changed if p in edited])

@@ -22,6 +22,7 @@ from agent.events import (
     Compaction,
     ErrorEvent,
     Event,
+    FileWrite,
     Message,
     ModelTurn,
     ProjectPlan,
@@ -47,9 +48,12 @@ from tools import reaper
 from tools.base import ToolContext
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import Registry, default_registry
-from tools.workspace import Workspace
+from tools.workspace import PathRefused, Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
+FILE_TOOLS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+"""The tools that write the file their ``path`` names: each write is logged as a
+:class:`~agent.events.FileWrite`."""
 NOT_RUN = "not run: the session ended before this call started"
 @dataclass
 class SessionRecord:
@@ -154,10 +158,14 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
         kind, before, after = "redo", marks[-1].sha, before
         since = before
     ref = cp.checkpoint_ref(session_id, number, f"{kind}-{len(marks) + 1}")
+    # Without an end checkpoint (the run was killed) only the log tells which files are the
+    # agent's: those its file tools wrote, while they still hold what it left.
+    wrote = {e.path: e.digest for e in record.events
+             if isinstance(e, FileWrite) and e.task == number} if after is None else None
     try:
-        plan = cp.restore(repo, before, after, ref, force=force, since=since)
+        plan = cp.restore(repo, before, after, ref, force=force, since=since, agent_wrote=wrote)
     except cp.RestoreConflict as exc:  # the session's id, for the advice an MCP host gets
-        raise cp.RestoreConflict(exc.conflicts, session_id) from None
+        raise cp.RestoreConflict(exc.conflicts, session_id, exc.unended) from None
     sha = repo.git.rev_parse(ref)
     (log or SessionLog(session_id, "", Path(record.start.workspace), resume=True)).append(
         Checkpoint(session_id=session_id, task=number, kind=kind, ref=ref, sha=sha))
@@ -215,6 +223,9 @@ class RepoSession:
         self.backend: Backend = connect(settings, reporter)
         client = self.backend.client
         workspace = Workspace(root)
+        self.workspace = workspace
+        self._calls: dict[str, ToolCall] = {}
+        """File tool calls that have not answered yet, by call id (see :meth:`emit`)."""
         self.registry: Registry = default_registry(workspace)
         self.skills = attach_skills(self.registry, ToolContext(workspace), found,
                                     client.n_ctx() or settings.ctx_size or DEFAULT_N_CTX,
@@ -281,8 +292,27 @@ class RepoSession:
                 self.log.append(event)
 
     def emit(self, event: Event) -> None:
+        """Log ``event`` and show it; a file tool's successful write is logged too, with what
+        the file holds after it (:class:`~agent.events.FileWrite`)."""
         self.log.append(event)
         self.reporter.event(event)
+        if isinstance(event, ToolCall) and event.name in FILE_TOOLS:
+            self._calls[event.call_id] = event
+        elif isinstance(event, ToolResult):
+            call = self._calls.pop(event.call_id, None)
+            if call is not None and not event.is_error:
+                self._log_write(call)
+
+    def _log_write(self, call: ToolCall) -> None:
+        if self.repo is None or not isinstance(call.arguments, dict):
+            return
+        try:
+            full = self.workspace.resolve(str(call.arguments.get("path", "")))
+            rel = full.relative_to(Path(self.repo.working_tree_dir)).as_posix()
+        except (PathRefused, ValueError, OSError):
+            return
+        self.log.append(FileWrite(session_id=self.id, task=self.tasks, path=cp.log_path(rel),
+                                  digest=cp.file_digest(full)))
 
     def run_task(self, text: str) -> LoopResult:
         """Run one task between a before and an after checkpoint."""
