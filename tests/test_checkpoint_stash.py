@@ -91,6 +91,7 @@ def test_a_cleared_stash_comes_back_in_order_and_the_plan_says_so(repo: git.Repo
     messages = [line.split(" ", 1)[1] for line in stashed]
     assert plan.stash_restored == [f"stash@{{{n}}}: {m}" for n, m in enumerate(messages)]
     assert plan.index_restored == ["new.py"] and plan.not_restored == []
+    assert plan.index_unstaged == ["new.py"]  # the task staged it; the undo unstaged it
     assert plan.removed == ["new.py"]
 
 
@@ -148,3 +149,22 @@ def test_what_git_refuses_to_put_back_is_reported_with_the_command(repo: git.Rep
     for note in plan.not_restored:
         subprocess.run(shlex.split(note.split("`")[-2]), cwd=root, check=True)
     assert stash(repo) == stashed and staged(repo) == index
+
+
+def test_undo_says_it_unstaged_what_the_task_staged(repo: git.Repo, agent_home: Path):
+    """A field trial: undo of a task that ran `git add b.txt` said "staged again as you had
+    it: b.txt" while it unstaged it, as the user had it."""
+    root = Path(repo.working_tree_dir)
+    (root / "b.txt").write_text("b\n")
+    repo.git.add("b.txt")
+    repo.git.commit("-q", "-m", "b", "--", "b.txt")  # app.py stays staged
+    (root / "calc.py").write_text(CALC + "# staged by the user\n")
+    repo.git.add("calc.py")
+    index = staged(repo)
+    run_bash(repo, agent_home, "echo agent >> b.txt && git add b.txt && git reset -q calc.py")
+    undone = agent("undo", home=agent_home, cwd=root)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["restored b.txt",
+                                          "unstaged, as you had it: b.txt",
+                                          "staged again as you had it: calc.py"]
+    assert staged(repo) == index

@@ -125,6 +125,9 @@ class RestorePlan:
     index_restored: list[str] = field(default_factory=list)
     """Paths whose staged state (their entry in git's index) the task changed, e.g. with `git
     reset` or `git add`, and the undo put back as the user had staged them."""
+    index_unstaged: list[str] = field(default_factory=list)
+    """Those of :attr:`index_restored` the user had nothing staged for (the task's `git add`):
+    the undo unstaged them."""
     not_restored: list[str] = field(default_factory=list)
     """What the undo left for the user, one sentence each, naming the exact git command that
     puts it back: a stash entry git would not store again, or staged state that was changed
@@ -136,11 +139,13 @@ class RestorePlan:
         return bool(self.changed or self.stash_restored or self.index_restored)
 
     def git_lines(self) -> list[str]:
-        """What the restore did besides files, one line each: stash entries stored again and
-        paths staged again (a task that only ran `git stash drop` or `git reset` changed no
-        file, and the undo said "nothing to undo" while it put them back)."""
+        """What the restore did besides files, one line each: stash entries stored again,
+        paths staged again and paths unstaged (a task that only ran `git stash drop` or `git
+        reset` changed no file, and the undo said "nothing to undo" while it put them back)."""
+        # A path the task had staged is unstaged by the undo: "staged again" said the opposite.
         return ([f"stash entry back: {entry}" for entry in self.stash_restored]
-                + [f"staged again as you had it: {path}" for path in self.index_restored])
+                + [f"unstaged, as you had it: {path}" if path in self.index_unstaged
+                   else f"staged again as you had it: {path}" for path in self.index_restored])
 
 
 def open_repo(path: Path) -> git.Repo:
@@ -403,10 +408,12 @@ def record_git_state(repo: git.Repo, ref: str, message: str) -> str:
 
 
 def restore_git_state(repo: git.Repo, before_ref: str, after_ref: str,
-                      plan: RestorePlan) -> None:
+                      plan: RestorePlan, head: str | None = None) -> None:
     """Put back the stash entries and the staged state that a task changed, recorded by
     :func:`record_git_state` at ``before_ref`` and ``after_ref`` (when the task started and
-    ended); fills ``plan``'s ``stash_restored``, ``index_restored`` and ``not_restored``.
+    ended); fills ``plan``'s ``stash_restored``, ``index_restored`` (``index_unstaged``: those
+    whose entry is now ``head``'s, the tree HEAD had when the task started) and
+    ``not_restored``.
 
     An entry counts as dropped by the task when it was in the stash at the start and is missing
     at the end (or the end was never recorded) and now: one the user dropped after the agent
@@ -422,6 +429,9 @@ def restore_git_state(repo: git.Repo, before_ref: str, after_ref: str,
     after = _read_state(repo, after_ref)
     _restore_stash(repo, before, after, plan)
     _restore_index(repo, before, after, plan)
+    if head is not None and plan.index_restored and before.index is not None:
+        staged = set(changed_paths(repo, head, before.index))
+        plan.index_unstaged = [p for p in plan.index_restored if p not in staged]
 
 
 def preexisting_changes(repo: git.Repo, before: str, after: str) -> list[str]:
@@ -429,7 +439,7 @@ def preexisting_changes(repo: git.Repo, before: str, after: str) -> list[str]:
     when it started: :func:`commit_task` leaves them out unless asked, and the user must be
     told, or a commit of half a change reads as the whole of it."""
     return sorted(_committable(repo, before, after)
-                  & _committable(repo, _parent_or_empty(repo, before), before))
+                  & _committable(repo, parent_or_empty(repo, before), before))
 
 
 def commit_task(repo: git.Repo, before: str, after: str, message: str,
@@ -448,7 +458,7 @@ def commit_task(repo: git.Repo, before: str, after: str, message: str,
     """
     files = _committable(repo, before, after)
     if not include_preexisting:
-        files -= _committable(repo, _parent_or_empty(repo, before), before)
+        files -= _committable(repo, parent_or_empty(repo, before), before)
     if not files:
         return None
     root = Path(repo.working_tree_dir)
@@ -537,7 +547,7 @@ def commits_since(repo: git.Repo, snapshot: str, limit: int = 3) -> list[str]:
     return [line for line in listed.splitlines() if line.strip()]
 
 
-def _parent_or_empty(repo: git.Repo, commit: str) -> str:
+def parent_or_empty(repo: git.Repo, commit: str) -> str:
     """The first parent of ``commit`` (HEAD when it was snapshotted), else the empty tree."""
     parents = repo.commit(commit).parents
     return parents[0].hexsha if parents else _empty_tree(repo)

@@ -174,7 +174,8 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
         # After the log line: the files are back whatever happens here, and a failure is
         # reported in the plan rather than raised.
         cp.restore_git_state(repo, _state_ref(session_id, number, "before"),
-                             _state_ref(session_id, number, "after"), plan)
+                             _state_ref(session_id, number, "after"), plan,
+                             head=cp.parent_or_empty(repo, before))
     return plan
 
 
