@@ -175,6 +175,19 @@ def test_a_nested_repositorys_files_are_snapshotted_in_it_shown_and_restored(tmp
     assert user_state(vendor) == vendor_state
 
 
+def test_a_nested_repository_below_the_top_folder_is_shown_too(tmp_path: Path):
+    path = new_repo(tmp_path / "repo")
+    deep = new_repo(path / "libs" / "deep")
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (deep / "README.md").write_text("# agent\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    assert "diff --git a/libs/deep/README.md b/libs/deep/README.md" in diff(repo, before, after)
+    assert restore(repo, before, after, checkpoint_ref("s", 1, "undo")).changed == [
+        "libs/deep/README.md"]
+    assert (deep / "README.md").read_text() == "# readme\n"
+
+
 def test_an_edit_after_the_agent_in_a_nested_repository_is_a_conflict(tmp_path: Path):
     path = nested_repo(tmp_path)
     repo = git.Repo(path)

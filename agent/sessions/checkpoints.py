@@ -278,7 +278,7 @@ def _diff_text(repo: git.Repo, a: str, b: str, prefix: str) -> str:
     part of it (a gitlink's own line, "Subproject commit", says nothing about the files)."""
     text = _git(repo, "diff", "--no-color", "--no-ext-diff", "--ignore-submodules=all",
                 f"--src-prefix=a/{prefix}", f"--dst-prefix=b/{prefix}", a, b)
-    for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b, recursive=False):
+    for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b):
         if GITLINK_MODE not in (mode_a, mode_b):
             continue
         sub = _open_nested(Path(repo.working_tree_dir) / path)
