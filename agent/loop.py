@@ -66,9 +66,17 @@ class ApprovalUnavailable(Exception):
     """A call needs the user's approval and nobody can be asked (stdin is not a terminal)."""
 
 
+class CallRefused(Exception):
+    """A call needs an approval nobody can give here, and only that call is refused: the
+    message is its result for the model and the task goes on. For a read the task can do
+    without (a file that may hold secrets), where stopping the whole task, as
+    :class:`ApprovalUnavailable` does, would cost the user the rest of the work."""
+
+
 Approver = Callable[[dict[str, Any]], str | None]
 """Called before each tool call: None approves; a string denies, with the user's reason.
-May raise :class:`ApprovalUnavailable`."""
+May raise :class:`ApprovalUnavailable` (the task stops) or :class:`CallRefused` (the call
+is answered with the message, the task goes on)."""
 
 
 @dataclass
@@ -316,7 +324,12 @@ class Agent:
                 self._show(call)
                 self._deny_pending(f"not executed: {self._loops.report}")
                 return f"stopped: {self._loops.report}", "repeated_call"
-            denial = self.approve(call) if self.approve else None
+            try:
+                denial = self.approve(call) if self.approve else None
+            except CallRefused as exc:
+                self._show(call)  # the user sees what was refused, as for a repeated call
+                self._answer(call["id"], call["name"], str(exc), True, 0.0)
+                continue
             if denial is not None:
                 self._answer(call["id"], call["name"], f"denied by the user: {denial}", True, 0.0)
                 continue

@@ -59,7 +59,8 @@ def test_the_file_tools_never_write_into_git(rreg: Registry, repo: Path, tmp_pat
     assert (repo / ".git" / "config").read_bytes() == before
     assert (repo / ".git" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
     assert not (repo / ".hg").exists() and not (repo / "sub").exists()
-    # Reading git's files stays allowed.
+    # The tools still read git's files; under ask and auto-edit the approver asks first
+    # (.git/config can hold credentials: tests/test_secret_reads.py).
     assert not rreg.call("view", {"path": ".git/config"}).is_error
 
 

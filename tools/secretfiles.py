@@ -82,13 +82,15 @@ def vcs_folder(workspace: Workspace, full: Path) -> str | None:
     return next((part for part in parts if part.lower() in VCS_FOLDERS), None)
 
 
-def holds_secrets(workspace: Workspace, path: str | Path) -> str | None:
+def holds_secrets(workspace: Workspace, path: str | Path, edit: bool = False) -> str | None:
     """Why reading ``path`` (as the model gives it, or a real path) may reveal secrets, or
     None: anything in a version-control folder (``.git/config`` holds remote URLs, tokens in
     them included), a file whose name or whose symlink target's name
     :func:`secret_name` flags, or a file git ignores inside a folder named ``secrets``. A path
     the workspace refuses, or one that does not exist, is None: the tool refuses it anyway,
-    or there is nothing in it to reveal (creating a new ``.env`` asks nothing)."""
+    or there is nothing in it to reveal (creating a new ``.env`` asks nothing). So is an
+    ``edit`` in a version-control folder: the file tools never write there, and the model is
+    better told that than the user asked about an edit that cannot run."""
     try:
         full = workspace.resolve(path, writable=False)
     except PathRefused:
@@ -97,6 +99,8 @@ def holds_secrets(workspace: Workspace, path: str | Path) -> str | None:
         return None  # nothing to reveal: the tool says it does not exist, or creates it
     given = display_given(path) if isinstance(path, str) else workspace.relative(Path(path))
     folder = vcs_folder(workspace, full)
+    if folder and edit:
+        return None
     if folder:
         where = "is" if full.name == folder else "is in"
         return (f"{given} {where} {folder}/, the repository's own folder, whose configuration "

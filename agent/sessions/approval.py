@@ -6,8 +6,13 @@
   check says which), even when a skill pre-approves the tool;
 - ``full-auto``: nothing asks.
 Read-only tools (view, grep, glob, bash_jobs, activate_skill) never ask, nor tools an active
-skill's ``allowed-tools`` lists. With no terminal to ask on, a call that
-needs approval stops the task with a message instead of hanging.
+skill's ``allowed-tools`` lists, except a read (or an edit: its result shows the lines
+around it) of a file that may hold secrets (``.env``, a private key, anything in ``.git/``:
+the tools' ``secret`` check says which), which asks in ``ask`` and ``auto-edit`` like a
+command, a skill's pre-approval notwithstanding: a prompt injection in anything the model reads
+can ask it to read a key and repeat it. With no terminal to ask on, a call that needs approval
+stops the task with a message instead of hanging; such a read or edit is refused alone, with a
+result saying why, and the task goes on.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agent.loop import ApprovalUnavailable, Approver
+from agent.loop import ApprovalUnavailable, Approver, CallRefused
 from agent.ui import printable
 from tools.create import lines_label
 from tools.mcp.tool import SEPARATOR as MCP_SEPARATOR
+from tools.workspace import display_given
 
 READ_ONLY = frozenset({"view", "grep", "glob", "bash_jobs", "activate_skill"})
 EDITS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+SECRET_READS = frozenset({"view", "grep"})
+"""Tools that read the file or folder their ``path`` names (glob shows names only)."""
 CREATE_HEAD = 20
 """Lines of a new file shown when its ``create`` asks (the rest is counted)."""
 
@@ -46,6 +54,11 @@ def describe(call: dict[str, Any], preview: str | None = None) -> str:
         return f"$ {args.get('command', '')}"
     if name == "create":
         return describe_create(args, preview)
+    if name == "view":
+        lines = args.get("view_range")
+        return f"view {args.get('path')}" + (f" (lines {lines})" if lines else "")
+    if name == "grep":
+        return f"grep {args.get('pattern')!r} in {args.get('path')}"
     if preview is not None:
         return preview
     if name == "str_replace":
@@ -85,7 +98,8 @@ def make_approver(mode: str, ask: Callable[[str], str] | None = None,
                   interactive: bool | None = None,
                   preapproved: Callable[[dict[str, Any]], bool] | None = None,
                   sensitive: Callable[[str], str | None] | None = None,
-                  preview: Callable[[str, Any], str | None] | None = None
+                  preview: Callable[[str, Any], str | None] | None = None,
+                  secret: Callable[[str, bool], str | None] | None = None
                   ) -> Approver | None:
     """An approver for ``mode`` (None for full-auto). ``ask`` shows a prompt and returns the
     answer (default: ``input``); ``interactive`` defaults to stdin being a terminal;
@@ -93,7 +107,10 @@ def make_approver(mode: str, ask: Callable[[str], str] | None = None,
     ``allowed-tools``); ``sensitive`` gives, for an edit's ``path``, why that file needs
     approval like a command (:meth:`tools.workspace.Workspace.git_interpreted`) or None;
     ``preview`` gives an edit's diff from (tool, arguments)
-    (:meth:`tools.registry.Registry.preview`)."""
+    (:meth:`tools.registry.Registry.preview`); ``secret`` gives, for a read's or (second argument
+    True) an edit's ``path``, why that file may hold secrets
+    (:func:`tools.secretfiles.holds_secrets`) or None: such a call asks like a command, and with
+    no terminal it is refused alone (:class:`CallRefused`)."""
     if mode == "full-auto":
         return None
     prompt = ask or input
@@ -102,10 +119,24 @@ def make_approver(mode: str, ask: Callable[[str], str] | None = None,
     def approve(call: dict[str, Any]) -> str | None:
         args = call.get("arguments")
         path = args.get("path") if isinstance(args, dict) else None
-        reason = sensitive(str(path)) if sensitive and call["name"] in EDITS and path else None
-        if reason is None and (not needs_approval(mode, call["name"])
+        name = call["name"]
+        reason = secret_reason = None
+        if path and sensitive and name in EDITS:
+            reason = sensitive(str(path))
+        if path and secret and reason is None and name in SECRET_READS | EDITS:
+            # An edit counts too: its result shows the lines around the change.
+            reason = secret_reason = secret(str(path), name in EDITS)
+        if reason is None and (not needs_approval(mode, name)
                                or (preapproved and preapproved(call))):
             return None
+        if not tty and secret_reason:
+            # The task can go on without this file; stopping it would lose the rest of the
+            # work for a read the model may not even need.
+            doing = "reading" if name in SECRET_READS else "editing"
+            raise CallRefused(
+                f"{name} {display_given(str(path))} was not run: {secret_reason}; {doing} it "
+                "needs the user's approval, and none could be asked here (no terminal). Go on "
+                "without it; if the task cannot be done without it, say so in your answer")
         if not tty:
             why = f" ({reason})" if reason else ""
             raise ApprovalUnavailable(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from functools import partial
 import git
 
 from agent.config import Settings
@@ -52,6 +53,7 @@ from tools.workspace import PathRefused, Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
 FILE_TOOLS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+from tools.secretfiles import holds_secrets
 """The tools that write the file their ``path`` names: each write is logged as a
 :class:`~agent.events.FileWrite`."""
 NOT_RUN = "not run: the session ended before this call started"
@@ -276,7 +278,8 @@ class RepoSession:
                                settings.approval, ask, interactive,
                                self.skills.activations.preapproved if self.skills else None,
                                sensitive=workspace.git_interpreted,
-                               preview=self.registry.preview),
+                               preview=self.registry.preview,
+                               secret=partial(holds_secrets, workspace)),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                                  max_output=2048),
