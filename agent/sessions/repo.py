@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from functools import partial
 import git
 
 from agent.config import Settings
@@ -49,11 +49,11 @@ from tools import reaper
 from tools.base import ToolContext
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import Registry, default_registry
+from tools.secretfiles import holds_secrets
 from tools.workspace import PathRefused, Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
 FILE_TOOLS = frozenset({"create", "str_replace", "insert", "undo_edit"})
-from tools.secretfiles import holds_secrets
 """The tools that write the file their ``path`` names: each write is logged as a
 :class:`~agent.events.FileWrite`."""
 NOT_RUN = "not run: the session ended before this call started"
