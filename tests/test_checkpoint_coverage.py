@@ -327,3 +327,75 @@ def test_undo_of_a_killed_run_puts_back_what_the_agent_left(tmp_path: Path,
     assert undone.returncode == 0, undone.stderr
     assert undone.stdout.splitlines() == ["restored README.md", "removed made.txt"]
     assert (path / "README.md").read_text() == "# readme\n"
+
+
+# --- 4. sessions that ran at the same time -----------------------------------------------------
+
+
+def two_sessions(path: Path, home: Path, first: list[dict]) -> tuple[str, str]:
+    """Session A makes the calls ``first`` (its answer comes 4 s later); session B, started
+    once A's first call has answered, edits g.txt and ends. Returns (A's id, B's id)."""
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
+    script = [*first, {**call("final_answer", text="done"), "delay": 4.0}]
+    with ScriptedModel(script) as model:
+        a = subprocess.Popen([*AGENT, "run", "task A", "--tool-protocol", "json", "--approval",
+                              "full-auto", "--base-url", model.url], cwd=path, env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            sessions = home / "data" / "sessions"
+            deadline = time.monotonic() + 60
+            while not any('"type":"tool_result"' in p.read_text("utf-8")
+                          for p in sessions.glob("2*.jsonl")):
+                assert time.monotonic() < deadline, "session A never made its call"
+                time.sleep(0.1)
+            b = run_task(path, home, call("str_replace", path="g.txt", old_str="g",
+                                          new_str="g by B"))
+            _, a_err = a.communicate(timeout=60)
+        finally:
+            a.kill()
+    assert a.returncode == 0, a_err
+    return a_err.split("session ")[-1].split()[0], b.stderr.split("session ")[-1].split()[0]
+
+
+def files_repo(tmp_path: Path) -> Path:
+    path = new_repo(tmp_path / "repo")
+    for name in ("f.txt", "g.txt"):
+        (path / name).write_text(f"{name[0]}\n")
+    run(path, "add", "-A")
+    run(path, "commit", "-q", "-m", "files")
+    return path
+
+
+def test_undo_and_diff_of_a_session_leave_out_what_another_did_meanwhile(tmp_path: Path,
+                                                                         agent_home: Path):
+    """The field trial: A (0..7 s) edited f.txt, B (at 2 s) edited g.txt; undo of A restored
+    both, wiping B's work, and A's diff showed B's change too."""
+    path = files_repo(tmp_path)
+    a, b = two_sessions(path, agent_home, [call("str_replace", path="f.txt", old_str="f",
+                                                new_str="f by A")])
+    shown = agent("diff", a, home=agent_home, cwd=path)
+    assert "+f by A" in shown.stdout and "g.txt" not in shown.stdout, shown.stdout
+    assert f"left out g.txt, changed by session {b}" in shown.stderr
+    undone = agent("undo", a, home=agent_home, cwd=path)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["restored f.txt"]
+    assert f"g.txt: changed by session {b} while this task ran" in undone.stderr
+    assert (path / "f.txt").read_text() == "f\n"
+    assert (path / "g.txt").read_text() == "g by B\n"
+
+
+def test_undo_refuses_a_file_both_sessions_may_have_changed(tmp_path: Path,
+                                                            agent_home: Path):
+    """A ran a command, which could have written g.txt as well: whose change it is cannot be
+    told, so the undo asks for --force and names the other session."""
+    path = files_repo(tmp_path)
+    a, b = two_sessions(path, agent_home, [call("bash", command="echo A >> f.txt")])
+    refused = agent("undo", a, home=agent_home, cwd=path)
+    assert refused.returncode == 3, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert f"changed too by session {b}, which ran at the same time: g.txt" in said
+    assert "--force" in said and (path / "g.txt").read_text() == "g by B\n"
+    forced = agent("undo", a, "--force", home=agent_home, cwd=path)
+    assert forced.returncode == 0, forced.stderr
+    assert (path / "f.txt").read_text() == "f\n" and (path / "g.txt").read_text() == "g\n"

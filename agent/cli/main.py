@@ -463,7 +463,11 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                 for note in _undo_notes(plan):
                     out.print(note, markup=False)
             elif name == "/diff":
-                out.print(diff_session(session.id) or "(no changes)", markup=False)
+                notes: list[str] = []
+                out.print(diff_session(session.id, notes=notes) or "(no changes)",
+                          markup=False)
+                for note in notes:
+                    out.print(note, markup=False)
             elif name == "/commit":
                 sha, left_out = session.commit_last()
                 out.print(_commit_line(sha, left_out, "commit them yourself with git"),
@@ -675,7 +679,10 @@ def diff_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
                                                               )] = None
              ) -> None:
     """The working tree against the session's first checkpoint, as a unified diff."""
-    diff = diff_session(_pick_session(session_id)) or "(no changes)"
+    notes: list[str] = []  # on stderr: piped, the diff stays a patch `git apply` takes
+    diff = diff_session(_pick_session(session_id), notes=notes) or "(no changes)"
+    for note in notes:
+        err.print(note, markup=False)
     # Piped (`agent diff | git apply`) the bytes stay exact (typer.echo would strip escape
     # sequences from them); on a terminal the model's escape sequences must not act.
     if sys.stdout.isatty():

@@ -85,15 +85,32 @@ class RestoreConflict(UserError):
     file tools did not leave as they are now."""
 
     def __init__(self, conflicts: Sequence[str], session_id: str = "SESSION_ID",
-                 unended: bool = False):
+                 unended: bool = False, others: dict[str, list[str]] | None = None):
         self.conflicts = list(conflicts)
         self.unended = unended
+        self.others = dict(others or {})
+        """Those of the conflicts another session may have changed too, with its ids: it ran
+        while the task did, and the logs cannot tell whose change each is."""
         super().__init__(self.worded(""), cli_hint="rerun with --force to overwrite them",
                          mcp_hint=f"run `agent undo {session_id} --force` in a terminal to "
                          "overwrite them")
 
     def worded(self, then: str) -> str:
         """The refusal, ending with what to do ``then`` (the chat's is a slash command)."""
+        if self.others:
+            sessions = sorted({s for ids in self.others.values() for s in ids})
+            shared = [p for p in self.conflicts if p in self.others]
+            rest = [p for p in self.conflicts if p not in self.others]
+            said = (f"{len(shared)} file(s) the task changed were changed too by "
+                    f"{'session ' if len(sessions) == 1 else 'sessions '}"
+                    f"{', '.join(sessions)}, which ran at the same time: "
+                    f"{_listed(shared)} (the logs cannot tell whose change each is)")
+            if rest:
+                why = ("changed since the task started, and not as its file tools left them "
+                       "(it has no end checkpoint)" if self.unended
+                       else "changed after the agent finished")
+                said += f"; {len(rest)} more {why}: {_listed(rest)}"
+            return f"{said}; nothing was restored. Review them, then {then}"
         shown = ", ".join(self.conflicts[:10])
         more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
         if self.unended:
@@ -104,6 +121,49 @@ class RestoreConflict(UserError):
                     f"(`agent diff`), then {then}")
         return (f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}"
                 f"{more}; nothing was restored. Review them, then {then}")
+
+
+def _listed(paths: Sequence[str]) -> str:
+    """Up to 10 of ``paths``, then how many more."""
+    more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
+    return ", ".join(paths[:10]) + more
+
+
+@dataclass
+class Overlap:
+    """What other sessions did in the same repository while a task ran, from their logs; keys
+    are paths as :func:`log_path` writes them.
+
+    A task's checkpoints are of the whole tree, so a change another session made meanwhile is
+    in them too (a field trial: undo of A restored B's file, and A's diff showed it). A file
+    only another session's file tools wrote, and this task could not have (it wrote it with no
+    tool and ran no command), is that session's: an undo leaves it and a diff leaves it out.
+    One both may have changed is refused without ``--force``."""
+
+    wrote: dict[str, set[str]] = field(default_factory=dict)
+    """Path → ids of the other sessions whose file tools wrote it while the task ran."""
+    may_have: dict[str, set[str]] = field(default_factory=dict)
+    """Path → ids of the other sessions that ran commands (bash, an MCP tool) then and whose
+    own checkpoints show it changed."""
+    mine: set[str] = field(default_factory=set)
+    """The paths this task's file tools wrote."""
+    mine_opaque: bool = False
+    """Whether this task ran commands, which may have written any file."""
+
+    def split(self, paths: Sequence[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """``paths`` (from git) that are other sessions' alone, and those that may be both
+        this task's and another's, each with the other sessions' ids."""
+        theirs, shared = {}, {}
+        for path in paths:
+            key = log_path(path)
+            ids = sorted(self.wrote.get(key, set()) | self.may_have.get(key, set()))
+            if not ids:
+                continue
+            if key in self.wrote and key not in self.mine and not self.mine_opaque:
+                theirs[path] = ids
+            else:
+                shared[path] = ids
+        return theirs, shared
 
 
 @dataclass
@@ -265,19 +325,32 @@ def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
 
 
 def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
-         since: str | None = None) -> str:
+         since: str | None = None, leave_out: Sequence[str] = ()) -> str:
     """Unified diff from ``checkpoint`` to ``until`` (another checkpoint) or, without it, to
     the current working tree, taken :func:`snapshot`'s way ``since`` the given snapshot
-    (default: ``checkpoint``); ``""`` when unchanged."""
+    (default: ``checkpoint``), without the files ``leave_out`` names; ``""`` when
+    unchanged."""
     current = until or _write_tree(repo, since or checkpoint)[0]
-    return _diff_text(repo, checkpoint, current, "")
+    return _diff_text(repo, checkpoint, current, "", set(leave_out))
 
 
-def _diff_text(repo: git.Repo, a: str, b: str, prefix: str) -> str:
+def changed_files(repo: git.Repo, a: str, b: str | None = None,
+                  since: str | None = None) -> list[str]:
+    """Sorted files that differ between the snapshots ``a`` and ``b`` (without it: the working
+    tree now, taken ``since`` the given snapshot, default ``a``), nested repositories' files
+    included."""
+    current = b or _write_tree(repo, since or a)[0]
+    return sorted(_flat_diff(repo, a, current).changes)
+
+
+def _diff_text(repo: git.Repo, a: str, b: str, prefix: str, leave_out: set[str]) -> str:
     """git's diff of ``a`` and ``b`` with paths under ``prefix``, then each nested repository's
-    part of it (a gitlink's own line, "Subproject commit", says nothing about the files)."""
+    part of it (a gitlink's own line, "Subproject commit", says nothing about the files);
+    paths in ``leave_out`` (from the outer work tree) are left out."""
+    mine = [p[len(prefix):] for p in leave_out if p.startswith(prefix)]
+    specs = [f":(exclude,literal){p}" for p in mine]
     text = _git(repo, "diff", "--no-color", "--no-ext-diff", "--ignore-submodules=all",
-                f"--src-prefix=a/{prefix}", f"--dst-prefix=b/{prefix}", a, b)
+                f"--src-prefix=a/{prefix}", f"--dst-prefix=b/{prefix}", a, b, "--", *specs)
     for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b):
         if GITLINK_MODE not in (mode_a, mode_b):
             continue
@@ -286,7 +359,8 @@ def _diff_text(repo: git.Repo, a: str, b: str, prefix: str) -> str:
                 for mode, sha in ((mode_a, sha_a), (mode_b, sha_b))]
         if sub is not None and all(end is None or _has_commit(sub, end) for end in ends):
             empty = _empty_tree(sub)
-            text += _diff_text(sub, ends[0] or empty, ends[1] or empty, f"{prefix}{path}/")
+            text += _diff_text(sub, ends[0] or empty, ends[1] or empty, f"{prefix}{path}/",
+                               leave_out)
     return text
 
 
@@ -330,7 +404,8 @@ def file_digest(full: Path) -> str | None:
 
 def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
             force: bool = False, since: str | None = None,
-            agent_wrote: dict[str, str | None] | None = None) -> RestorePlan:
+            agent_wrote: dict[str, str | None] | None = None,
+            overlap: Overlap | None = None) -> RestorePlan:
     """Put back the files the task changed as they were in ``before``; returns the plan.
 
     The current tree is first snapshotted to ``undo_ref`` (``since`` the given snapshot, by
@@ -343,7 +418,9 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     those). Raises
     :class:`RestoreConflict` (nothing written) when the user edited some of the files after
     the agent finished, unless ``force`` (without ``after``: see :func:`plan_restore` for
-    ``agent_wrote``); raises
+    ``agent_wrote``). ``overlap``: what other sessions did meanwhile; files that are theirs
+    alone are left as they are (said in ``not_restored``), and files that may be theirs too
+    are conflicts. Raises
     :class:`RepoStateError` when a folder or a symbolic link stands where a file must go.
     """
     current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}",
@@ -359,8 +436,14 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     plan.not_restored += [f"{p}/: a nested git repository that this checkpoint cannot read "
                           "(it was removed or replaced); its files are left as they are"
                           for p in stuck]
+    theirs, shared = (overlap or Overlap()).split(plan.changed)
+    plan.changed = [p for p in plan.changed if p not in theirs]
+    plan.conflicts = sorted({p for p in plan.conflicts if p not in theirs} | set(shared))
+    plan.not_restored += [f"{p}: changed by {'session ' if len(ids) == 1 else 'sessions '}"
+                          f"{', '.join(ids)} while this task ran, not by it; left as it is"
+                          for p, ids in theirs.items()]
     if plan.conflicts and not force:
-        raise RestoreConflict(plan.conflicts, unended=after is None)
+        raise RestoreConflict(plan.conflicts, unended=after is None, others=shared)
     root = Path(repo.working_tree_dir)
     write = sorted(p for p in plan.changed if flat.changes[p][0] is not None)
     delete = sorted((p for p in plan.changed if flat.changes[p][0] is None),

@@ -6,10 +6,12 @@ Undo and diff need no model server: they read the session log and the private re
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,19 +45,22 @@ from agent.sessions.instructions import load_instructions
 from agent.sessions.log import SessionLog, new_session_id, read_events, session_path
 from agent.sessions.slots import server_slot
 from agent.ui import Reporter
+from backend.home import home
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.session import UnknownSkill, attach_skills, find_skills
 from tools import reaper
 from tools.base import ToolContext
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import Registry, default_registry
-from tools.secretfiles import holds_secrets
 from tools.workspace import PathRefused, Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
 FILE_TOOLS = frozenset({"create", "str_replace", "insert", "undo_edit"})
 """The tools that write the file their ``path`` names: each write is logged as a
 :class:`~agent.events.FileWrite`."""
+READING_TOOLS = frozenset({"view", "grep", "glob", "bash_jobs", "bash_kill", SKILL_TOOL,
+                           FINAL_ANSWER})
+"""The tools that write no file. Any other call (bash, an MCP server's tool) may write any."""
 NOT_RUN = "not run: the session ended before this call started"
 @dataclass
 class SessionRecord:
@@ -164,10 +169,16 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
     # agent's: those its file tools wrote, while they still hold what it left.
     wrote = {e.path: e.digest for e in record.events
              if isinstance(e, FileWrite) and e.task == number} if after is None else None
+    # Another session that ran at the same time left its changes in this task's checkpoints.
+    overlap = None
+    if kind == "undo":
+        work = next(w for w in _works(record) if w.task == number)
+        overlap = _overlap(repo, record, [work], work.start, work.end)
     try:
-        plan = cp.restore(repo, before, after, ref, force=force, since=since, agent_wrote=wrote)
+        plan = cp.restore(repo, before, after, ref, force=force, since=since, agent_wrote=wrote,
+                          overlap=overlap)
     except cp.RestoreConflict as exc:  # the session's id, for the advice an MCP host gets
-        raise cp.RestoreConflict(exc.conflicts, session_id, exc.unended) from None
+        raise cp.RestoreConflict(exc.conflicts, session_id, exc.unended, exc.others) from None
     sha = repo.git.rev_parse(ref)
     (log or SessionLog(session_id, "", Path(record.start.workspace), resume=True)).append(
         Checkpoint(session_id=session_id, task=number, kind=kind, ref=ref, sha=sha))
@@ -185,22 +196,147 @@ def diff_task(session_id: str) -> str:
     """Unified diff of what the session's last task changed: from its starting checkpoint to
     the one taken when it ended (to now while it has none). What a host reads as the task's
     result: a diff to now showed the user's later edits, another task's, or nothing once
-    undone (a field trial)."""
+    undone (a field trial). Files another session alone changed meanwhile are left out."""
     record = load_record(session_id, lenient=True)
-    _, before, after = _task_checkpoints(record, None)
-    return cp.diff(_repo_of(record), before, after)
+    number, before, after = _task_checkpoints(record, None)
+    repo = _repo_of(record)
+    work = next(w for w in _works(record) if w.task == number)
+    overlap = _overlap(repo, record, [work], work.start, work.end)
+    theirs: dict[str, list[str]] = {}
+    if overlap.wrote or overlap.may_have:
+        theirs, _ = overlap.split(cp.changed_files(repo, before, after))
+    return cp.diff(repo, before, after, leave_out=list(theirs))
 
 
-def diff_session(session_id: str, task: int | None = None) -> str:
-    """Unified diff from the task's starting checkpoint (first task by default) to now."""
+def diff_session(session_id: str, task: int | None = None,
+                 notes: list[str] | None = None) -> str:
+    """Unified diff from the task's starting checkpoint (first task by default) to now.
+
+    A file another session alone changed since (its file tools wrote it; this session's did
+    not, and it ran no command) is left out, and one both may have changed is kept; ``notes``
+    gets a line on each (a field trial: a session's diff showed another's change as its
+    own)."""
     record = load_record(session_id, lenient=True)
     repo = _repo_of(record)
     first = min(t for t, c in record.checkpoints.items() if "before" in c) \
         if task is None and record.checkpoints else task
-    _, before, _ = _task_checkpoints(record, first)
+    number, before, _ = _task_checkpoints(record, first)
     # Now as the session's latest snapshot would see it: what any of its tasks found ignored
     # at its start is left out (a secret a task un-ignored is no new file of the session).
-    return cp.diff(repo, before, since=_latest_snapshot(record))
+    since = _latest_snapshot(record)
+    works = [w for w in _works(record) if w.task >= number]
+    overlap = _overlap(repo, record, works, works[0].start if works else time.time(),
+                       time.time())
+    theirs: dict[str, list[str]] = {}
+    shared: dict[str, list[str]] = {}
+    if overlap.wrote or overlap.may_have:
+        theirs, shared = overlap.split(cp.changed_files(repo, before, since=since))
+    if notes is not None:
+        notes += [f"note: left out {p}, changed by {_sessions(ids)}, not by this one"
+                  for p, ids in theirs.items()]
+        notes += [f"note: {p} was changed by {_sessions(ids)} too, which ran at the same time"
+                  for p, ids in shared.items()]
+    return cp.diff(repo, before, since=since, leave_out=list(theirs))
+
+
+def _sessions(ids: Sequence[str]) -> str:
+    return ("session " if len(ids) == 1 else "sessions ") + ", ".join(ids)
+
+
+@dataclass
+class _Work:
+    """One task of a session as its log tells it: when it ran (from its start to its end
+    checkpoint, or its last logged event where it has none), the files its file tools wrote
+    (with when) and whether it ran a command that may write any file."""
+
+    session_id: str
+    task: int
+    start: float
+    end: float
+    before: str | None = None
+    after: str | None = None
+    writes: list[tuple[str, float]] = field(default_factory=list)
+    opaque: bool = False
+
+
+def _works(record: SessionRecord) -> list[_Work]:
+    """The tasks of ``record``, in order."""
+    works: dict[int, _Work] = {}
+    current: _Work | None = None
+    for e in record.events:
+        if isinstance(e, TaskStart):
+            current = works[e.task] = _Work(record.session_id, e.task, e.ts, e.ts)
+            continue
+        if current is None:
+            continue
+        if current.after is None:
+            current.end = max(current.end, e.ts)
+        if isinstance(e, Checkpoint) and e.task == current.task and e.kind in ("before",
+                                                                                "after"):
+            setattr(current, e.kind, e.sha)
+        elif isinstance(e, FileWrite) and e.task in works:
+            works[e.task].writes.append((e.path, e.ts))
+        elif isinstance(e, ToolCall) and e.name not in READING_TOOLS | FILE_TOOLS:
+            current.opaque = True
+    return list(works.values())
+
+
+def _overlap(repo: git.Repo, record: SessionRecord, mine: list[_Work], start: float,
+             end: float) -> cp.Overlap:
+    """What other sessions in the same repository did between ``start`` and ``end`` (the time
+    of ``mine``, tasks of ``record``), from their logs."""
+    overlap = cp.Overlap(mine={path for w in mine for path, _ in w.writes},
+                         mine_opaque=any(w.opaque for w in mine))
+    for other in _neighbours(record, start, end):
+        for work in _works(other):
+            if work.start > end or work.end < start:
+                continue
+            for path, ts in work.writes:
+                if start <= ts <= end:
+                    overlap.wrote.setdefault(path, set()).add(other.session_id)
+            if work.opaque and work.before is not None:
+                # Its commands may have changed anything its own checkpoints show changed.
+                try:
+                    changed = cp.changed_files(repo, work.before, work.after)
+                except UserError:
+                    continue  # its checkpoints are gone (a pruned repository)
+                for path in changed:
+                    overlap.may_have.setdefault(cp.log_path(path), set()).add(other.session_id)
+    return overlap
+
+
+def _neighbours(record: SessionRecord, start: float, end: float) -> list[SessionRecord]:
+    """The other sessions of ``record``'s work tree whose logs may hold events between
+    ``start`` and ``end``: indexed as started by then, and written to since (a log's time of
+    last change bounds its events; most sessions of a repository are long over)."""
+    index = home().sessions / "index.jsonl"
+    try:
+        lines = index.read_text("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            session_id, workspace = entry["id"], entry["workspace"]
+            started = float(entry.get("started") or 0)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if session_id == record.session_id or workspace != record.start.workspace or \
+                started > end or not isinstance(session_id, str):
+            continue
+        try:
+            path = session_path(session_id)
+            if os.stat(path).st_mtime < start:
+                continue
+            events = read_events(path, lenient=True)
+        except (OSError, ValueError):
+            continue  # not readable: nothing to go on
+        starts = [e for e in events if isinstance(e, SessionStart)]
+        if starts:
+            other = SessionRecord(session_id, starts[0], events=events)
+            found.append(other)
+    return found
 
 
 class RepoSession:
@@ -278,8 +414,7 @@ class RepoSession:
                                settings.approval, ask, interactive,
                                self.skills.activations.preapproved if self.skills else None,
                                sensitive=workspace.git_interpreted,
-                               preview=self.registry.preview,
-                               secret=partial(holds_secrets, workspace)),
+                               preview=self.registry.preview),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                                  max_output=2048),
