@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +53,7 @@ from tools import reaper
 from tools.base import ToolContext
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import Registry, default_registry
+from tools.secretfiles import holds_secrets
 from tools.workspace import PathRefused, Workspace
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
@@ -414,7 +416,8 @@ class RepoSession:
                                settings.approval, ask, interactive,
                                self.skills.activations.preapproved if self.skills else None,
                                sensitive=workspace.git_interpreted,
-                               preview=self.registry.preview),
+                               preview=self.registry.preview,
+                               secret=partial(holds_secrets, workspace)),
                            history=history,
                            context=ContextKeeper(client, client.n_ctx() or settings.ctx_size,
                                                  max_output=2048),
