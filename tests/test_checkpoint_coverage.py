@@ -399,3 +399,97 @@ def test_undo_refuses_a_file_both_sessions_may_have_changed(tmp_path: Path,
     forced = agent("undo", a, "--force", home=agent_home, cwd=path)
     assert forced.returncode == 0, forced.stderr
     assert (path / "f.txt").read_text() == "f\n" and (path / "g.txt").read_text() == "g\n"
+
+
+# --- 6. large untracked files ----------------------------------------------------------------
+
+LIMIT = 1000  # bytes: the tests' limit (10 MiB by default)
+
+
+def big(char: str) -> str:
+    return char * 3000 + "\n"
+
+
+def test_a_large_untracked_file_is_never_stored_nor_touched_by_undo(tmp_path: Path):
+    path = new_repo(tmp_path / "repo")
+    (path / "weights.bin").write_text(big("a"))
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before", max_file=LIMIT)
+    (path / "README.md").write_text("# agent\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    assert "weights.bin" not in tree_files(path, before)
+    assert "weights.bin" not in tree_files(path, after)
+    (path / "weights.bin").write_text(big("u"))  # the user's next training run
+
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+
+    assert plan.changed == ["README.md"] and plan.not_restored == []
+    assert (path / "weights.bin").read_text() == big("u")
+    assert not stored(path, big("a")) and not stored(path, big("u"))
+
+
+def test_undo_says_it_cannot_bring_back_a_large_file_the_task_changed(tmp_path: Path):
+    path = new_repo(tmp_path / "repo")
+    (path / "weights.bin").write_text(big("a"))
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before", max_file=LIMIT)
+    (path / "weights.bin").write_text(big("t"))
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    notes: list[str] = []
+    assert diff(repo, before, after, notes=notes) == ""
+    assert notes == ["note: weights.bin is not shown: an untracked file too large to "
+                     "checkpoint (3,001 bytes)"]
+
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+
+    assert plan.changed == [] and (path / "weights.bin").read_text() == big("t")
+    [note] = plan.not_restored
+    assert note.startswith("weights.bin: too large to checkpoint") and "left as it is" in note
+
+
+def test_a_large_file_the_task_made_is_undone_while_it_is_as_the_task_left_it(
+        tmp_path: Path):
+    path = new_repo(tmp_path / "repo")
+    (path / "small.txt").write_text("small\n")
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before", max_file=LIMIT)
+    (path / "made.bin").write_text(big("m"))
+    (path / "small.txt").write_text(big("g"))
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    (path / "made.bin").write_text(big("u"))  # the user's own change since: refused
+
+    with pytest.raises(RestoreConflict) as caught:
+        restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert caught.value.conflicts == ["made.bin"]
+    (path / "made.bin").write_text(big("m"))
+    os.utime(path / "made.bin", ns=(0, os.stat(path / "made.bin").st_mtime_ns))
+    with pytest.raises(RestoreConflict):  # the same bytes, another time: not the task's file
+        restore(repo, before, after, checkpoint_ref("s", 1, "undo-2"))
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo-3"), force=True)
+    assert plan.changed == ["made.bin", "small.txt"] and plan.removed == ["made.bin"]
+    assert (path / "small.txt").read_text() == "small\n" and not (path / "made.bin").exists()
+    assert not stored(path, big("m")) and not stored(path, big("g"))
+
+
+def test_runs_leave_a_large_untracked_file_out_of_git(tmp_path: Path, agent_home: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    """The field trial: every task start copied a changed 200 MB untracked weights.bin into
+    .git (190 MB a task). The limit comes from the settings (here 0.001 MiB, 1,048 bytes)."""
+    monkeypatch.setenv("DFLASH_AGENT_CHECKPOINT_MAX_FILE_MB", "0.001")
+    path = new_repo(tmp_path / "repo")
+    for n, char in enumerate("ab"):
+        (path / "weights.bin").write_text(big(char))  # a training run between the tasks
+        run_task(path, agent_home, call("create", path=f"note{n}.txt", file_text="x\n"))
+    assert not stored(path, big("a")) and not stored(path, big("b"))
+    shown = agent("diff", home=agent_home, cwd=path)
+    assert "weights.bin" not in shown.stdout + shown.stderr  # unchanged since the task
+    (path / "weights.bin").write_text(big("c"))
+    shown = agent("diff", home=agent_home, cwd=path)
+    assert "weights.bin" not in shown.stdout and "+x" in shown.stdout
+    assert "note: weights.bin is not shown: an untracked file too large to checkpoint " \
+        "(3,001 bytes)" in shown.stderr
+    undone = agent("undo", home=agent_home, cwd=path)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["removed note1.txt"]
+    assert (path / "weights.bin").read_text() == big("c")
+    assert not stored(path, big("c"))

@@ -28,6 +28,14 @@ nested repository without a commit made `git add` fail the run. So each nested r
 snapshotted in its own object store, on the same ref name, and the outer snapshot's gitlink
 points at that snapshot; diffs and restores follow the gitlinks, so ``vendor/lib.py`` is
 compared, shown and restored like any other file.
+
+An untracked file larger than the task's limit (``checkpoint_max_file_mb``, 10 MiB by default,
+as Codex's snapshots have it) is not stored: a 200 MB ``weights.bin`` rewritten between tasks
+grew ``.git`` by 190 MB a task. The snapshot records its size and modification time instead
+(:class:`Outside`; no digest, which would read the whole file every time) and an undo never
+writes or removes one that was there when the task started; if the task changed it, the undo
+says it cannot bring it back. One the task created (or grew from a small one) is removed (or
+written back) like any other file, while it is still as the task left it.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import re
 import secrets
 import shlex
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -265,6 +274,11 @@ class Outside:
     that still exist."""
 
     ignored: set[str] = field(default_factory=set)
+    large: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Untracked files over :attr:`limit`, left out: ``{path: (size, mtime in ns)}``."""
+    limit: int | None = None
+    """The size in bytes above which an untracked file is left out (None: no limit); later
+    snapshots of the task keep it, so they leave out the same files."""
 
     def covers(self, path: str) -> bool:
         """Whether ``path`` is one of :attr:`ignored` or lies in one of its folders."""
@@ -275,25 +289,31 @@ class Outside:
 
     def message(self) -> str:
         """The paragraph that records this in a snapshot's commit message."""
-        return json.dumps({"outside": {"ignored": sorted(self.ignored)}})
+        return json.dumps({"outside": {"ignored": sorted(self.ignored),
+                                       "large": {p: list(v) for p, v in sorted(
+                                           self.large.items())},
+                                       "limit": self.limit}})
 
 
-def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None) -> str:
+def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None,
+             max_file: int | None = None) -> str:
     """Commit the whole working tree and point ``ref`` at it; returns the commit's sha.
 
     ``since``: an earlier snapshot of the same work (the task's start, for its end): paths it
     left out stay out and paths it holds stay in, whatever the ignore rules say now (see the
-    module's notes). The parent is HEAD when there is one (an unborn branch gives a root
-    commit). Raises :class:`RepoStateError` when git cannot read the tree (unreadable files, a
-    broken index).
+    module's notes). ``max_file``: untracked files larger than this many bytes are left out,
+    by size and time (default: ``since``'s limit; none without it). The parent is HEAD when
+    there is one (an unborn branch gives a root commit). Raises :class:`RepoStateError` when
+    git cannot read the tree (unreadable files, a broken index).
     """
-    return _commit_snapshot(repo, message, since, ref)
+    return _commit_snapshot(repo, message, since, ref, max_file)
 
 
-def _commit_snapshot(repo: git.Repo, message: str, since: str | None, ref: str | None) -> str:
+def _commit_snapshot(repo: git.Repo, message: str, since: str | None, ref: str | None,
+                     max_file: int | None = None) -> str:
     """:func:`snapshot`, with ``ref`` optional: a snapshot only compared with (a diff's view of
     now) needs no ref, but a nested repository's part of it still needs a commit."""
-    tree, outside = _write_tree(repo, since, ref, message)
+    tree, outside = _write_tree(repo, since, ref, message, max_file)
     head = _head(repo)
     parents = ["-p", head] if head else []
     sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message,
@@ -313,8 +333,12 @@ def outside_of(repo: git.Repo, commit: str) -> Outside:
     last = text.rstrip("\n").rsplit("\n\n", 1)[-1]
     try:
         record = json.loads(last)["outside"]
-        return Outside(ignored=set(record.get("ignored", ())))
-    except (ValueError, KeyError, TypeError, AttributeError):
+        limit = record.get("limit")
+        return Outside(ignored=set(record.get("ignored", ())),
+                       large={p: (int(v[0]), int(v[1]))
+                              for p, v in record.get("large", {}).items()},
+                       limit=int(limit) if limit is not None else None)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
         return Outside()
 
 
@@ -325,13 +349,22 @@ def changed_paths(repo: git.Repo, a: str, b: str) -> list[str]:
 
 
 def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
-         since: str | None = None, leave_out: Sequence[str] = ()) -> str:
+         since: str | None = None, leave_out: Sequence[str] = (),
+         notes: list[str] | None = None) -> str:
     """Unified diff from ``checkpoint`` to ``until`` (another checkpoint) or, without it, to
     the current working tree, taken :func:`snapshot`'s way ``since`` the given snapshot
     (default: ``checkpoint``), without the files ``leave_out`` names; ``""`` when
-    unchanged."""
-    current = until or _write_tree(repo, since or checkpoint)[0]
-    return _diff_text(repo, checkpoint, current, "", set(leave_out))
+    unchanged. A large untracked file that changed (see :class:`Outside`) has no content to
+    show: it is left out, and ``notes`` gets a line on it."""
+    current = until or _commit_snapshot(repo, "dflash-agent: the working tree now",
+                                        since or checkpoint, None)
+    flat = _flat_diff(repo, checkpoint, current)
+    then, later = _large_of(flat, 0), _large_of(flat, 1)
+    big = sorted(p for p in then.keys() | later.keys() if then.get(p) != later.get(p))
+    if notes is not None:
+        notes += [f"note: {p} is not shown: an untracked file too large to checkpoint "
+                  f"({(later.get(p) or then[p])[0]:,} bytes)" for p in big]
+    return _diff_text(repo, checkpoint, current, "", set(leave_out) | set(big))
 
 
 def changed_files(repo: git.Repo, a: str, b: str | None = None,
@@ -375,7 +408,8 @@ def plan_restore(repo: git.Repo, before: str, after: str | None,
     :func:`file_digest` afterwards) does not show as the agent left it: nothing tells the
     agent's changes from later ones (with ``agent_wrote`` None, none is a conflict).
     """
-    return _plan(repo, before, after, _write_tree(repo, after or before)[0], agent_wrote)
+    now = _commit_snapshot(repo, "dflash-agent: the working tree now", after or before, None)
+    return _plan(repo, before, after, now, agent_wrote)[0]
 
 
 def log_path(path: str) -> str:
@@ -425,8 +459,7 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
     """
     current = snapshot(repo, undo_ref, f"dflash-agent: state before restoring {before[:12]}",
                        since=since or after or before)
-    plan = _plan(repo, before, after, current, agent_wrote)
-    flat = _flat_diff(repo, before, after or current)
+    plan, flat = _plan(repo, before, after, current, agent_wrote)
     # A nested repository this checkpoint cannot read (deleted since, or a gitlink that is no
     # snapshot of ours): its files cannot be compared or written back; said, not guessed at.
     stuck = [p for p in plan.changed
@@ -685,11 +718,14 @@ _NO_SPLIT = ("-c", "core.splitIndex=false")
 
 
 def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None,
-                message: str = "dflash-agent: the working tree now") -> tuple[str, Outside]:
+                message: str = "dflash-agent: the working tree now",
+                max_file: int | None = None) -> tuple[str, Outside]:
     """Tree id of the whole working tree as `git add -A` sees it, via a temporary index, and
-    what it left out; ``since``: see :func:`snapshot`. Each nested repository is snapshotted
-    in itself (with ``message``, on ``ref`` when given) and linked by its gitlink."""
+    what it left out; ``since`` and ``max_file``: see :func:`snapshot`. Each nested repository
+    is snapshotted in itself (with ``message``, on ``ref`` when given) and linked by its
+    gitlink."""
     prior = outside_of(repo, since) if since else Outside()
+    limit = max_file if max_file is not None else prior.limit
     kept = _tree_entries(repo, since) if since else {}
     untracked, nested_dirs, ignored = _untracked_and_ignored(repo)
     root = Path(repo.working_tree_dir)
@@ -704,19 +740,22 @@ def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None
                     "--index-info", env=env, stdin=info)
         # What it left out stays out, tracked or not now (the task may `git add` it: the
         # file was there before the task, and an undo must not delete it).
-        excluded = sorted(path for path in {*untracked, *index}
-                          if prior.ignored and path not in kept and prior.covers(path))
-        dropped = [path for path in excluded if path in index]
+        excluded = {path for path in {*untracked, *index}
+                    if prior.ignored and path not in kept and prior.covers(path)}
+        # Nested repositories, untracked or submodules, each in a snapshot of its own: `add`
+        # would record only their HEAD (and fails on one without a commit).
+        nested = sorted(path for path in nested_dirs | {p for p, mode in index.items()
+                                                         if mode == GITLINK_MODE}
+                        if path not in excluded and os.path.lexists(root / path / ".git"))
+        # Untracked files over the limit, the earlier snapshot's too, by size and time only.
+        large = {} if limit is None else _large_files(
+            root, ({*untracked, *kept} - set(index)) - excluded - set(nested), limit)
+        excluded |= set(large)
+        dropped = [path for path in excluded if path in index or path in kept]
         if dropped:
             _git_in(repo, *_NO_SPLIT, "update-index", "--force-remove", "-z", "--stdin",
                     env=env, stdin="".join(f"{path}\0" for path in dropped))
-        # Nested repositories, untracked or submodules, each in a snapshot of its own: `add`
-        # would record only their HEAD (and fails on one without a commit).
-        left_out = set(excluded)
-        nested = sorted(path for path in nested_dirs | {p for p, mode in index.items()
-                                                         if mode == GITLINK_MODE}
-                        if path not in left_out and os.path.lexists(root / path / ".git"))
-        specs = ["."] + [f":(exclude,literal){path}" for path in [*excluded, *nested]]
+        specs = ["."] + [f":(exclude,literal){path}" for path in [*sorted(excluded), *nested]]
         _git_in(repo, *_NO_SPLIT, "-c", "advice.addEmbeddedRepo=false", "add", "-A",
                 "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
                 stdin="".join(f"{spec}\0" for spec in specs))
@@ -738,8 +777,22 @@ def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None
     # is still there (a file the task un-ignored stays out for the rest of the task).
     outside = Outside({entry for entry in ignored if entry not in kept}
                       | {entry for entry in prior.ignored
-                         if os.path.lexists(root / entry.rstrip("/"))})
+                         if os.path.lexists(root / entry.rstrip("/"))}, large, limit)
     return tree, outside
+
+
+def _large_files(root: Path, paths: set[str], limit: int) -> dict[str, tuple[int, int]]:
+    """``{path: (size, mtime in ns)}`` of those of ``paths`` that are regular files larger
+    than ``limit`` bytes."""
+    found = {}
+    for path in paths:
+        try:
+            info = os.lstat(root / path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            found[path] = (info.st_size, info.st_mtime_ns)
+    return found
 
 
 def _git_in(repo: git.Repo, *args: str, stdin: str, env: dict[str, str] | None = None) -> str:
@@ -937,20 +990,54 @@ def _has_commit(repo: git.Repo, sha: str) -> bool:
 
 
 def _plan(repo: git.Repo, before: str, after: str | None, current: str,
-          agent_wrote: dict[str, str | None] | None = None) -> RestorePlan:
+          agent_wrote: dict[str, str | None] | None = None) -> tuple[RestorePlan, _Flat]:
+    """The plan of a restore to ``before`` (see :func:`plan_restore`), and what differs from
+    ``before`` to ``after`` (to ``current`` without it), large files included: one that was
+    there at ``before`` is never in the plan (a note says when it changed), and one that came
+    or grew since is removed or written back from ``before`` (its end is None or a blob)."""
+    end = after or current
+    flat = _flat_diff(repo, before, end)
+    then, later = _large_of(flat, 0), _large_of(flat, 1)
+    changed = set(flat.changes)
+    notes = []
+    for path in sorted(then.keys() | later.keys()):
+        if path in then:
+            # Never stored: it cannot be written back, and it was there before the task.
+            changed.discard(path)
+            if then[path] != later.get(path):
+                notes.append(f"{path}: too large to checkpoint (an untracked file of "
+                             f"{then[path][0]:,} bytes when the task started), and it changed "
+                             f"since{' in the task' if after else ''}; it is left as it is")
+        else:
+            changed.add(path)
+            flat.changes.setdefault(path, (None, None))  # created by the task: removed
+    plan = RestorePlan(changed=sorted(changed), not_restored=notes)
     if after is None:
-        changed = sorted(_flat_diff(repo, before, current).changes)
         if agent_wrote is None:
-            return RestorePlan(changed=changed)
+            return plan, flat
         root = Path(repo.working_tree_dir)
         # A file is the agent's only while it holds what the agent's last write left (or is
         # gone, as its undo_edit left it): anything else may be the user's work since.
         unknown = object()
-        return RestorePlan(changed=changed, conflicts=[
-            p for p in changed if agent_wrote.get(log_path(p), unknown) != file_digest(root / p)])
-    changed = sorted(_flat_diff(repo, before, after).changes)
-    edited = set(_flat_diff(repo, after, current).changes)
-    return RestorePlan(changed=changed, conflicts=[p for p in changed if p in edited])
+        plan.conflicts = [p for p in plan.changed
+                          if agent_wrote.get(log_path(p), unknown) != file_digest(root / p)]
+        return plan, flat
+    since = _flat_diff(repo, after, current)
+    now = _large_of(since, 1)
+    edited = set(since.changes) | {p for p, was in later.items() if now.get(p) != was}
+    plan.conflicts = [p for p in plan.changed if p in edited]
+    return plan, flat
+
+
+def _large_of(flat: _Flat, side: int) -> dict[str, tuple[int, int]]:
+    """The large files (see :class:`Outside`) that the snapshots on ``side`` (0: ``a``, 1:
+    ``b``) of ``flat`` left out, by their paths from the outer work tree."""
+    found = {}
+    for prefix, (holder, *ends) in flat.holders.items():
+        if ends[side] is not None:
+            found |= {prefix + path: info
+                      for path, info in outside_of(holder, ends[side]).large.items()}
+    return found
 
 
 _End = tuple[str, str, str]

@@ -238,7 +238,7 @@ def diff_session(session_id: str, task: int | None = None,
                   for p, ids in theirs.items()]
         notes += [f"note: {p} was changed by {_sessions(ids)} too, which ran at the same time"
                   for p, ids in shared.items()]
-    return cp.diff(repo, before, since=since, leave_out=list(theirs))
+    return cp.diff(repo, before, since=since, leave_out=list(theirs), notes=notes)
 
 
 def _sessions(ids: Sequence[str]) -> str:
@@ -486,8 +486,10 @@ class RepoSession:
         # Since the last snapshot: a task's end since its start, and a task's start since the
         # end of the one before, so what an earlier task's start found ignored (a secret it
         # then un-ignored) stays out of every later snapshot of the session.
+        # The size limit is the settings' at a task's start; its end keeps the start's.
+        limit = int(self.settings.checkpoint_max_file_mb * 2**20) if kind == "before" else None
         sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}",
-                          since=self.last_snapshot)
+                          since=self.last_snapshot, max_file=limit)
         self.last_snapshot = sha
         cp.record_git_state(self.repo, _state_ref(self.id, self.tasks, kind),
                             f"dflash-agent {self.id} task {self.tasks} {kind}: index and stash")
