@@ -428,6 +428,19 @@ def test_a_large_untracked_file_is_never_stored_nor_touched_by_undo(tmp_path: Pa
     assert not stored(path, big("a")) and not stored(path, big("u"))
 
 
+def test_the_limit_holds_in_a_nested_repository_too(tmp_path: Path):
+    path = nested_repo(tmp_path)
+    (path / "vendor" / "weights.bin").write_text(big("a"))
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before", max_file=LIMIT)
+    (path / "vendor" / "weights.bin").write_text(big("t"))
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    assert not stored(path / "vendor", big("a")) and not stored(path / "vendor", big("t"))
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+    assert plan.changed == [] and (path / "vendor" / "weights.bin").read_text() == big("t")
+    assert plan.not_restored[0].startswith("vendor/weights.bin: too large to checkpoint")
+
+
 def test_undo_says_it_cannot_bring_back_a_large_file_the_task_changed(tmp_path: Path):
     path = new_repo(tmp_path / "repo")
     (path / "weights.bin").write_text(big("a"))

@@ -767,8 +767,8 @@ def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None
             sweep_temp_indexes(Path(sub.git_dir))
             mode, sha = kept.get(path, ("", ""))
             sub_since = sha if mode == GITLINK_MODE and _has_commit(sub, sha) else None
-            links.append(f"{GITLINK_MODE} {_commit_snapshot(sub, message, sub_since, ref)}"
-                         f"\t{path}\0")
+            sub_sha = _commit_snapshot(sub, message, sub_since, ref, limit)
+            links.append(f"{GITLINK_MODE} {sub_sha}\t{path}\0")
         if links:
             _git_in(repo, *_NO_SPLIT, "update-index", "--add", "--replace", "-z",
                     "--index-info", env=env, stdin="".join(links))
