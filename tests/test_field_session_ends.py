@@ -146,4 +146,4 @@ def test_a_session_with_a_damaged_log_still_lists_as_unknown(tmp_path: Path,
     assert rows[ids["damaged"]]["end_detail"] == "unknown (line 3 of the log is damaged)"
     assert rows[ids["unreadable"]]["ended"] == "unknown"
     assert "cannot be read" in rows[ids["unreadable"]]["end_detail"]
-    assert rows["odd"]["ended"] == "no_task" and rows["odd"]["task"] == "7"
+    assert rows["odd"]["ended"] == "unknown" and rows["odd"]["task"] == "7"  # an empty log

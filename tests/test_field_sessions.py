@@ -265,3 +265,50 @@ def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
                           capture_output=True, timeout=120)
     assert diff.returncode == 0, diff.stderr.decode()
     assert "+x = 'ç' 🚀".encode() in diff.stdout
+
+
+def test_a_torn_index_line_never_hides_the_next_session_from_sessions_and_undo(
+        repo: Path, agent_home: Path):
+    """A field trial: the index's last line cut mid-write (a crash, a full disk) glued the
+    next session's entry onto it; that session vanished from `agent sessions`, and `agent
+    undo` undid the task before it. An index an older version left glued still lists both."""
+    _edited_session(repo, agent_home)
+    index = agent_home / "data" / "sessions" / "index.jsonl"
+    torn = b'{"id": "2026'
+    index.write_bytes(index.read_bytes() + torn)
+    script = [call("create", path="b.py", file_text="b = 1\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        assert agent("run", "add b", "--tool-protocol", "json", "--base-url", model.url,
+                     home=agent_home, cwd=repo).returncode == 0
+    lines = index.read_bytes().split(b"\n")
+    assert lines[1] == torn and len(lines) == 4 and lines[3] == b"", lines  # kept whole
+    tasks = ["add b", "bump x"]
+
+    def listed() -> list[str]:
+        proc = agent("sessions", "--json", home=agent_home, cwd=repo)
+        assert proc.returncode == 0, proc.stderr
+        return [s["task"] for s in json.loads(proc.stdout)]
+
+    assert listed() == tasks
+    index.write_bytes(index.read_bytes().replace(torn + b"\n", torn))  # as it was glued
+    assert listed() == tasks
+    app = (repo / "app.py").read_text()
+    undo = agent("undo", home=agent_home, cwd=repo)
+    assert undo.returncode == 0, undo.stderr
+    assert undo.stdout == "removed b.py\n", undo.stdout + undo.stderr
+    assert not (repo / "b.py").exists() and (repo / "app.py").read_text() == app
+
+
+def test_an_empty_session_log_is_listed_as_unknown(repo: Path, agent_home: Path):
+    """The README says a damaged log is listed as unknown; a log of 0 bytes (the session
+    stopped before writing its start: a crash, a full disk) was left out as if it were a chat
+    left without a task, which logs its start."""
+    log = _edited_session(repo, agent_home)
+    log.write_bytes(b"")
+    proc = agent("sessions", "--json", home=agent_home, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)
+    assert (row["id"], row["ended"], row["tasks"]) == (log.stem, "unknown", 0), row
+    assert row["end_detail"] == "unknown (the log is empty: the session stopped before " \
+        "writing its start)"

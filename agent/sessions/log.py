@@ -57,10 +57,8 @@ class SessionLog:
                 self.set_aside = mend_torn_tail(self.path)
             else:
                 target = folder / "index.jsonl"
-                with private_open(target, "a", encoding="utf-8") as idx:
-                    idx.write(json.dumps({"id": session_id, "task": task,
-                                          "workspace": str(workspace),
-                                          "started": time.time()}) + "\n")
+                _append_index(target, {"id": session_id, "task": task,
+                                       "workspace": str(workspace), "started": time.time()})
                 target = self.path
             with private_open(self.path, "a", encoding="utf-8"):
                 pass
@@ -77,6 +75,48 @@ class SessionLog:
                 os.fsync(fh.fileno())
         except OSError as exc:
             raise _unwritable(self.path, exc) from exc
+
+
+def _append_index(index: Path, entry: dict[str, object]) -> None:
+    """Add ``entry`` to the sessions index as one line, on a line of its own.
+
+    A last line cut mid-write (a crash, a full disk) has no newline: an entry appended right
+    after it was glued onto it, and the two made one unreadable line, so the new session
+    vanished from `agent sessions` and a plain `agent undo` picked the one before. So a newline
+    goes first when the file does not end with one (the fragment stays one unreadable line,
+    which readers skip). The line is one ``write`` with ``O_APPEND`` (no buffered halves for a
+    session starting at once to land between) and is fsynced: once per session, cheap."""
+    line = json.dumps(entry) + "\n"
+    with private_open(index, "a+b", buffering=0) as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                line = "\n" + line  # at worst (a race) an empty line, which readers skip
+        fh.write(line.encode("utf-8"))
+        os.fsync(fh.fileno())
+
+
+_INDEX_ENTRY = re.compile(r'(?=\{"id": )')
+"""Where an index entry starts (``json.dumps`` of a dict whose first key is ``id``; a quote
+inside a value is escaped, so this never matches within an entry)."""
+
+
+def _index_entries(line: str) -> list[object]:
+    """The index entries of one line of the index: one, or none for a line that is not JSON.
+
+    An index written before :func:`_append_index` began entries on a fresh line may hold an
+    entry glued onto a torn one (``{"id": "2026{"id": ...}``); each entry found in such a line
+    is read on its own, so the session after a crash is still listed and picked."""
+    try:
+        return [json.loads(line)]
+    except ValueError:
+        pass
+    entries = []
+    for piece in _INDEX_ENTRY.split(line):
+        with contextlib.suppress(ValueError):
+            entries.append(json.loads(piece))
+    return entries
 
 
 def mend_torn_tail(path: Path) -> Path | None:
@@ -150,8 +190,8 @@ class SessionSummary:
     ended: str = "no_task"
     """How the last task ended: done, stopped, interrupted, failed, no_end (nothing recorded:
     killed, or still running), no_task, empty (opened and left without a task: the log holds
-    only its start; :func:`list_sessions` leaves these out), or unknown (the log is damaged or
-    unreadable)."""
+    only its start; :func:`list_sessions` leaves these out), or unknown (the log is damaged,
+    empty or unreadable)."""
     end_detail: str = "no task run"
     """The same as a phrase for people (why it stopped, the error)."""
 
@@ -218,7 +258,7 @@ def _ending(lines: list[str], torn: bool) -> tuple[str, str, int, int]:
 
 def summarise(entry: dict[str, object], path: Path) -> SessionSummary:
     """The summary of one session from its index ``entry`` and its log at ``path``; a log that
-    cannot be read or is damaged gives ``ended`` unknown, never an exception."""
+    cannot be read, is empty or is damaged gives ``ended`` unknown, never an exception."""
     try:
         started = float(entry.get("started") or 0)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -230,6 +270,13 @@ def summarise(entry: dict[str, object], path: Path) -> SessionSummary:
     except OSError as exc:
         summary.ended = "unknown"
         summary.end_detail = f"unknown (the log cannot be read: {exc.strerror or exc})"
+        return summary
+    if not data:
+        # Every session logs its start as it opens: a log of 0 bytes stopped before that (a
+        # crash, a full disk). Not a chat left without a task (hidden as empty): damage.
+        summary.ended = "unknown"
+        summary.end_detail = "unknown (the log is empty: the session stopped before writing " \
+            "its start)"
         return summary
     lines = data.decode("utf-8", errors="replace").split("\n")
     torn = not data.endswith(b"\n") and lines[-1].strip() != ""
@@ -266,8 +313,9 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def list_sessions() -> list[SessionSummary]:
-    """Every indexed session with a log, newest first; corrupt index lines are skipped, and a
-    session whose log is damaged or unreadable is listed with ``ended`` unknown.
+    """Every indexed session with a log, newest first; corrupt index lines are skipped (an
+    entry an older version glued onto a torn line is still read), and a session whose log is
+    damaged, empty or unreadable is listed with ``ended`` unknown.
 
     An empty session (a chat opened and left without a task: its log holds only its start)
     is left out: it is clutter in `agent sessions`, and nothing to resume, undo or compare.
@@ -276,12 +324,9 @@ def list_sessions() -> list[SessionSummary]:
     if not index.is_file():
         return []
     found: dict[str, SessionSummary] = {}
-    for line in index.read_text("utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-            session_id = entry["id"]
-        except (ValueError, KeyError, TypeError):
-            continue
+    lines = index.read_text("utf-8", errors="replace").splitlines()
+    for entry in (e for line in lines for e in _index_entries(line)):
+        session_id = entry.get("id") if isinstance(entry, dict) else None
         if not isinstance(session_id, str) or "/" in session_id:
             continue  # not an id this product writes; never a path to follow
         path = home().sessions / f"{session_id}.jsonl"
