@@ -88,6 +88,22 @@ def test_a_secret_the_task_unignores_is_never_stored_shown_or_removed(tmp_path: 
     assert not stored(path2, SECRET)
 
 
+def test_a_record_of_many_ignored_files_fits(tmp_path: Path):
+    """The record is in the commit message: one of 5,000 ignored names (200 KiB) outgrew what
+    a command-line argument may hold."""
+    path = new_repo(tmp_path / "repo")
+    (path / ".gitignore").write_text("*.pyc\n")
+    cache = path / "cache"
+    cache.mkdir()
+    for n in range(5000):
+        (cache / f"module_with_a_long_name_{n:05}.cpython-311.pyc").write_bytes(b"")
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (path / ".gitignore").write_text("")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after", since=before)
+    assert not any(name.startswith("cache/") for name in tree_files(path, after))
+
+
 def test_a_file_the_task_starts_ignoring_stays_covered(tmp_path: Path):
     """The other way round: a task that adds an untracked file to .gitignore did not delete
     it, and an undo must not write it back over what the user did since."""

@@ -316,8 +316,10 @@ def _commit_snapshot(repo: git.Repo, message: str, since: str | None, ref: str |
     tree, outside = _write_tree(repo, since, ref, message, max_file)
     head = _head(repo)
     parents = ["-p", head] if head else []
-    sha = _git(repo, "commit-tree", "--no-gpg-sign", *parents, "-m", message,
-               "-m", outside.message(), tree, env=AGENT_IDENTITY).strip()
+    # On stdin: the record of ignored files can outgrow what one argument may hold (128 KiB
+    # on Linux), and the commit would fail with E2BIG.
+    sha = _git_in(repo, "commit-tree", "--no-gpg-sign", *parents, tree, env=AGENT_IDENTITY,
+                  stdin=f"{message}\n\n{outside.message()}\n").strip()
     if ref:
         _git(repo, "update-ref", "-m", message, ref, sha)
     return sha
