@@ -522,3 +522,19 @@ def test_runs_leave_a_large_untracked_file_out_of_git(tmp_path: Path, agent_home
     assert undone.stdout.splitlines() == ["removed note1.txt"]
     assert (path / "weights.bin").read_text() == big("c")
     assert not stored(path, big("c"))
+
+
+def test_undo_and_diff_of_a_log_that_lost_its_task_start(tmp_path: Path, agent_home: Path):
+    """Undo and diff need only the checkpoints: a damaged task_start line (skipped) must not
+    make them an internal error (the other sessions' check needs to know when it ran)."""
+    path = files_repo(tmp_path)
+    run_task(path, agent_home, call("str_replace", path="f.txt", old_str="f", new_str="F"))
+    [log] = [p for p in (agent_home / "data" / "sessions").glob("*.jsonl")
+             if p.name != "index.jsonl"]
+    log.write_text("".join(line if '"type":"task_start"' not in line else "garbage\n"
+                           for line in log.read_text().splitlines(keepends=True)))
+    for args in (["diff"], ["undo"]):
+        proc = agent(*args, home=agent_home, cwd=path)
+        assert proc.returncode == 0, proc.stderr
+        assert "internal error" not in proc.stderr and "f.txt" in proc.stdout
+    assert (path / "f.txt").read_text() == "f\n"

@@ -173,8 +173,8 @@ def undo_task(session_id: str, task: int | None = None, force: bool = False,
              if isinstance(e, FileWrite) and e.task == number} if after is None else None
     # Another session that ran at the same time left its changes in this task's checkpoints.
     overlap = None
-    if kind == "undo":
-        work = next(w for w in _works(record) if w.task == number)
+    work = _task_work(record, number)
+    if kind == "undo" and work is not None:
         overlap = _overlap(repo, record, [work], work.start, work.end)
     try:
         plan = cp.restore(repo, before, after, ref, force=force, since=since, agent_wrote=wrote,
@@ -202,8 +202,8 @@ def diff_task(session_id: str) -> str:
     record = load_record(session_id, lenient=True)
     number, before, after = _task_checkpoints(record, None)
     repo = _repo_of(record)
-    work = next(w for w in _works(record) if w.task == number)
-    overlap = _overlap(repo, record, [work], work.start, work.end)
+    work = _task_work(record, number)
+    overlap = _overlap(repo, record, [work], work.start, work.end) if work else cp.Overlap()
     theirs: dict[str, list[str]] = {}
     if overlap.wrote or overlap.may_have:
         theirs, _ = overlap.split(cp.changed_files(repo, before, after))
@@ -281,6 +281,12 @@ def _works(record: SessionRecord) -> list[_Work]:
         elif isinstance(e, ToolCall) and e.name not in READING_TOOLS | FILE_TOOLS:
             current.opaque = True
     return list(works.values())
+
+
+def _task_work(record: SessionRecord, task: int) -> _Work | None:
+    """Task ``task`` of ``record`` as :func:`_works` reads it; None when the log has lost its
+    start (a damaged line, skipped): then nothing tells when it ran."""
+    return next((w for w in _works(record) if w.task == task), None)
 
 
 def _overlap(repo: git.Repo, record: SessionRecord, mine: list[_Work], start: float,
