@@ -538,3 +538,18 @@ def test_undo_and_diff_of_a_log_that_lost_its_task_start(tmp_path: Path, agent_h
         assert proc.returncode == 0, proc.stderr
         assert "internal error" not in proc.stderr and "f.txt" in proc.stdout
     assert (path / "f.txt").read_text() == "f\n"
+
+
+def test_undo_of_a_task_that_only_changed_a_large_file_says_what_it_left(
+        tmp_path: Path, agent_home: Path, monkeypatch: pytest.MonkeyPatch):
+    """"nothing to undo: the task changed no files" was said above a note naming the file
+    the task changed."""
+    monkeypatch.setenv("DFLASH_AGENT_CHECKPOINT_MAX_FILE_MB", "0.001")
+    path = new_repo(tmp_path / "repo")
+    (path / "weights.bin").write_text(big("a"))
+    run_task(path, agent_home, call("bash", command="echo more >> weights.bin"))
+    undone = agent("undo", home=agent_home, cwd=path)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == [
+        "nothing was put back: the files below are left as they are"]
+    assert "note: not put back: weights.bin: too large to checkpoint" in undone.stderr

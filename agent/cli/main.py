@@ -390,7 +390,15 @@ def _undo_summary(plan: RestorePlan) -> str:
     restored = [p for p in plan.changed if p not in plan.removed]
     parts = [f"{verb}: {', '.join(paths)}" for verb, paths in
              (("restored", restored), ("removed", plan.removed)) if paths]
-    return "; ".join(parts + plan.git_lines()) or "nothing to undo: the task changed no files"
+    return "; ".join(parts + plan.git_lines()) or _nothing_undone(plan)
+
+
+def _nothing_undone(plan: RestorePlan) -> str:
+    """What an undo that put nothing back says: that the task changed no file, unless the
+    notes name files it changed and the undo had to leave (a large file, another session's)."""
+    if plan.not_restored:
+        return "nothing was put back: the files below are left as they are"
+    return "nothing to undo: the task changed no files"
 
 
 CHAT_COMMANDS = {
@@ -649,7 +657,7 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
     if latest is not None:  # say which session was picked: it may not be the one expected
         err.print(f"session {latest.id} ({latest.workspace})", markup=False)
     if not plan.did_something:
-        echo("nothing to undo: the task changed no files")
+        echo(_nothing_undone(plan))
     for path in plan.changed:
         echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
     for line in plan.git_lines():
