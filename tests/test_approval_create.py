@@ -134,7 +134,9 @@ def test_an_auto_edit_run_shows_the_diff_of_a_create_that_replaces_a_file(
     """The field trial's run: ``✓ replaced calc.py`` and nothing showed ``sub`` was removed."""
     repo = tmp_path / "repo"
     committed_repo(repo, {"calc.py": CALC}).close()
-    script = [reply(json.dumps({"tool": "create", "arguments": {"path": "calc.py",
+    # The view first: create over a file the session has not seen is refused (tools.edits).
+    script = [reply(json.dumps({"tool": "view", "arguments": {"path": "calc.py"}})),
+              reply(json.dumps({"tool": "create", "arguments": {"path": "calc.py",
                                                                 "file_text": ONLY_ADD}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
     with ScriptedModel(script) as model:

@@ -146,7 +146,7 @@ def test_a_torn_log_is_set_aside_before_resume_appends(repo: Path, agent_home: P
 def test_undo_on_a_torn_log_sets_the_fragment_aside_too(repo: Path, agent_home: Path):
     """`agent undo` appends its checkpoint to the log: onto a clean line, so a second undo
     finds the first and undoes it."""
-    script = [call("create", path="app.py", file_text="x = 2\n"),
+    script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 2\n"),
               call("final_answer", text="done")]
     with ScriptedModel(script) as model:
         assert agent("run", "bump x", "--tool-protocol", "json", "--base-url", model.url,

@@ -53,7 +53,8 @@ def test_a_session_index_with_bytes_that_are_not_utf8_still_lists(repo: Path,
 
 
 def _edited_session(repo: Path, home: Path) -> Path:
-    script = [call("create", path="app.py", file_text="x = 2\n"),
+    # The view first: create over a file the session has not seen is refused (tools.edits).
+    script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 2\n"),
               call("final_answer", text="done")]
     with ScriptedModel(script) as model:
         proc = agent("run", "bump x", "--tool-protocol", "json", "--base-url", model.url,
@@ -247,7 +248,7 @@ def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
     a stdout that cannot show an emoji was exit 4; so was `agent diff` piped, whose bytes must
     be git's whatever the locale."""
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
-    script = [call("create", path="app.py", file_text="x = 'ç' 🚀\n"),
+    script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 'ç' 🚀\n"),
               call("final_answer", text="feito")]
     with ScriptedModel(script) as model:
         proc = subprocess.run([sys.executable, "-m", "agent", "run", b"ol\xe1 fun\xe7\xe3o \xf0",

@@ -231,6 +231,7 @@ def test_create_gives_a_new_file_the_umask_default_mode(reg: Registry, ws: Path)
 
 def test_create_replacing_a_crlf_file_keeps_crlf(reg: Registry, ws: Path):
     (ws / "win.txt").write_bytes(b"old one\r\nold two\r\n")
+    reg.call("view", {"path": "win.txt"})  # replacing a file asks for a view first
     obs = reg.call("create", {"path": "win.txt", "file_text": "new one\nnew two\n"})
     assert not obs.is_error
     assert obs.text == "replaced win.txt (2 lines)"
@@ -254,6 +255,7 @@ def test_create_with_the_content_already_there_says_unchanged_not_replaced(reg: 
 def test_create_with_crlf_text_over_a_crlf_file_does_not_double_carriage_returns(
         reg: Registry, ws: Path):
     (ws / "win.txt").write_bytes(b"old\r\n")
+    reg.call("view", {"path": "win.txt"})
     reg.call("create", {"path": "win.txt", "file_text": "a\r\nb\r\n"})
     assert (ws / "win.txt").read_bytes() == b"a\r\nb\r\n"
 
@@ -262,6 +264,7 @@ def test_create_replacing_an_executable_keeps_its_mode(reg: Registry, ws: Path):
     script = ws / "run.sh"
     script.write_text("#!/bin/sh\necho old\n")
     script.chmod(0o755)
+    reg.call("view", {"path": "run.sh"})
     reg.call("create", {"path": "run.sh", "file_text": "#!/bin/sh\necho new\n"})
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
     assert script.read_text() == "#!/bin/sh\necho new\n"
@@ -985,7 +988,9 @@ def test_undo_edit_removes_a_newly_created_file(reg: Registry, ws: Path):
 
 def test_undo_edit_of_a_create_that_replaced_a_file_restores_it(reg: Registry, ws: Path):
     (ws / "f.txt").write_text("original\n")
-    reg.call("create", {"path": "f.txt", "file_text": "replacement\n"})
+    reg.call("view", {"path": "f.txt"})
+    assert reg.call("create", {"path": "f.txt", "file_text": "replacement\n"}).text == \
+        "replaced f.txt (1 line)"
     reg.call("undo_edit", {"path": "f.txt"})
     assert (ws / "f.txt").read_text() == "original\n"
 

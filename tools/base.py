@@ -57,6 +57,11 @@ class ToolContext:
     workspace: Workspace
     edit_history: dict[Path, list[bytes | None]] = field(default_factory=dict)
     """Per file, the previous contents before each edit (None: the file did not exist)."""
+    seen: dict[Path, bytes] = field(default_factory=dict)
+    """Per file, the SHA-256 of the bytes the file tools last saw of it: after a view (a
+    ``view_range`` counts) or their own write. An edit of a file whose bytes differ from this
+    is refused (someone else changed it since; see :func:`tools.edits.check_seen`). Empty in
+    a new or resumed session: a file is then "never viewed"."""
     env: dict[str, str | None] = field(default_factory=dict)
     """Variables set (a string) or removed (None) for the processes the tools start, on top of
     the filtered environment (a new project's own ``.venv`` first on PATH)."""

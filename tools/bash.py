@@ -25,7 +25,7 @@ from pydantic import Field
 from backend.secret_store import SECRET_NAME, strip_url_credentials
 from tools import reaper
 from tools.base import Observation, Tool, ToolArgs, ToolContext, ToolError
-from tools.edits import resolve
+from tools.edits import forget_changed, resolve
 from tools.spill import Spill
 
 MAX_TIMEOUT = 1800
@@ -163,6 +163,7 @@ class Bash(Tool):
             proc.wait()
             reaper.kill_tagged(marker)
             output.close()
+            forget_changed(self.ctx)
             raise
         # Kill stragglers too (e.g. `cmd &` without background=true, or `setsid cmd &`, which
         # left the group but carries the marker): no orphans survive.
@@ -171,6 +172,10 @@ class Bash(Tool):
             code = proc.wait()
         reaper.kill_tagged(marker)
         output.close()
+        # What the command changed is the model's own doing (sed -i): the file tools must not
+        # refuse it as someone else's change (tools.edits.forget_changed). A background job
+        # is not waited for: a file it changes later is refused until viewed again.
+        forget_changed(self.ctx)
         shown = output.shown(out_path.stem + (".capped.txt" if output.dropped else ".full.txt"))
         if timed_out:
             return Observation(is_error=True, text=f"{shown}\n[killed after {args.timeout} s "

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import diff_preview, read_text, resolve, write_recorded
+from tools.edits import check_seen, diff_preview, read_text, resolve, write_recorded
 from tools.textfile import TextFile, encode
 from tools.workspace import display_given
 
@@ -45,6 +45,11 @@ class Create(Tool):
 
     def run(self, args: CreateArgs) -> Observation:
         plan = self._plan(args)
+        # Replacing a file loses what it holds unless the model has seen it as it is now
+        # (tools.edits: a file it never saw asks for a view too). The same bytes again lose
+        # nothing: no view is asked for.
+        if plan.old is not None and plan.old != plan.data:
+            check_seen(self.ctx, plan.path, args.path, plan.old, unseen_ok=False)
         write_recorded(self.ctx, plan.path, plan.data)
         label = lines_label(args.file_text)
         # Compared as bytes, as written: "replaced" for a file left as it was misled the user

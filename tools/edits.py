@@ -1,8 +1,10 @@
-"""Shared steps of the file-changing tools: resolve a path, remember the old bytes, write."""
+"""Shared steps of the file-changing tools: resolve a path, remember the old bytes, write;
+refuse to write over a change someone else made since the tools last saw the file."""
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from pathlib import Path
 
@@ -21,18 +23,109 @@ def resolve(ctx: ToolContext, path: str, writable: bool = True) -> Path:
         raise ToolError(str(exc)) from exc
 
 
-def read_text(ctx: ToolContext, path: Path, given: str) -> TextFile:
+def read_text(ctx: ToolContext, path: Path, given: str, guard: bool = False) -> TextFile:
     """:func:`tools.textfile.read_text` through the workspace's symlink-safe reader; an error
     names the file by ``given``, the path as the model gave it, as view's errors do (an
-    absolute path in a reply to a relative one read as a different file)."""
-    return _read_text(path, ctx.workspace.read_bytes, display_given(given))
+    absolute path in a reply to a relative one read as a different file).
+
+    ``guard`` (a partial edit about to be written, not its preview, which shows what it
+    would do): also refuse a file someone else changed since the tools last saw it
+    (:func:`check_seen`; a file never seen passes)."""
+    read: list[bytes] = []
+
+    def reader(full: Path) -> bytes:
+        read.append(ctx.workspace.read_bytes(full))
+        return read[-1]
+
+    tf = _read_text(path, reader, display_given(given))
+    if guard:
+        check_seen(ctx, path, given, read[-1], unseen_ok=True)
+    return tf
 
 
 def write_recorded(ctx: ToolContext, path: Path, data: bytes) -> None:
-    """Write ``data`` atomically, saving the previous contents for ``undo_edit``."""
+    """Write ``data`` atomically, saving the previous contents for ``undo_edit``; the bytes
+    written are what the tools have now seen of the file (:func:`remember`)."""
     previous = ctx.workspace.read_bytes(path) if path.is_file() else None
     ctx.workspace.atomic_write(path, data)
     ctx.edit_history.setdefault(path, []).append(previous)
+    remember(ctx, path, data)
+
+
+# --- what the tools last saw of a file ------------------------------------------------------
+#
+# A field trial lost data: the model viewed f.py, the user saved f.py while the model thought,
+# then the model's create wrote its own version over it without a word, and undo (checkpoints
+# around the task) could only go back to before the task: the user's change was never held
+# anywhere. So the tools remember, per file, the bytes they last saw of it (a view, a partial
+# one included, or their own write: ToolContext.seen) and an edit refuses to write when the
+# file no longer holds them. The rules, the simplest that leave nothing made by someone else
+# silently overwritten:
+#
+# - Seen, and changed since: every edit (create, str_replace, insert, undo_edit) is refused
+#   until the model views the file again. str_replace and insert would apply to the current
+#   text, but the model would edit a file it has not seen as it is (Claude Code refuses too).
+# - Never seen (a new or resumed session, or a file a command of the model's changed, see
+#   forget_changed): str_replace and insert are allowed, since they change the bytes as they
+#   are now and keep the rest (old_str must match the current text), and a weak model often
+#   edits from grep's lines without a view. create over an existing file is refused: nothing
+#   tells whether what it replaces is what the model expects or a change made during the
+#   task, and a view is the one step that makes the overwrite informed (it also stops a model
+#   replacing a file it took for new). undo_edit needs its own write to be what is there.
+# - A create that leaves the bytes as they are loses nothing and is never refused.
+# - A preview (the approval prompt's diff) is not refused: it shows what the call would do.
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def remember(ctx: ToolContext, path: Path, data: bytes) -> None:
+    """Record ``data`` as what the tools last saw of the file ``path`` (viewed or written)."""
+    ctx.seen[path] = _digest(data)
+
+
+def last_seen(ctx: ToolContext, path: Path, data: bytes) -> bool:
+    """True when ``data`` is what the tools last saw of the file ``path``."""
+    return ctx.seen.get(path) == _digest(data)
+
+
+def check_seen(ctx: ToolContext, path: Path, given: str, data: bytes,
+               unseen_ok: bool) -> None:
+    """Raise :class:`ToolError`, naming the file by ``given``, when ``data`` (the file's bytes
+    now) is not what the tools last saw of it, or when they never saw it and ``unseen_ok`` is
+    false (see the rules above)."""
+    shown = display_given(given)
+    if path not in ctx.seen:
+        if not unseen_ok:
+            raise ToolError(f"{shown} already exists and you have not viewed it as it is now "
+                            "(not in this session, or not since a command changed it); view "
+                            "it first: create replaces the whole file, and what it holds now "
+                            "would be lost (to change part of it, use str_replace or insert). "
+                            "Nothing was written.")
+        return
+    if not last_seen(ctx, path, data):
+        raise ToolError(f"{shown} has changed since you last viewed or edited it (by the "
+                        "user, a formatter or another program); view it again before "
+                        "editing it, so that the change is not overwritten. Nothing was "
+                        "written.")
+
+
+def forget_changed(ctx: ToolContext) -> None:
+    """Forget what the tools saw of each file that no longer holds it (called after a
+    ``bash`` command). A command is the model's own (``sed -i``, a formatter it ran): a file
+    it changed must not be refused as changed by someone else, so it counts as never seen
+    (str_replace and insert go on; create and undo_edit ask for a view first). A file left
+    as it was keeps its record, so a rewrite after a test run needs no new view. A change the
+    user saved before or during the command is taken for never seen too, which still lets
+    nothing overwrite it unseen."""
+    for path in list(ctx.seen):
+        try:
+            same = path.is_file() and last_seen(ctx, path, ctx.workspace.read_bytes(path))
+        except (OSError, PathRefused):
+            same = False
+        if not same:
+            del ctx.seen[path]
 
 
 def snippet(text: str, first_line: int, last_line: int, context: int = 3) -> str:

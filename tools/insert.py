@@ -24,7 +24,7 @@ class Insert(Tool):
     mutates = True
 
     def run(self, args: InsertArgs) -> Observation:
-        path, tf, text, added = self._insert(args)
+        path, tf, text, added = self._insert(args, guard=True)
         write_recorded(self.ctx, path, encode(tf, text))
         first = args.insert_line + 1
         return Observation(text=f"inserted {added} line{'' if added == 1 else 's'} into "
@@ -37,11 +37,13 @@ class Insert(Tool):
         encode(tf, text)  # raises, as run would, when the encoding cannot hold it
         return diff_preview(self.ctx.workspace.relative(path), tf.text, text)
 
-    def _insert(self, args: InsertArgs) -> tuple[Path, TextFile, str, int]:
+    def _insert(self, args: InsertArgs, guard: bool = False) -> tuple[Path, TextFile, str, int]:
         """The file, its text, the text after the insertion and how many lines it adds;
-        ToolError when ``insert_line`` is out of range."""
+        ToolError when ``insert_line`` is out of range (``guard``, for a run: also when
+        someone else changed the file since the model last saw it, see :mod:`tools.edits`:
+        its line numbers would be from a file that is no more)."""
         path = resolve(self.ctx, args.path)
-        tf = read_text(self.ctx, path, args.path)
+        tf = read_text(self.ctx, path, args.path, guard)
         lines = tf.text.split("\n")
         trailing = tf.text.endswith("\n")
         if trailing:

@@ -26,7 +26,7 @@ class StrReplace(Tool):
     mutates = True
 
     def run(self, args: StrReplaceArgs) -> Observation:
-        path, tf, rel, result = self._replace(args)
+        path, tf, rel, result = self._replace(args, guard=True)
         write_recorded(self.ctx, path, encode(tf, result.text))
         how = "" if result.stage == "exact" else f" (matched ignoring {result.stage})"
         return Observation(text=f"edited {rel}{how}:\n"
@@ -38,11 +38,14 @@ class StrReplace(Tool):
         encode(tf, result.text)  # raises, as run would, when the encoding cannot hold it
         return diff_preview(rel, tf.text, result.text)
 
-    def _replace(self, args: StrReplaceArgs) -> tuple[Path, TextFile, str, Match]:
+    def _replace(self, args: StrReplaceArgs,
+                 guard: bool = False) -> tuple[Path, TextFile, str, Match]:
         """The file, its text, its workspace-relative name and the replacement; ToolError when
-        the edit cannot be made."""
+        the edit cannot be made (``guard``, for a run: also when someone else changed the
+        file since the model last saw it, checked before old_str, whose mismatch would then
+        be the change's doing; see :mod:`tools.edits`)."""
         path = resolve(self.ctx, args.path)
-        tf = read_text(self.ctx, path, args.path)
+        tf = read_text(self.ctx, path, args.path, guard)
         rel = self.ctx.workspace.relative(path)
         old = args.old_str.replace("\r\n", "\n")
         new = args.new_str.replace("\r\n", "\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
-from tools.edits import resolve
+from tools.edits import remember, resolve
 from tools.ignore import outside_line, walk
 from tools.textfile import decode, looks_binary
 from tools.workspace import display_given
@@ -62,6 +62,9 @@ class View(Tool):
         if decoded.encoding != "utf-8":
             body = (f"[not valid UTF-8: decoded as {decoded.encoding}, a guess; edits may only "
                     "add ASCII or characters already in the file]\n" + body)
+        # Any view of the file, a range or the first page too, is what the model has seen of
+        # it: an edit is refused if someone else changes it from now on (tools.edits).
+        remember(self.ctx, path, data)
         return Observation(text=body or "(empty file)")
 
     def _listing(self, path) -> str:
