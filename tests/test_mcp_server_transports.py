@@ -53,6 +53,14 @@ def text(result: t.CallToolResult) -> str:
 
 
 @pytest.mark.server
+def serve_stdio(root: Path, base_url: str, agent_home: Path) -> subprocess.Popen[str]:
+    """``agent mcp serve`` over stdio, as a host starts it, on the model at ``base_url``."""
+    return subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url", base_url],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, HOME_ENV: str(agent_home)})
+
+
 def test_stdio_subprocess_lists_tools_refuses_unknown_ids_and_runs_a_task(
         real_server, root: Path, repo: Path, agent_home: Path):
     base_url = real_server("baseline").base_url
@@ -102,10 +110,7 @@ def test_sigterm_from_the_host_cancels_the_running_task_before_the_server_ends(
                 return line
 
     with ScriptedModel([reply("slow", delay=120)]) as model:
-        proc = subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url",
-                                 model.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, HOME_ENV: str(agent_home)})
+        proc = serve_stdio(root, model.url, agent_home)
         try:
             send(INIT)
             answer(1)
@@ -137,10 +142,7 @@ def test_a_host_that_dies_mid_call_is_a_disconnect_not_an_internal_error(
     """A field trial: a host killed during a `wait: true` call (its pipes closed) ended the
     server with "internal error: ExceptionGroup ... BrokenPipeError" and a crash log."""
     with ScriptedModel([reply("slow", delay=120)]) as model:
-        proc = subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url",
-                                 model.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, HOME_ENV: str(agent_home)})
+        proc = serve_stdio(root, model.url, agent_home)
         assert proc.stdin is not None and proc.stdout is not None
         try:
             for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -190,10 +192,7 @@ def test_a_host_that_cancels_a_waiting_new_project_is_left_no_half_made_folder(
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "no"}}),
                     delay=120)]
     with ScriptedModel(script) as model:
-        proc = subprocess.Popen([AGENT, "mcp", "serve", "--root", str(root), "--base-url",
-                                 model.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, HOME_ENV: str(agent_home)})
+        proc = serve_stdio(root, model.url, agent_home)
         try:
             send(INIT)
             receive()
