@@ -126,6 +126,24 @@ def test_grep_glob_filters_by_file_name(reg: Registry, tree: Path):
                                     "src/sub/conf.toml:1: needle = false"]
 
 
+def test_grep_glob_double_star_spans_folders_as_glob_does(reg: Registry, tree: Path):
+    """grep's glob filter went to Path.match, whose '**' is one folder before Python 3.13:
+    'src/**/*.toml' missed src/settings.toml and '**/*.toml' missed nothing only by chance.
+    '**' now spans any number of folders, none too, as the glob tool's does; a pattern still
+    matches from the right (src/ at any depth)."""
+    def found(glob: str) -> list[str]:
+        text = reg.call("grep", {"pattern": "needle", "glob": glob}).text
+        return [line.split(":")[0] for line in text.split("\n")]
+
+    assert found("src/**/*.toml") == ["other/src/x.toml", "src/settings.toml",
+                                      "src/sub/conf.toml"]
+    assert found("src/**/conf.toml") == ["src/sub/conf.toml"]
+    assert found("**/*.py") == ["main.py", "src/app.py"]
+    assert found("**") == found("*")
+    assert found("src/sub/**") == ["src/sub/conf.toml"]
+    assert reg.call("grep", {"pattern": "needle", "glob": "lib/**/*.toml"}).text == "no matches"
+
+
 def test_grep_glob_takes_a_name_as_the_tools_show_it(reg: Registry, ws: Path):
     """grep's glob filter went to Path.match as typed: 'relat\\xf3rio.txt', copied from
     glob's own listing, filtered out the very file it names. Each name as glob lists it now

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import resolve
+from tools.glob import name_matcher
 from tools.ignore import outside_line, walk
 from tools.secretfiles import skipped_by_search
 from tools.textfile import decode, looks_binary
@@ -47,9 +48,12 @@ def _line_matcher(pattern: str, ignore_case: bool) -> Callable[[str], bool]:
     return matches
 
 
-def _file_filter(glob: str) -> Callable[[Path], bool]:
+def _file_filter(glob: str, root_of: Callable[[Path], Path]) -> Callable[[Path], bool]:
     """Whether a file's path matches grep's ``glob`` filter as ``Path.match`` matches it
-    (from the right: '*.py' in any folder, 'src/*.py' in any folder named src).
+    (from the right: '*.py' in any folder, 'src/*.py' in any folder named src), where '**'
+    spans any number of folders, none too, as in the glob tool ('src/**/*.py'), and not
+    one as ``Path.match`` has it before Python 3.13. ``root_of`` gives the root a path is
+    under (the path is matched relative to it).
 
     A name as the tools show it is read back first ('\\xNN' escapes, '\\\\' one
     backslash: ``Path.match`` has no escapes of its own), so a name copied from a listing
@@ -62,9 +66,14 @@ def _file_filter(glob: str) -> Callable[[Path], bool]:
     except (PathRefused, ValueError) as exc:
         raise ToolError(f"invalid glob {glob!r}: {exc}") from None
     composed = unicodedata.normalize("NFC", pattern)
+    # '**/' first: from the right, as Path.match matches; name_matcher reads the name back.
+    spans = name_matcher(glob if glob.startswith("**") else "**/" + glob.removeprefix("./")) \
+        if "**" in pattern else None
 
     def matches(path: Path) -> bool:
         if path.match(pattern):
+            return True
+        if spans is not None and spans(str(path.relative_to(root_of(path)))):
             return True
         text = str(path)
         if text.isascii() or unicodedata.is_normalized("NFC", text):
@@ -92,7 +101,7 @@ class Grep(Tool):
             matches_line = _line_matcher(args.pattern, args.ignore_case)
         except re.error as exc:
             raise ToolError(f"invalid regular expression {args.pattern!r}: {exc}") from exc
-        wanted = _file_filter(args.glob) if args.glob else None
+        wanted = _file_filter(args.glob, self.ctx.workspace.root_of) if args.glob else None
         start = resolve(self.ctx, args.path, writable=False)
         if not start.exists():
             raise ToolError(f"{display_given(args.path)} does not exist")
