@@ -147,6 +147,36 @@ def test_run_with_commit_says_what_it_left_out_and_why_it_did_not_commit(repo: g
     assert "not committed: the task did not finish (max_steps)" in proc.stderr
 
 
+def test_run_with_commit_names_the_nested_repositories_it_leaves_uncommitted(
+        repo: git.Repo, agent_home: Path):
+    """`run --commit` of a task that edited a file in vendor/, a repository of its own, said
+    "nothing to commit" and no more: the edit is vendor's to commit, and now it says so, the
+    outer repository's own files committed as before."""
+    root = Path(repo.working_tree_dir)
+    vendor = git.Repo.init(root / "vendor")
+    (root / "vendor" / "lib.py").write_text("v = 1\n")
+    vendor.git.add("lib.py")
+    vendor.git.commit("-q", "-m", "vendor", "--author", "U <u@example.com>")
+    vendor_head = vendor.head.commit.hexsha
+    script = [call("str_replace", path="vendor/lib.py", old_str="v = 1", new_str="v = 2"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "bump v", "--commit", "--base-url", model.url,
+                     home=agent_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert ("nothing to commit; not committed: the task's changes inside the nested "
+            "repositories vendor (commit them there with git)") in said, proc.stderr
+    assert vendor.head.commit.hexsha == vendor_head and vendor.is_dirty()
+    script = [call("create", path="new.py", file_text="x = 1\n"),
+              call("final_answer", text="added new.py")]
+    with ScriptedModel(script) as model:
+        proc = agent("run", "add new.py", "--commit", "--base-url", model.url,
+                     home=agent_home, cwd=root)
+    assert proc.returncode == 0 and sorted(repo.head.commit.stats.files) == ["new.py"]
+    assert "nested" not in proc.stderr
+
+
 def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Path):
     """A field trial: `run --commit` then `undo` said only "removed new.py"; the commit
     stayed and git showed the file deleted, and nothing said why."""

@@ -343,8 +343,8 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
         if commit and result.reason != "done":
             committed = f"not committed: the task did not finish ({result.reason})"
         elif commit:
-            sha, left_out = session.commit_last(include_user_changes)
-            committed = _commit_line(sha, left_out, "--include-user-changes commits them too")
+            committed = _commit_line(*session.commit_last(include_user_changes),
+                                     how="--include-user-changes commits them too")
     finally:
         session.close()
         reporter.close()
@@ -354,14 +354,19 @@ def run_cmd(task: Annotated[str, typer.Argument(help="What to do, in plain words
     raise typer.Exit(_exit_for(result.reason))
 
 
-def _commit_line(sha: str | None, left_out: list[str], how: str) -> str:
+def _commit_line(sha: str | None, left_out: list[str], nested: list[str], how: str) -> str:
     """What a commit of the task's files did: its sha or that there was nothing to commit,
-    and the files left out because the user had changed them before the task (``how``
-    says how to include them)."""
+    the files left out because the user had changed them before the task (``how`` says how
+    to include them), and the nested repositories holding the task's changes, which a commit
+    here leaves uncommitted (it said "nothing to commit" of a task that changed only a
+    submodule's files)."""
     said = f"committed {sha[:10]}" if sha else "nothing to commit"
     if left_out:
         said += (f" (left out, changed by you before the task: {', '.join(left_out)}; "
                  f"{how})")
+    if nested:
+        said += (f"; not committed: the task's changes inside the nested repositories "
+                 f"{', '.join(nested)} (commit them there with git)")
     return said
 
 
@@ -477,9 +482,8 @@ def _chat_loop(session: RepoSession, reporter: Reporter) -> None:
                 for note in notes:
                     out.print(note, markup=False)
             elif name == "/commit":
-                sha, left_out = session.commit_last()
-                out.print(_commit_line(sha, left_out, "commit them yourself with git"),
-                          markup=False)
+                out.print(_commit_line(*session.commit_last(),
+                                       how="commit them yourself with git"), markup=False)
             elif name == "/compact" and all(m.get("role") == "system"
                                             for m in session.agent.messages):
                 # Nothing to summarise; compacting anyway logged a compaction that made an

@@ -946,14 +946,33 @@ def _committable(repo: git.Repo, a: str, b: str) -> set[str]:
     nested repository's gitlink only where its HEAD moved (a snapshot's gitlink names the
     nested snapshot, which differs whenever its files do; they are the nested repository's to
     commit, not this one's)."""
+    return _split_changes(repo, a, b)[0]
+
+
+def nested_changes(repo: git.Repo, before: str, after: str) -> list[str]:
+    """Nested repositories (submodules, repositories cloned or made inside; paths relative to
+    the root, sorted) whose files differ between the snapshots ``before`` and ``after`` while
+    their HEAD stayed: what :func:`commit_task` leaves to be committed inside them."""
+    linked = _split_changes(repo, before, after)[1]
+    # A gitlink differs whenever a nested snapshot is taken again (a new commit), its files
+    # the same or not: what counts is the files.
+    changed = _flat_diff(repo, before, after).changes
+    return sorted(p for p in linked if any(c.startswith(p + "/") for c in changed))
+
+
+def _split_changes(repo: git.Repo, a: str, b: str) -> tuple[set[str], set[str]]:
+    """The paths differing between ``a`` and ``b``: those this repository commits, and the
+    nested repositories whose files alone changed."""
     root = Path(repo.working_tree_dir)
-    found = set()
+    own: set[str] = set()
+    nested: set[str] = set()
     for mode_a, mode_b, sha_a, sha_b, path in _raw_entries(repo, a, b):
         if mode_a == mode_b == GITLINK_MODE and \
                 _link_head(root / path, sha_a) == _link_head(root / path, sha_b):
-            continue
-        found.add(path)
-    return found
+            nested.add(path)
+        else:
+            own.add(path)
+    return own, nested
 
 
 def _link_head(path: Path, sha: str) -> str | None:

@@ -501,10 +501,12 @@ class RepoSession:
                             f"dflash-agent {self.id} task {self.tasks} {kind}: index and stash")
         self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
 
-    def commit_last(self, include_preexisting: bool = False) -> tuple[str | None, list[str]]:
+    def commit_last(self, include_preexisting: bool = False
+                    ) -> tuple[str | None, list[str], list[str]]:
         """Commit the last task's changes with a message from its text. Returns the new sha
-        (None: nothing to commit) and the files left out: those the task changed that the user
-        had modified before it (none with ``include_preexisting``)."""
+        (None: nothing to commit), the files left out: those the task changed that the user
+        had modified before it (none with ``include_preexisting``), and the nested
+        repositories whose files the task changed (theirs to commit, not this one's)."""
         if self.repo is None:
             raise UserError("this session runs without git (--no-git): nothing to commit")
         record = load_record(self.id, lenient=True)
@@ -517,7 +519,7 @@ class RepoSession:
         sha = cp.commit_task(self.repo, before, after,
                              f"{subject}\n\nMade by dflash-agent (session {self.id}, task "
                              f"{number}).", include_preexisting)
-        return sha, left_out
+        return sha, left_out, cp.nested_changes(self.repo, before, after)
 
     def warn(self, message: str) -> None:
         """A warning on stderr (shown in --json mode too: JSON goes to stdout)."""
