@@ -177,6 +177,48 @@ def test_run_with_commit_names_the_nested_repositories_it_leaves_uncommitted(
     assert "nested" not in proc.stderr
 
 
+def _without_root_reads() -> list[str]:
+    """A command prefix under which this process obeys file modes: as root, without the
+    capabilities that read any file (setpriv); as anyone else, none is needed."""
+    if os.geteuid() != 0:
+        return []
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+def test_an_unreadable_untracked_file_is_left_out_of_checkpoints_not_fatal(
+        repo: git.Repo, agent_home: Path):
+    """A field trial: an untracked file the user cannot read (another user's, mode 0600)
+    made every run exit 3 with git's "unable to index file". It is now left out of the
+    checkpoints like an ignored file, said once, and run, diff and undo work around it."""
+    root = Path(repo.working_tree_dir)
+    private = root / "private.dat"
+    private.write_text("someone else's\n")
+    private.chmod(0)
+    prefix = _without_root_reads()
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*prefix, *AGENT, *args], capture_output=True, text=True,
+                              timeout=120, cwd=root, env=env, stdin=subprocess.DEVNULL)
+
+    # The setup is what it claims: this user cannot read the file.
+    assert subprocess.run([*prefix, "cat", str(private)], capture_output=True).returncode != 0
+    script = [call("create", path="new.py", file_text="x = 1\n"),
+              call("final_answer", text="added new.py")]
+    with ScriptedModel(script) as model:
+        proc = run("run", "add new.py", "--base-url", model.url)
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: not checkpointed, as they cannot be read: private.dat (agent undo will "
+            "neither restore nor remove them)") in " ".join(proc.stderr.split())
+    diff = run("diff")
+    assert diff.returncode == 0 and "+x = 1" in diff.stdout and "private" not in diff.stdout
+    undone = run("undo")
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["removed new.py"]
+    assert private.read_text() == "someone else's\n" and private.stat().st_mode & 0o777 == 0
+
+
 def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Path):
     """A field trial: `run --commit` then `undo` said only "removed new.py"; the commit
     stayed and git showed the file deleted, and nothing said why."""

@@ -36,6 +36,11 @@ grew ``.git`` by 190 MB a task. The snapshot records its size and modification t
 writes or removes one that was there when the task started; if the task changed it, the undo
 says it cannot bring it back. One the task created (or grew from a small one) is removed (or
 written back) like any other file, while it is still as the task left it.
+
+An untracked file that cannot be read (another user's, mode 0600: a container's output) is
+left out like an ignored one while it is there, for the rest of the session: never stored,
+shown, restored or removed. `git add` failed on it ("unable to index file"), and every run in
+the repository ended in exit 3.
 """
 
 from __future__ import annotations
@@ -279,6 +284,9 @@ class Outside:
     limit: int | None = None
     """The size in bytes above which an untracked file is left out (None: no limit); later
     snapshots of the task keep it, so they leave out the same files."""
+    unreadable: set[str] = field(default_factory=set)
+    """Untracked files that could not be read when a snapshot of the chain was taken, left
+    out like :attr:`ignored` ones while they exist."""
 
     def covers(self, path: str) -> bool:
         """Whether ``path`` is one of :attr:`ignored` or lies in one of its folders."""
@@ -292,7 +300,8 @@ class Outside:
         return json.dumps({"outside": {"ignored": sorted(self.ignored),
                                        "large": {p: list(v) for p, v in sorted(
                                            self.large.items())},
-                                       "limit": self.limit}})
+                                       "limit": self.limit,
+                                       "unreadable": sorted(self.unreadable)}})
 
 
 def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None,
@@ -303,8 +312,9 @@ def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None,
     left out stay out and paths it holds stay in, whatever the ignore rules say now (see the
     module's notes). ``max_file``: untracked files larger than this many bytes are left out,
     by size and time (default: ``since``'s limit; none without it). The parent is HEAD when
-    there is one (an unborn branch gives a root commit). Raises :class:`RepoStateError` when
-    git cannot read the tree (unreadable files, a broken index).
+    there is one (an unborn branch gives a root commit). Untracked files that cannot be read
+    are left out (:attr:`Outside.unreadable`). Raises :class:`RepoStateError` when git cannot
+    read the tree (a tracked file made unreadable, a broken index).
     """
     return _commit_snapshot(repo, message, since, ref, max_file)
 
@@ -339,7 +349,8 @@ def outside_of(repo: git.Repo, commit: str) -> Outside:
         return Outside(ignored=set(record.get("ignored", ())),
                        large={p: (int(v[0]), int(v[1]))
                               for p, v in record.get("large", {}).items()},
-                       limit=int(limit) if limit is not None else None)
+                       limit=int(limit) if limit is not None else None,
+                       unreadable=set(record.get("unreadable", ())))
     except (ValueError, KeyError, TypeError, AttributeError, IndexError):
         return Outside()
 
@@ -753,6 +764,11 @@ def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None
         large = {} if limit is None else _large_files(
             root, ({*untracked, *kept} - set(index)) - excluded - set(nested), limit)
         excluded |= set(large)
+        # Unreadable, now or when an earlier snapshot of the task was taken: `add` would fail.
+        unreadable = {path for path in prior.unreadable
+                      if path not in kept and os.path.lexists(root / path)}
+        unreadable |= _unreadable(root, untracked - set(kept) - excluded - set(nested))
+        excluded |= unreadable
         dropped = [path for path in excluded if path in index or path in kept]
         if dropped:
             _git_in(repo, *_NO_SPLIT, "update-index", "--force-remove", "-z", "--stdin",
@@ -779,7 +795,8 @@ def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None
     # is still there (a file the task un-ignored stays out for the rest of the task).
     outside = Outside({entry for entry in ignored if entry not in kept}
                       | {entry for entry in prior.ignored
-                         if os.path.lexists(root / entry.rstrip("/"))}, large, limit)
+                         if os.path.lexists(root / entry.rstrip("/"))}, large, limit,
+                      unreadable)
     return tree, outside
 
 
@@ -794,6 +811,25 @@ def _large_files(root: Path, paths: set[str], limit: int) -> dict[str, tuple[int
             continue
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             found[path] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _unreadable(root: Path, paths: set[str]) -> set[str]:
+    """Those of ``paths`` that are regular files this process may not open for reading."""
+    found = set()
+    for path in paths:
+        full = root / path
+        try:
+            regular = stat.S_ISREG(os.lstat(full).st_mode)
+        except OSError:
+            continue
+        try:
+            os.close(os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
+        except PermissionError:
+            if regular:
+                found.add(path)
+        except OSError:
+            pass
     return found
 
 

@@ -54,7 +54,7 @@ from tools.base import ToolContext
 from tools.mcp.setup import add_mcp_tools, start_servers
 from tools.registry import Registry, default_registry
 from tools.secretfiles import holds_secrets
-from tools.workspace import PathRefused, Workspace
+from tools.workspace import PathRefused, Workspace, display_name
 
 INTERRUPTED = "interrupted: the session ended before this call finished; check its effects"
 FILE_TOOLS = frozenset({"create", "str_replace", "insert", "undo_edit"})
@@ -379,6 +379,7 @@ class RepoSession:
                                     lambda text: len(client.tokenize(text)), skills)
         self.forced_skills = list(skills)
         self.last_snapshot: str | None = None
+        self._said_unreadable: set[str] = set()
         """The session's latest checkpoint (its sha), the next one is taken since."""
         if record is not None:
             self.id = record.session_id
@@ -497,6 +498,11 @@ class RepoSession:
         sha = cp.snapshot(self.repo, ref, f"dflash-agent {self.id} task {self.tasks} {kind}",
                           since=self.last_snapshot, max_file=limit)
         self.last_snapshot = sha
+        unreadable = cp.outside_of(self.repo, sha).unreadable - self._said_unreadable
+        if unreadable:
+            self._said_unreadable |= unreadable
+            self.warn(f"not checkpointed, as they cannot be read: {_names(unreadable)} (agent "
+                      "undo will neither restore nor remove them)")
         cp.record_git_state(self.repo, _state_ref(self.id, self.tasks, kind),
                             f"dflash-agent {self.id} task {self.tasks} {kind}: index and stash")
         self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
@@ -530,6 +536,13 @@ class RepoSession:
         if self.mcp is not None:
             self.mcp.close()
         self.backend.client.close()
+
+
+def _names(paths: set[str], shown: int = 5) -> str:
+    """Up to ``shown`` of ``paths``, sorted, as the tools show names, and how many more."""
+    names = [display_name(p) for p in sorted(paths)]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def check_resumable(record: SessionRecord) -> None:
