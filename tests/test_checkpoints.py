@@ -237,6 +237,54 @@ def test_restore_turns_a_folder_back_into_a_file_and_a_file_back_into_a_folder(t
     assert files_on_disk(path) == disk
 
 
+def test_restore_turns_a_link_the_task_put_in_a_folders_place_back_into_the_folder(
+        tmp_path: Path):
+    """A field trial: the task replaced lib/ by a symbolic link to a folder outside the
+    repository, and the undo refused ("a folder on its path is a symbolic link"), though the
+    link was the task's own and is removed first. The folder outside stays untouched."""
+    path = new_repo(tmp_path / "repo")
+    (path / "lib").mkdir()
+    (path / "lib" / "util.py").write_text("util = 0\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "util.py").write_text("not the repository's\n")
+    repo = git.Repo(path)
+    disk = files_on_disk(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (path / "lib" / "util.py").unlink()
+    (path / "lib").rmdir()
+    (path / "lib").symlink_to(outside)
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after")
+
+    plan = restore(repo, before, after, checkpoint_ref("s", 1, "undo"))
+
+    assert plan.changed == ["lib", "lib/util.py"] and plan.removed == ["lib"]
+    assert files_on_disk(path) == disk and not (path / "lib").is_symlink()
+    assert (outside / "util.py").read_text() == "not the repository's\n"
+
+
+def test_restore_refuses_to_write_through_a_link_it_does_not_remove(tmp_path: Path):
+    """After the task, the user put a link to a folder outside in lib/'s place: writing
+    lib/util.py back would write outside the repository."""
+    path = new_repo(tmp_path / "repo")
+    (path / "lib").mkdir()
+    (path / "lib" / "util.py").write_text("util = 0\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    repo = git.Repo(path)
+    before = snapshot(repo, checkpoint_ref("s", 1), "before")
+    (path / "lib" / "util.py").write_text("util = 1\n")
+    after = snapshot(repo, checkpoint_ref("s", 1, "after"), "after")
+    (path / "lib" / "util.py").rename(outside / "util.py")
+    (path / "lib").rmdir()
+    (path / "lib").symlink_to(outside)
+
+    with pytest.raises(RepoStateError, match="cannot restore lib/util.py: a folder on its "
+                                             "path is a symbolic link"):
+        restore(repo, before, after, checkpoint_ref("s", 1, "undo"), force=True)
+    assert (outside / "util.py").read_text() == "util = 1\n"
+
+
 def test_restore_refuses_to_replace_a_folder_holding_files_the_task_did_not_create(
         tmp_path: Path):
     path = new_repo(tmp_path / "repo")

@@ -1156,7 +1156,8 @@ def _check_targets(root: Path, write: list[str], delete: list[str]) -> None:
     going = set(delete)
     for rel in write + delete:
         parent = (root / rel).parent
-        if parent.resolve() != resolved.joinpath(*Path(rel).parent.parts):
+        if parent.resolve() != resolved.joinpath(*Path(rel).parent.parts) and \
+                not _through_a_going_link(root, rel, going):
             raise RepoStateError(f"cannot restore {rel}: a folder on its path is a symbolic "
                                  "link; replace it with a real folder and retry")
     for rel in write:
@@ -1169,6 +1170,18 @@ def _check_targets(root: Path, write: list[str], delete: list[str]) -> None:
                 raise RepoStateError(f"cannot restore {rel}: a folder holding files the task "
                                      f"did not create ({others[0]}) is in its place; move it "
                                      "away and retry")
+
+
+def _through_a_going_link(root: Path, rel: str, going: set[str]) -> bool:
+    """Whether the first symbolic link on ``rel``'s folders is one of ``going``: removed
+    before anything is written (a task that put a link in a folder's place), so the path
+    leads through real folders by then."""
+    parts = Path(rel).parent.parts
+    for n in range(1, len(parts) + 1):
+        folder = "/".join(parts[:n])
+        if (root / folder).is_symlink():
+            return folder in going
+    return False
 
 
 def _remove(root: Path, rel: str, kept_dirs: set[str]) -> None:
