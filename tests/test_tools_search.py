@@ -82,6 +82,38 @@ def test_a_nested_gitignore_can_re_include_a_file_the_root_ignores(reg: Registry
     assert reg.call("grep", {"pattern": "hit"}).text == "logs/important.log:1: hit"
 
 
+def test_the_repositorys_exclude_file_and_the_global_one_are_honoured_like_git(
+        reg: Registry, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Files a user leaves out in .git/info/exclude or the global excludes file (local
+    notes, an editor's files) were listed and searched: only .gitignore files counted.
+    Now git's order holds: .gitignore files above both, the global file last."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-gitconfig"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    write(tmp_path, {"xdg/git/ignore": "*.swp\nkept.txt\n"})
+    write(ws, {".git/info/exclude": "local-notes.txt\nscratch/\n",
+               ".gitignore": "!kept.txt\n",
+               "app.py": "needle\n", "local-notes.txt": "needle\n", "scratch/a.py": "needle\n",
+               "app.py.swp": "needle\n", "kept.txt": "needle\n",
+               "sub/local-notes.txt": "needle\n"})
+    assert reg.call("glob", {"pattern": "**/*"}).text.splitlines() == [
+        ".gitignore", "app.py", "kept.txt"]
+    assert reg.call("grep", {"pattern": "needle"}).text.splitlines() == [
+        "app.py:1: needle", "kept.txt:1: needle"]
+    assert reg.call("view", {"path": "."}).text.splitlines() == [".gitignore", "app.py",
+                                                                  "kept.txt", "sub/"]
+    # A file named directly is still read.
+    assert reg.call("view", {"path": "local-notes.txt"}).text == "     1\tneedle"
+
+
+def test_outside_a_git_repository_no_excludes_file_applies(
+        reg: Registry, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-gitconfig"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    write(tmp_path, {"xdg/git/ignore": "*.swp\n"})
+    write(ws, {"app.py.swp": "needle\n"})
+    assert reg.call("glob", {"pattern": "*"}).text == "app.py.swp"
+
+
 def test_a_gitignore_that_is_a_fifo_or_a_huge_link_never_blocks_a_search(reg: Registry,
                                                                           ws: Path):
     """A cloned repository controls its .gitignore files: one linking to /proc/kcore (a

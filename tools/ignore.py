@@ -1,9 +1,12 @@
-"""Walking a workspace the way git sees it: ``.gitignore`` files (root and nested) honoured."""
+"""Walking a workspace the way git sees it: ``.gitignore`` files (root and nested) honoured,
+and the repository's ``.git/info/exclude`` and the user's global excludes file below them."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from pathlib import Path
 
 import pathspec
@@ -27,6 +30,52 @@ def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", "replace").splitlines())
 
 
+def _exclude_specs(root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
+    """The specs of the excludes files that apply at ``root`` below every ``.gitignore``, in
+    git's order (the global one, then the repository's ``info/exclude``), each based at
+    ``root``. A file excluded only there (a user's local notes, an editor's files) was listed
+    and searched by the tools though git and ripgrep leave it out. None outside a git
+    repository (git applies neither there)."""
+    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    if not os.path.lexists(root / ".git"):
+        return specs
+    for path in (_global_excludes(str(root)), _git_dir(root) / "info" / "exclude"):
+        data = read_regular(path, MAX_GITIGNORE_BYTES) if path else None
+        if data:
+            specs.append((root, pathspec.GitIgnoreSpec.from_lines(
+                data.decode("utf-8", "replace").splitlines())))
+    return specs
+
+
+def _git_dir(root: Path) -> Path:
+    """``root``'s git folder: ``.git``, or where a ``.git`` file (a submodule's, a linked
+    worktree's) points."""
+    dot_git = root / ".git"
+    data = read_regular(dot_git, 4096)
+    if data is not None and data.startswith(b"gitdir:"):
+        target = Path(data[7:].strip().decode("utf-8", "surrogateescape"))
+        return target if target.is_absolute() else root / target
+    return dot_git
+
+
+@lru_cache(maxsize=64)
+def _global_excludes(root: str) -> Path | None:
+    """The user's global excludes file as git finds it from ``root``: ``core.excludesFile``,
+    else ``$XDG_CONFIG_HOME/git/ignore`` (``~/.config/git/ignore``). Asked once per root and
+    process: a git command per walk would cost more than the walk."""
+    try:
+        found = subprocess.run(["git", "config", "--path", "--get", "core.excludesFile"],
+                               cwd=root, capture_output=True, text=True, timeout=10,
+                               stdin=subprocess.DEVNULL).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    if found:
+        return Path(root, found)  # a relative value is taken from where git runs
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                ".config")
+    return Path(config, "git", "ignore")
+
+
 def outside_line(path: Path, rel: str) -> str:
     """How a listing names the symlink ``path`` (shown as ``rel``) that leads outside the
     workspace and was skipped, so the model knows something is there it cannot see."""
@@ -48,7 +97,7 @@ def walk(root: Path, start: Path, include_dirs: bool = False,
     ``max_depth`` counts levels below ``start`` (1 = direct children).
     """
     root, start = root.resolve(), start.resolve()
-    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    specs = _exclude_specs(root)
     folder = root
     for part in [root, *reversed(start.relative_to(root).parents)] if start != root else [root]:
         folder = part if part == root else root / part
@@ -74,7 +123,7 @@ def ignored(root: Path, path: Path) -> bool:
     resolved) because a ``.gitignore`` ignores it or one of its folders: a file in an ignored
     folder stays ignored, as in git, whatever a deeper ``!pattern`` says."""
     root = root.resolve()
-    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    specs = _exclude_specs(root)
     folder = root
     parts = path.relative_to(root).parts
     for depth, part in enumerate(parts):
