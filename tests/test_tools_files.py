@@ -148,6 +148,43 @@ def test_view_clips_a_very_long_line(reg: Registry, ws: Path):
     assert obs.text == "     1\t" + "a" * 2000 + " [line clipped: 5000 chars]"
 
 
+TRICKY = (b"\xef\xbb\xbfrow 1\r\n" + b"a" * 5000 + b"\r\n" + b"caf\xe9\n" + b"form\x0cfeed\n"
+          + b"\n".join(b"row %d" % n for n in range(5, 900)) + b"\nno newline at the end")
+
+
+@pytest.mark.parametrize("view_range", [None, [1, -1], [3, 4], [899, 2000], [899, -1]])
+def test_a_file_read_line_by_line_is_shown_as_one_read_whole(reg: Registry, ws: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            view_range: list[int] | None):
+    """A file over STREAM_BYTES is read a line at a time (a 200 MB log took 800 MB viewed
+    whole): the same numbers, lines, endings, clipping, hint and encoding note."""
+    (ws / "big.log").write_bytes(TRICKY)
+    args = {"path": "big.log"} | ({"view_range": view_range} if view_range else {})
+    whole = reg.call("view", args)
+    monkeypatch.setattr("tools.view.STREAM_BYTES", 0)
+    streamed = reg.call("view", args)
+    assert not whole.is_error and streamed.text == whole.text
+    if view_range is None:
+        assert "[line clipped: 5000 chars]" in whole.text and "of 900; use" in whole.text
+
+
+def test_a_streamed_view_counts_as_seen_refuses_binaries_and_bad_ranges(
+        reg: Registry, ws: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("tools.view.STREAM_BYTES", 0)
+    monkeypatch.setattr("tools.view._CHUNK", 64)
+    (ws / "big.log").write_bytes(b"x" * 1000 + b"\nlast\n")
+    shown = reg.call("view", {"path": "big.log"}).text
+    # A line longer than a read is kept to its first read, and its length said in bytes.
+    assert shown == numbered(1, ["x" * 64 + " [line clipped: 1001 bytes]", "last"])
+    # What the model saw is remembered: create over it is not refused as unviewed.
+    assert not reg.call("create", {"path": "big.log", "file_text": "new\n"}).is_error
+    assert reg.call("view", {"path": "big.log", "view_range": [3, 4]}).text == \
+        "invalid view_range [3, 4]: the file has 1 lines"
+    (ws / "blob.bin").write_bytes(b"\x00" * 100)
+    assert reg.call("view", {"path": "blob.bin"}).text == \
+        "blob.bin is a binary file (100 bytes); not shown"
+
+
 def test_view_decodes_a_cp1252_file(reg: Registry, ws: Path):
     (ws / "legacy.txt").write_bytes(b"caf\xe9 \x93quoted\x94\r\n")
     text = reg.call("view", {"path": "legacy.txt"}).text

@@ -76,18 +76,25 @@ def write_recorded(ctx: ToolContext, path: Path, data: bytes) -> None:
 # - A preview (the approval prompt's diff) is not refused: it shows what the call would do.
 
 
-def _digest(data: bytes) -> bytes:
+def seen_digest(data: bytes) -> bytes:
+    """The SHA-256 of ``data``, as :attr:`ToolContext.seen` keeps it."""
     return hashlib.sha256(data).digest()
 
 
 def remember(ctx: ToolContext, path: Path, data: bytes) -> None:
     """Record ``data`` as what the tools last saw of the file ``path`` (viewed or written)."""
-    ctx.seen[path] = _digest(data)
+    ctx.seen[path] = seen_digest(data)
+
+
+def remember_digest(ctx: ToolContext, path: Path, digest: bytes) -> None:
+    """:func:`remember` by the :func:`seen_digest` of the bytes (a file read in pieces
+    hashes them as it goes)."""
+    ctx.seen[path] = digest
 
 
 def last_seen(ctx: ToolContext, path: Path, data: bytes) -> bool:
     """True when ``data`` is what the tools last saw of the file ``path``."""
-    return ctx.seen.get(path) == _digest(data)
+    return ctx.seen.get(path) == seen_digest(data)
 
 
 def check_seen(ctx: ToolContext, path: Path, given: str, data: bytes,
