@@ -494,6 +494,31 @@ def test_chat_and_resume_take_the_step_and_time_limits_per_task(repo: git.Repo,
     assert "the step limit (1 model calls) ran out" in resumed.stdout + resumed.stderr
 
 
+def test_resume_last_takes_this_repositorys_latest_session(repo: git.Repo, agent_home: Path,
+                                                          tmp_path: Path):
+    """`resume --last` took the latest session of any repository: run in this one after a
+    task elsewhere, it resumed the other repository's chat, its tools working there."""
+    root = Path(repo.working_tree_dir)
+    other = git.Repo.init(tmp_path / "other")
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    for where, task in ((root, "here"), (Path(other.working_tree_dir), "elsewhere")):
+        with ScriptedModel([call("final_answer", text="ok")]) as model:
+            assert agent("run", task, "--base-url", model.url, home=agent_home,
+                         cwd=where).returncode == 0
+    for args in (["--last"], []):
+        with ScriptedModel([call("final_answer", text="again")]) as model:
+            resumed = subprocess.run([*AGENT, "resume", *args, "--base-url", model.url],
+                                     cwd=root, env=env, input="go on\n", capture_output=True,
+                                     text=True, timeout=120)
+        assert resumed.returncode == 0, resumed.stderr
+        sent = json.dumps(model.requests[0]["messages"])
+        assert '"here"' in sent and "elsewhere" not in sent, sent
+    elsewhere = tmp_path / "no-sessions"
+    elsewhere.mkdir()
+    proc = agent("resume", "--last", home=agent_home, cwd=elsewhere)
+    assert proc.returncode == 2 and "no saved session for this directory" in proc.stderr
+
+
 def test_a_bad_chat_limit_is_bad_usage(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
     with ScriptedModel([call("final_answer", text="ok")]) as model:  # a session to resume

@@ -588,14 +588,17 @@ def _repository_around(folder: Path) -> Path | None:
 def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (see "
                                                                 "`agent sessions`).")] = None,
                last: Annotated[bool, typer.Option("--last", help="The most recent "
-                                                  "session that ran a task.")] = False,
+                                                  "session of this repository that ran a "
+                                                  "task (the default).")] = False,
                approval: Approval = None, preset: Preset = None, profile: Profile = None,
                base_url: BaseUrl = None, ctx_size: CtxSize = None,
                tool_protocol: ToolProtocol = None, max_steps: MaxSteps = None,
                max_time: MaxTime = None) -> None:
     """Continue a saved session (the exact conversation) in chat mode. It keeps the session's
     tool-call protocol unless --tool-protocol says otherwise."""
-    chosen = _pick_session(None if last else session_id, here_only=False)
+    # Of this repository, as Claude Code's --continue and undo/diff here have it: the latest
+    # of all resumed another repository's chat, its commands then running there.
+    chosen = _pick_session(None if last else session_id)
     record = load_record(chosen)
     # A run killed with SIGKILL while its watchdog was gone too may have left commands running.
     stopped = reaper.stop_leftovers(chosen)
