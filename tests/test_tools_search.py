@@ -199,6 +199,23 @@ def test_grep_glob_takes_a_name_as_the_tools_show_it(reg: Registry, ws: Path):
     assert reg.call("glob", {"pattern": "q\\*r"}).text == "q*r"
 
 
+def test_a_name_holding_glob_characters_copied_from_a_listing_finds_its_file(
+        reg: Registry, ws: Path):
+    """'a[1].py', as glob lists it, named only 'a1.py' as a pattern: the file listed could not
+    be found by its own name, by glob or by grep's filter."""
+    write(ws, {"a[1].py": "needle\n", "a1.py": "needle\n", "what?.md": "needle\n",
+               "sub/b[2].txt": "needle\n", "sub/deep/b[2].txt": "needle\n"})
+    assert reg.call("glob", {"pattern": "a[1].py"}).text.splitlines() == ["a1.py", "a[1].py"]
+    assert reg.call("glob", {"pattern": "what?.md"}).text == "what?.md"
+    assert reg.call("glob", {"pattern": "b[2].txt"}).text.splitlines() == [
+        "sub/b[2].txt", "sub/deep/b[2].txt"]
+    assert reg.call("glob", {"pattern": "sub/b[2].txt"}).text == "sub/b[2].txt"
+    grep = reg.call("grep", {"pattern": "needle", "glob": "b[2].txt"}).text.splitlines()
+    assert grep == ["sub/b[2].txt:1: needle", "sub/deep/b[2].txt:1: needle"]
+    assert reg.call("grep", {"pattern": "needle", "glob": "deep/b[2].txt"}).text == \
+        "sub/deep/b[2].txt:1: needle"
+
+
 def test_glob_patterns_match_a_name_in_either_unicode_form(reg: Registry, ws: Path):
     """A name written decomposed (NFD, as macOS writes names) was not matched by a pattern
     typed composed (NFC), by glob or by grep's glob filter, nor the other way round."""

@@ -18,6 +18,7 @@ from tools.workspace import (
     CONTROL_CHARACTERS,
     PathRefused,
     display_given,
+    name_from_display,
     pattern_from_display,
 )
 
@@ -55,11 +56,14 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
     escape in a glob) is read back into the name's own characters, so a name copied from a
     listing matches its file; and the pattern and the
     path also match with both in NFC, so 'ação*' typed composed finds a name written
-    decomposed (as macOS writes names) and the other way round. Raises :class:`ToolError`
-    for a pattern that is none, or one holding a lone surrogate."""
+    decomposed (as macOS writes names) and the other way round. A name that holds glob
+    characters ('a[1].py', 'what?.md') matches itself too, copied as listed: as a pattern it
+    named only other names ('a1.py'). Raises :class:`ToolError` for a pattern that is none,
+    or one holding a lone surrogate."""
     try:
-        text = _BACKSLASH_PAIR.sub(_literal_backslash,
-                                   pattern_from_display(pattern.removeprefix("./")))
+        shown = pattern.removeprefix("./")
+        text = _BACKSLASH_PAIR.sub(_literal_backslash, pattern_from_display(shown))
+        literal = name_from_display(shown)
     except PathRefused as exc:
         raise ToolError(f"invalid glob pattern: {exc}") from None
     try:
@@ -74,6 +78,9 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
 
     def matches(name: str) -> bool:
         if spec.match_file(name.translate(_STAND_INS)):
+            return True
+        # Without a '/', at any depth, as the glob itself is.
+        if literal in (name, name.rsplit("/", 1)[-1] if "/" not in literal else None):
             return True
         if name.isascii() or unicodedata.is_normalized("NFC", name):
             # Already composed: only a pattern that composing changed can match otherwise.

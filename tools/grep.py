@@ -69,9 +69,11 @@ def _file_filter(glob: str, root_of: Callable[[Path], Path]) -> Callable[[Path],
     # '**/' first: from the right, as Path.match matches; name_matcher reads the name back.
     spans = name_matcher(glob if glob.startswith("**") else "**/" + glob.removeprefix("./")) \
         if "**" in pattern else None
+    # A name holding glob characters ('a[1].py') matches itself too, as the glob tool's does.
+    literal = PurePosixPath(pattern).parts
 
     def matches(path: Path) -> bool:
-        if path.match(pattern):
+        if path.match(pattern) or path.parts[-len(literal):] == literal:
             return True
         if spans is not None and spans(str(path.relative_to(root_of(path)))):
             return True
