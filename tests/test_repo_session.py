@@ -219,6 +219,23 @@ def test_an_unreadable_untracked_file_is_left_out_of_checkpoints_not_fatal(
     assert private.read_text() == "someone else's\n" and private.stat().st_mode & 0o777 == 0
 
 
+def test_undo_names_a_file_with_a_line_break_on_one_line(repo: git.Repo, agent_home: Path):
+    """Undo printed the names it restored raw: a file the task named 'evil<newline>name'
+    read as two lines of output (a second 'removed' line could be forged). They are shown as
+    the tools show names, a newline as \\x0a."""
+    root = Path(repo.working_tree_dir)
+    script = [call("bash", command="printf x > \"$(printf 'evil\\nname.txt')\""),
+              call("final_answer", text="made it")]
+    with ScriptedModel(script) as model:
+        assert agent("run", "make", "--approval", "full-auto", "--base-url", model.url,
+                     home=agent_home, cwd=root).returncode == 0
+    assert (root / "evil\nname.txt").exists()
+    undone = agent("undo", home=agent_home, cwd=root)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["removed evil\\x0aname.txt"]
+    assert not (root / "evil\nname.txt").exists()
+
+
 def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Path):
     """A field trial: `run --commit` then `undo` said only "removed new.py"; the commit
     stayed and git showed the file deleted, and nothing said why."""

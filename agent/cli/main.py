@@ -89,6 +89,7 @@ from backend.serve.launch import (
 from backend.serve.preview import preview_command
 from backend.serve.tuning import tune
 from tools import reaper
+from tools.workspace import display_name
 
 app = typer.Typer(help="dflash-agent: a local coding agent on its own llama-server with "
                   "speculative decoding.", no_args_is_help=True, epilog=EXIT_CODES_HELP,
@@ -362,11 +363,12 @@ def _commit_line(sha: str | None, left_out: list[str], nested: list[str], how: s
     submodule's files)."""
     said = f"committed {sha[:10]}" if sha else "nothing to commit"
     if left_out:
-        said += (f" (left out, changed by you before the task: {', '.join(left_out)}; "
+        said += (f" (left out, changed by you before the task: "
+                 f"{', '.join(map(display_name, left_out))}; "
                  f"{how})")
     if nested:
         said += (f"; not committed: the task's changes inside the nested repositories "
-                 f"{', '.join(nested)} (commit them there with git)")
+                 f"{', '.join(map(display_name, nested))} (commit them there with git)")
     return said
 
 
@@ -393,7 +395,7 @@ def _session_footer(session: RepoSession, committed: str = "") -> list[str]:
 def _undo_summary(plan: RestorePlan) -> str:
     """``/undo``'s line: the files written back, then those deleted (the task created them)."""
     restored = [p for p in plan.changed if p not in plan.removed]
-    parts = [f"{verb}: {', '.join(paths)}" for verb, paths in
+    parts = [f"{verb}: {', '.join(map(display_name, paths))}" for verb, paths in
              (("restored", restored), ("removed", plan.removed)) if paths]
     return "; ".join(parts + plan.git_lines()) or _nothing_undone(plan)
 
@@ -666,7 +668,7 @@ def undo_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id (
     if not plan.did_something:
         echo(_nothing_undone(plan))
     for path in plan.changed:
-        echo(f"{'removed' if path in plan.removed else 'restored'} {path}")
+        echo(f"{'removed' if path in plan.removed else 'restored'} {display_name(path)}")
     for line in plan.git_lines():
         echo(line)
     for line in _undo_notes(plan):

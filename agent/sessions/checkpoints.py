@@ -64,6 +64,7 @@ import git
 import psutil
 
 from agent.errors import UserError
+from tools.workspace import display_name
 
 REF_PREFIX = "refs/agent/checkpoints"
 AGENT_NAME = "dflash-agent"
@@ -125,22 +126,22 @@ class RestoreConflict(UserError):
                        else "changed after the agent finished")
                 said += f"; {len(rest)} more {why}: {_listed(rest)}"
             return f"{said}; nothing was restored. Review them, then {then}"
-        shown = ", ".join(self.conflicts[:10])
-        more = f" and {len(self.conflicts) - 10} more" if len(self.conflicts) > 10 else ""
+        shown = _listed(self.conflicts)
         if self.unended:
             return (f"the task has no end checkpoint (its run was killed or crashed), so "
                     f"{len(self.conflicts)} file(s) changed since it started cannot be told "
                     f"apart from changes made after it (the agent's file tools did not leave "
-                    f"them as they are now): {shown}{more}; nothing was restored. Review them "
+                    f"them as they are now): {shown}; nothing was restored. Review them "
                     f"(`agent diff`), then {then}")
-        return (f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}"
-                f"{more}; nothing was restored. Review them, then {then}")
+        return (f"{len(self.conflicts)} file(s) changed after the agent finished: {shown}; "
+                f"nothing was restored. Review them, then {then}")
 
 
 def _listed(paths: Sequence[str]) -> str:
-    """Up to 10 of ``paths``, then how many more."""
+    """Up to 10 of ``paths`` as the tools show names (one line each: a newline in a name is
+    ``\\x0a``), then how many more."""
     more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
-    return ", ".join(paths[:10]) + more
+    return ", ".join(display_name(p) for p in paths[:10]) + more
 
 
 @dataclass
@@ -218,8 +219,10 @@ class RestorePlan:
         reset` changed no file, and the undo said "nothing to undo" while it put them back)."""
         # A path the task had staged is unstaged by the undo: "staged again" said the opposite.
         return ([f"stash entry back: {entry}" for entry in self.stash_restored]
-                + [f"unstaged, as you had it: {path}" if path in self.index_unstaged
-                   else f"staged again as you had it: {path}" for path in self.index_restored])
+                + [f"unstaged, as you had it: {display_name(path)}"
+                   if path in self.index_unstaged
+                   else f"staged again as you had it: {display_name(path)}"
+                   for path in self.index_restored])
 
 
 def open_repo(path: Path) -> git.Repo:
@@ -375,8 +378,8 @@ def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
     then, later = _large_of(flat, 0), _large_of(flat, 1)
     big = sorted(p for p in then.keys() | later.keys() if then.get(p) != later.get(p))
     if notes is not None:
-        notes += [f"note: {p} is not shown: an untracked file too large to checkpoint "
-                  f"({(later.get(p) or then[p])[0]:,} bytes)" for p in big]
+        notes += [f"note: {display_name(p)} is not shown: an untracked file too large to "
+                  f"checkpoint ({(later.get(p) or then[p])[0]:,} bytes)" for p in big]
     return _diff_text(repo, checkpoint, current, "", set(leave_out) | set(big))
 
 
@@ -479,14 +482,16 @@ def restore(repo: git.Repo, before: str, after: str | None, undo_ref: str,
              if any(end is not None and end[0] == GITLINK_MODE for end in flat.changes[p])]
     plan.changed = [p for p in plan.changed if p not in stuck]
     plan.conflicts = [p for p in plan.conflicts if p not in stuck]
-    plan.not_restored += [f"{p}/: a nested git repository that this checkpoint cannot read "
-                          "(it was removed or replaced); its files are left as they are"
+    plan.not_restored += [f"{display_name(p)}/: a nested git repository that this checkpoint "
+                          "cannot read (it was removed or replaced); its files are left as "
+                          "they are"
                           for p in stuck]
     theirs, shared = (overlap or Overlap()).split(plan.changed)
     plan.changed = [p for p in plan.changed if p not in theirs]
     plan.conflicts = sorted({p for p in plan.conflicts if p not in theirs} | set(shared))
-    plan.not_restored += [f"{p}: changed by {'session ' if len(ids) == 1 else 'sessions '}"
-                          f"{', '.join(ids)} while this task ran, not by it; left as it is"
+    plan.not_restored += [f"{display_name(p)}: changed by "
+                          f"{'session ' if len(ids) == 1 else 'sessions '}{', '.join(ids)} "
+                          "while this task ran, not by it; left as it is"
                           for p, ids in theirs.items()]
     if plan.conflicts and not force:
         raise RestoreConflict(plan.conflicts, unended=after is None, others=shared)
@@ -1062,7 +1067,7 @@ def _plan(repo: git.Repo, before: str, after: str | None, current: str,
             # Never stored: it cannot be written back, and it was there before the task.
             changed.discard(path)
             if then[path] != later.get(path):
-                notes.append(f"{path}: too large to checkpoint (an untracked file of "
+                notes.append(f"{display_name(path)}: too large to checkpoint (an untracked file of "
                              f"{then[path][0]:,} bytes when the task started), and it changed "
                              f"since{' in the task' if after else ''}; it is left as it is")
         else:
@@ -1158,8 +1163,8 @@ def _check_targets(root: Path, write: list[str], delete: list[str]) -> None:
         parent = (root / rel).parent
         if parent.resolve() != resolved.joinpath(*Path(rel).parent.parts) and \
                 not _through_a_going_link(root, rel, going):
-            raise RepoStateError(f"cannot restore {rel}: a folder on its path is a symbolic "
-                                 "link; replace it with a real folder and retry")
+            raise RepoStateError(f"cannot restore {display_name(rel)}: a folder on its path is "
+                                 "a symbolic link; replace it with a real folder and retry")
     for rel in write:
         target = root / rel
         if target.is_dir() and not target.is_symlink():
@@ -1167,8 +1172,9 @@ def _check_targets(root: Path, write: list[str], delete: list[str]) -> None:
                       if (p.is_symlink() or not p.is_dir())
                       and p.relative_to(root).as_posix() not in going]
             if others:
-                raise RepoStateError(f"cannot restore {rel}: a folder holding files the task "
-                                     f"did not create ({others[0]}) is in its place; move it "
+                raise RepoStateError(f"cannot restore {display_name(rel)}: a folder holding "
+                                     f"files the task did not create "
+                                     f"({display_name(others[0])}) is in its place; move it "
                                      "away and retry")
 
 

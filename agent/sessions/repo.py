@@ -234,10 +234,10 @@ def diff_session(session_id: str, task: int | None = None,
     if overlap.wrote or overlap.may_have:
         theirs, shared = overlap.split(cp.changed_files(repo, before, since=since))
     if notes is not None:
-        notes += [f"note: left out {p}, changed by {_sessions(ids)}, not by this one"
-                  for p, ids in theirs.items()]
-        notes += [f"note: {p} was changed by {_sessions(ids)} too, which ran at the same time"
-                  for p, ids in shared.items()]
+        notes += [f"note: left out {display_name(p)}, changed by {_sessions(ids)}, not by this "
+                  "one" for p, ids in theirs.items()]
+        notes += [f"note: {display_name(p)} was changed by {_sessions(ids)} too, which ran at "
+                  "the same time" for p, ids in shared.items()]
     return cp.diff(repo, before, since=since, leave_out=list(theirs), notes=notes)
 
 
