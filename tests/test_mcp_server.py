@@ -683,6 +683,29 @@ def test_session_result_diffs_what_the_task_changed_not_what_came_after(repo: Pa
         assert "hello.txt" in seen["diff"] and "mine.txt" not in seen["diff"], seen["diff"]
 
 
+def test_undo_tells_the_host_which_paths_it_unstaged(repo: Path, root: Path):
+    """The CLI says "unstaged, as you had it" of a file the task had `git add`ed and the undo
+    unstaged; the MCP result listed it only under index_restored, which reads as staged
+    again."""
+    script = [call("create", path="new.py", file_text="x = 1\n"),
+              call("bash", command="git add new.py"),
+              call("final_answer", text="added")]
+    out: dict[str, Any] = {}
+
+    async def body(c: Client) -> None:
+        started = await c.call_tool("run_task", {"task": "add and stage", "approval":
+                                                 "full-auto", "repo_path": str(repo),
+                                                 "wait": True})
+        sid = started.structured_content["session_id"]
+        out["undo"] = (await c.call_tool("undo", {"session_id": sid})).structured_content
+
+    with ScriptedModel(script) as model:
+        serve([root], {"base_url": model.url}, body)
+    assert out["undo"]["removed"] == ["new.py"]
+    assert out["undo"]["index_restored"] == ["new.py"]
+    assert out["undo"]["index_unstaged"] == ["new.py"]
+
+
 def test_undo_conflict_advice_fits_where_it_is_read():
     """The undo tool has no force argument: its host was told to "rerun with --force"."""
     from agent.errors import host_text

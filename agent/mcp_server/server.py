@@ -495,6 +495,7 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
                 "removed": plan.removed,
                 "stash_restored": plan.stash_restored,
                 "index_restored": plan.index_restored,
+                "index_unstaged": plan.index_unstaged,
                 "not_restored": plan.not_restored,
                 "commits_since": plan.commits_since,
                 "note": "call undo again to bring the agent's changes back"}
