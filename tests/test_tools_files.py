@@ -118,6 +118,21 @@ def test_view_of_an_empty_directory_says_so(reg: Registry, ws: Path):
     assert reg.call("view", {"path": "empty"}).text == "(empty directory)"
 
 
+def test_view_of_a_folder_of_ignored_files_does_not_call_it_empty(reg: Registry, ws: Path):
+    """logs/ held only ignored files and view said "(empty directory)"."""
+    (ws / ".gitignore").write_text("*.log\n")
+    (ws / "logs").mkdir()
+    (ws / "logs" / "a.log").write_text("a\n")
+    (ws / "logs" / "b.log").write_text("b\n")
+    assert reg.call("view", {"path": "logs"}).text == (
+        "(nothing listed: the 2 entries here are ignored by git; view one by its name to "
+        "read it)")
+    (ws / "logs" / "b.log").unlink()
+    assert reg.call("view", {"path": "logs"}).text.startswith(
+        "(nothing listed: the 1 entry here is ignored by git;")
+    assert reg.call("view", {"path": "logs/a.log"}).text == "     1\ta"
+
+
 def test_view_refuses_a_binary_file(reg: Registry, ws: Path):
     (ws / "img.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     obs = reg.call("view", {"path": "img.bin"})

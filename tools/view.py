@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import os
 from pathlib import Path
 
 from pydantic import Field
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import remember_digest, resolve, seen_digest
-from tools.ignore import outside_line, walk
+from tools.ignore import ALWAYS_SKIPPED, outside_line, walk
 from tools.textfile import decode, looks_binary
 from tools.workspace import display_given
 
@@ -130,7 +131,16 @@ class View(Tool):
             if len(entries) >= MAX_ENTRIES:
                 entries.append(f"[listing capped at {MAX_ENTRIES} entries]")
                 break
-        return "\n".join(entries) or "(empty directory)"
+        if entries:
+            return "\n".join(entries)
+        try:
+            hidden = sum(1 for entry in os.scandir(path) if entry.name not in ALWAYS_SKIPPED)
+        except OSError:
+            hidden = 0
+        # "(empty directory)" of a folder of ignored files sent the model to recreate them.
+        said = "entry here is" if hidden == 1 else "entries here are"
+        return (f"(nothing listed: the {hidden} {said} ignored by git; view one by its name to "
+                "read it)" if hidden else "(empty directory)")
 
 
 def _binary(given: str, size: int) -> ToolError:
