@@ -190,7 +190,7 @@ def test_a_streamed_view_counts_as_seen_refuses_binaries_and_bad_ranges(
     (ws / "big.log").write_bytes(b"x" * 1000 + b"\nlast\n")
     shown = reg.call("view", {"path": "big.log"}).text
     # A line longer than a read is kept to its first read, and its length said in bytes.
-    assert shown == numbered(1, ["x" * 64 + " [line clipped: 1001 bytes]", "last"])
+    assert shown == numbered(1, ["x" * 64 + " [line clipped: 1000 bytes]", "last"])
     # What the model saw is remembered: create over it is not refused as unviewed.
     assert not reg.call("create", {"path": "big.log", "file_text": "new\n"}).is_error
     assert reg.call("view", {"path": "big.log", "view_range": [3, 4]}).text == \
@@ -198,6 +198,11 @@ def test_a_streamed_view_counts_as_seen_refuses_binaries_and_bad_ranges(
     (ws / "blob.bin").write_bytes(b"\x00" * 100)
     assert reg.call("view", {"path": "blob.bin"}).text == \
         "blob.bin is a binary file (100 bytes); not shown"
+    # A NUL past the first buffered read (4 KiB) but in the first 8 KiB, as a whole read
+    # looks: the streamed view showed the file, NUL and all.
+    (ws / "late.bin").write_bytes(b"x" * 5000 + b"\x00\n" + b"line\n" * 10)
+    assert reg.call("view", {"path": "late.bin", "view_range": [2, 3]}).text == \
+        "late.bin is a binary file (5052 bytes); not shown"
 
 
 def test_view_decodes_a_cp1252_file(reg: Registry, ws: Path):

@@ -1,11 +1,13 @@
 """The search tools (grep, glob) driven through the registry over real file trees with real
 ``.gitignore`` files (root and nested)."""
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tools.registry import Registry
+from tools.registry import Registry, default_registry
+from tools.workspace import Workspace
 
 
 def write(root: Path, files: dict[str, str | bytes]) -> None:
@@ -105,6 +107,44 @@ def test_the_repositorys_exclude_file_and_the_global_one_are_honoured_like_git(
     assert reg.call("view", {"path": "local-notes.txt"}).text == "     1\tneedle"
 
 
+def test_a_bad_line_in_an_ignore_file_is_skipped_as_git_skips_it(
+        reg: Registry, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """'[z-a]', '!' or a lone backslash in .git/info/exclude, the global excludes file or a
+    .gitignore raised out of glob, grep and listings (re.error, pathspec's own error); in
+    the global file, in every repository. git skips such a line."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-gitconfig"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    write(tmp_path, {"xdg/git/ignore": "[z-a]\n*.swp\n"})
+    write(ws, {".git/info/exclude": "!\n\\\nlocal.txt\n", ".gitignore": "[z-a]\n*.log\n",
+               "app.py": "needle\n", "local.txt": "needle\n", "a.swp": "needle\n",
+               "run.log": "needle\n"})
+    assert reg.call("glob", {"pattern": "*"}).text.splitlines() == [".gitignore", "app.py"]
+    assert reg.call("grep", {"pattern": "needle"}).text == "app.py:1: needle"
+    assert reg.call("view", {"path": "."}).text.splitlines() == [".gitignore", "app.py"]
+
+
+def test_a_git_file_that_is_no_path_or_a_worktrees_is_read_as_git_reads_it(
+        reg: Registry, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A .git file whose gitdir held a NUL made every walk raise (ValueError); a linked
+    worktree's info/exclude is the main repository's (git's commondir), and it was not
+    honoured there."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-gitconfig"))
+    write(ws, {".git": b"gitdir: /tmp/a\x00b\n", "app.py": "x\n"})
+    assert reg.call("glob", {"pattern": "*"}).text.splitlines() == ["app.py"]
+    main = tmp_path / "main"
+    subprocess.run(["git", "init", "-q", str(main)], check=True)
+    subprocess.run(["git", "-C", str(main), "-c", "user.email=a@b", "-c", "user.name=a",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    (main / ".git" / "info").mkdir(exist_ok=True)
+    (main / ".git" / "info" / "exclude").write_text("notes.md\n")
+    worktree = tmp_path / "wt"
+    subprocess.run(["git", "-C", str(main), "worktree", "add", "-q", str(worktree)],
+                   check=True)
+    write(worktree, {"keep.txt": "x\n", "notes.md": "x\n"})
+    listed = default_registry(Workspace(worktree)).call("glob", {"pattern": "*"}).text
+    assert listed.splitlines() == ["keep.txt"]
+
+
 def test_outside_a_git_repository_no_excludes_file_applies(
         reg: Registry, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-gitconfig"))
@@ -174,6 +214,25 @@ def test_grep_glob_double_star_spans_folders_as_glob_does(reg: Registry, tree: P
     assert found("**") == found("*")
     assert found("src/sub/**") == ["src/sub/conf.toml"]
     assert reg.call("grep", {"pattern": "needle", "glob": "lib/**/*.toml"}).text == "no matches"
+
+
+def test_grep_glob_takes_files_not_folders_that_match_and_may_start_at_the_root(
+        reg: Registry, ws: Path):
+    """With '**', grep's filter took every file in a folder the pattern matched ('**/*.py'
+    searched lib.py/readme.txt, '**/tests' all of tests/); a pattern starting with '/'
+    matched nothing (the glob tool takes it from the root)."""
+    write(ws, {"lib.py/readme.txt": "needle\n", "tests/t.txt": "needle\n", "a.py": "needle\n",
+               "src/x.toml": "needle\n", "other/src/y.toml": "needle\n"})
+
+    def found(glob: str) -> list[str]:
+        text = reg.call("grep", {"pattern": "needle", "glob": glob}).text
+        return [] if text == "no matches" else [line.split(":")[0] for line in text.split("\n")]
+
+    assert found("**/*.py") == found("*.py") == ["a.py"]
+    assert found("**/tests") == []
+    assert found("tests/") == ["tests/t.txt"]
+    assert found("/src/**/*.toml") == found("/src/*.toml") == ["src/x.toml"]
+    assert found("src/**/*.toml") == ["other/src/y.toml", "src/x.toml"]
 
 
 def test_grep_glob_takes_a_name_as_the_tools_show_it(reg: Registry, ws: Path):

@@ -47,10 +47,12 @@ def _spec(pattern: str) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 
-def name_matcher(pattern: str) -> Callable[[str], bool]:
+def name_matcher(pattern: str, files_only: bool = False) -> Callable[[str], bool]:
     """Whether a path (relative to where the search starts, '/'-separated) matches the glob
     ``pattern`` with git wildmatch semantics ('**' spans folders; a pattern without '/'
-    matches at any depth).
+    matches at any depth; one starting with '/' only from the start). ``files_only``: the
+    path itself must match, not only a folder it is in ('**/*.py' takes no
+    'lib.py/readme.txt'), unless the pattern names folders ('tests/').
 
     A name as the tools show it ('\\xNN' escapes, a backslash before a character it does not
     escape in a glob) is read back into the name's own characters, so a name copied from a
@@ -76,17 +78,36 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
         if not unicodedata.is_normalized("NFC", text):
             composed = _spec(unicodedata.normalize("NFC", text).translate(_STAND_INS))
 
+    check = _file_itself if files_only and not text.endswith("/") else _any_match
+
     def matches(name: str) -> bool:
-        if spec.match_file(name.translate(_STAND_INS)):
+        if check(spec, name.translate(_STAND_INS)):
             return True
-        # Without a '/', at any depth, as the glob itself is.
-        if literal in (name, name.rsplit("/", 1)[-1] if "/" not in literal else None):
+        # Without a '/', at any depth, as the glob itself is; with a first '/', from the start.
+        if literal in (name, name.rsplit("/", 1)[-1] if "/" not in literal else None,
+                       "/" + name):
             return True
         if name.isascii() or unicodedata.is_normalized("NFC", name):
             # Already composed: only a pattern that composing changed can match otherwise.
-            return composed is not spec and composed.match_file(name.translate(_STAND_INS))
-        return composed.match_file(unicodedata.normalize("NFC", name).translate(_STAND_INS))
+            return composed is not spec and check(composed, name.translate(_STAND_INS))
+        return check(composed, unicodedata.normalize("NFC", name).translate(_STAND_INS))
     return matches
+
+
+def _any_match(spec: pathspec.GitIgnoreSpec, name: str) -> bool:
+    return spec.match_file(name)
+
+
+def _file_itself(spec: pathspec.GitIgnoreSpec, name: str) -> bool:
+    """Whether ``spec`` matches ``name`` itself: pathspec marks a match that holds only
+    through a folder above it with the group 'ps_d'; the last matching pattern decides, as in
+    git."""
+    found = False
+    for p in spec.patterns:
+        hit = p.include is not None and p.regex.search(name)
+        if hit and hit.groupdict().get("ps_d") is None:
+            found = bool(p.include)
+    return found
 
 
 class GlobArgs(ToolArgs):

@@ -66,9 +66,13 @@ def _file_filter(glob: str, root_of: Callable[[Path], Path]) -> Callable[[Path],
     except (PathRefused, ValueError) as exc:
         raise ToolError(f"invalid glob {glob!r}: {exc}") from None
     composed = unicodedata.normalize("NFC", pattern)
-    # '**/' first: from the right, as Path.match matches; name_matcher reads the name back.
-    spans = name_matcher(glob if glob.startswith("**") else "**/" + glob.removeprefix("./")) \
-        if "**" in pattern else None
+    # '**', a first '/' (from the root: '/src/*.py') and a last one (the files in folders
+    # so named: 'tests/') as the glob tool has them. '**/' first: from the right, as
+    # Path.match matches; name_matcher reads the name back.
+    anchored = glob.startswith("/")
+    spans = name_matcher(glob if anchored or glob.startswith("**")
+                         else "**/" + glob.removeprefix("./"), files_only=True) \
+        if "**" in pattern or anchored or glob.endswith("/") else None
     # A name holding glob characters ('a[1].py') matches itself too, as the glob tool's does.
     literal = PurePosixPath(pattern).parts
 

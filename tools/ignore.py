@@ -4,6 +4,7 @@ and the repository's ``.git/info/exclude`` and the user's global excludes file b
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -25,9 +26,21 @@ def _spec_for(folder: Path) -> pathspec.GitIgnoreSpec | None:
     if not ignore.is_file():
         return None
     data = read_regular(ignore, MAX_GITIGNORE_BYTES)
-    if data is None:
-        return None
-    return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", "replace").splitlines())
+    return None if data is None else _spec_of(data)
+
+
+def _spec_of(data: bytes) -> pathspec.GitIgnoreSpec:
+    """The patterns of an ignore file, those git can use: a line pathspec rejects ('[z-a]',
+    '!', a lone backslash) is skipped, as git skips it (it raised out of every walk, and a
+    bad line in the global excludes file broke the search tools in every repository)."""
+    lines = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except (ValueError, re.error):
+            continue
+        lines.append(line)
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def _exclude_specs(root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
@@ -42,20 +55,22 @@ def _exclude_specs(root: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
     for path in (_global_excludes(str(root)), _git_dir(root) / "info" / "exclude"):
         data = read_regular(path, MAX_GITIGNORE_BYTES) if path else None
         if data:
-            specs.append((root, pathspec.GitIgnoreSpec.from_lines(
-                data.decode("utf-8", "replace").splitlines())))
+            specs.append((root, _spec_of(data)))
     return specs
 
 
 def _git_dir(root: Path) -> Path:
-    """``root``'s git folder: ``.git``, or where a ``.git`` file (a submodule's, a linked
-    worktree's) points."""
-    dot_git = root / ".git"
-    data = read_regular(dot_git, 4096)
+    """``root``'s git folder for ``info/exclude``: ``.git``, or where a ``.git`` file (a
+    submodule's, a linked worktree's) points, and for a linked worktree the main one's
+    (``commondir``), where git reads it."""
+    found = root / ".git"
+    data = read_regular(found, 4096)
     if data is not None and data.startswith(b"gitdir:"):
-        target = Path(data[7:].strip().decode("utf-8", "surrogateescape"))
-        return target if target.is_absolute() else root / target
-    return dot_git
+        found = root / data[7:].strip().decode("utf-8", "surrogateescape")
+    common = read_regular(found / "commondir", 4096)
+    if common:
+        found = found / common.strip().decode("utf-8", "surrogateescape")
+    return found
 
 
 @lru_cache(maxsize=64)

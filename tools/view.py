@@ -84,10 +84,13 @@ class View(Tool):
         ending = True  # the last chunk read ended a line
         # Which of decode's encodings every byte fits, checked as the chunks pass.
         checks = {name: codecs.getincrementaldecoder(name)() for name in ("utf-8", "cp1252")}
+        head = b""  # the first 8 KiB, for looks_binary (a peek may see only 4)
         with self.ctx.workspace.open_bytes(path) as fh:
-            if looks_binary(fh.peek(8192)[:8192]):
-                raise _binary(given, path.stat().st_size)
             while chunk := fh.readline(_CHUNK):
+                if len(head) < 8192:
+                    head += chunk[:8192 - len(head)]
+                    if looks_binary(head):
+                        raise _binary(given, path.stat().st_size)
                 digest.update(chunk)
                 for name, check in list(checks.items()):
                     try:
@@ -100,6 +103,8 @@ class View(Tool):
                         kept[total] = chunk
                 elif total in kept:
                     sizes[total] = sizes.get(total, len(kept[total])) + len(chunk)
+                    # Counted as the line's text, without its line break.
+                    sizes[total] -= 2 if chunk.endswith(b"\r\n") else chunk.endswith(b"\n")
                 ending = chunk.endswith(b"\n")
         for name, check in list(checks.items()):
             try:

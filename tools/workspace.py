@@ -399,10 +399,11 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     without blocking; None for anything else or a file that cannot be read. For the files a
     cloned repository controls that are read besides the tools' own reads (a ``.gitignore``,
     an ``AGENTS.md``): a FIFO would block the open, a link to ``/dev/zero`` never end the read,
-    one to ``/proc/kcore`` (a "regular" file of terabytes) fill memory."""
+    one to ``/proc/kcore`` (a "regular" file of terabytes) fill memory. A path holding a NUL
+    (read from a ``.git`` file's ``gitdir:``) is none either."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
         with os.fdopen(fd, "rb") as file:
