@@ -239,6 +239,40 @@ def test_undo_names_a_file_with_a_line_break_on_one_line(repo: git.Repo, agent_h
     assert not (root / "evil\nname.txt").exists()
 
 
+def test_a_file_made_unreadable_during_the_task_is_left_alone_not_fatal(
+        repo: git.Repo, agent_home: Path):
+    """The task replaced out.log, which the start checkpoint holds, by a file it cannot read:
+    the end checkpoint failed with git's "unable to index file" (exit 3), as the undo's
+    would have. It is left out of the checkpoint, and diff and undo leave it as it is, saying
+    so, while they still undo the rest."""
+    root = Path(repo.working_tree_dir)
+    (root / "out.log").write_text("run 1\n")
+    (root / ".gitignore").write_text("")  # out.log is the task's to cover, not ignored
+    prefix = _without_root_reads()
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*prefix, *AGENT, *args], capture_output=True, text=True,
+                              timeout=120, cwd=root, env=env, stdin=subprocess.DEVNULL)
+
+    script = [call("create", path="new.py", file_text="x = 1\n"),
+              call("bash", command="rm out.log && echo 'run 2' > out.log && chmod 0 out.log"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
+        proc = run("run", "rerun", "--approval", "full-auto", "--base-url", model.url)
+    assert proc.returncode == 0, proc.stderr
+    assert "not checkpointed, as they cannot be read: out.log" in " ".join(proc.stderr.split())
+    diff = run("diff")
+    assert diff.returncode == 0 and "+x = 1" in diff.stdout and "out.log" not in diff.stdout
+    assert "note: out.log is not shown: it could not be read" in diff.stderr
+    undone = run("undo")
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == ["removed new.py"]
+    assert ("not put back: out.log: it could not be read when a checkpoint was taken; it is "
+            "left as it is") in " ".join(undone.stderr.split())
+    assert (root / "out.log").read_text() == "run 2\n"
+
+
 def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Path):
     """A field trial: `run --commit` then `undo` said only "removed new.py"; the commit
     stayed and git showed the file deleted, and nothing said why."""

@@ -37,10 +37,11 @@ writes or removes one that was there when the task started; if the task changed 
 says it cannot bring it back. One the task created (or grew from a small one) is removed (or
 written back) like any other file, while it is still as the task left it.
 
-An untracked file that cannot be read (another user's, mode 0600: a container's output) is
-left out like an ignored one while it is there, for the rest of the session: never stored,
-shown, restored or removed. `git add` failed on it ("unable to index file"), and every run in
-the repository ended in exit 3.
+A file that cannot be read (another user's, mode 0600: a container's output) is left out of
+the snapshot (:attr:`Outside.unreadable`), and a restore or diff leaves it alone, with a note:
+never stored, shown, restored or removed. `git add` failed on it ("unable to index file"), and
+every run in the repository ended in exit 3. An untracked one stays out while it is there, for
+the rest of the session.
 """
 
 from __future__ import annotations
@@ -288,8 +289,9 @@ class Outside:
     """The size in bytes above which an untracked file is left out (None: no limit); later
     snapshots of the task keep it, so they leave out the same files."""
     unreadable: set[str] = field(default_factory=set)
-    """Untracked files that could not be read when a snapshot of the chain was taken, left
-    out like :attr:`ignored` ones while they exist."""
+    """Files that could not be read when this snapshot was taken (untracked ones: or when an
+    earlier snapshot of the chain was, while they exist), left out of it; a restore and a diff
+    leave them alone."""
 
     def covers(self, path: str) -> bool:
         """Whether ``path`` is one of :attr:`ignored` or lies in one of its folders."""
@@ -315,9 +317,9 @@ def snapshot(repo: git.Repo, ref: str, message: str, since: str | None = None,
     left out stay out and paths it holds stay in, whatever the ignore rules say now (see the
     module's notes). ``max_file``: untracked files larger than this many bytes are left out,
     by size and time (default: ``since``'s limit; none without it). The parent is HEAD when
-    there is one (an unborn branch gives a root commit). Untracked files that cannot be read
-    are left out (:attr:`Outside.unreadable`). Raises :class:`RepoStateError` when git cannot
-    read the tree (a tracked file made unreadable, a broken index).
+    there is one (an unborn branch gives a root commit). Files that cannot be read are left
+    out (:attr:`Outside.unreadable`). Raises :class:`RepoStateError` when git cannot read the
+    tree (a broken index).
     """
     return _commit_snapshot(repo, message, since, ref, max_file)
 
@@ -370,17 +372,20 @@ def diff(repo: git.Repo, checkpoint: str, until: str | None = None,
     """Unified diff from ``checkpoint`` to ``until`` (another checkpoint) or, without it, to
     the current working tree, taken :func:`snapshot`'s way ``since`` the given snapshot
     (default: ``checkpoint``), without the files ``leave_out`` names; ``""`` when
-    unchanged. A large untracked file that changed (see :class:`Outside`) has no content to
-    show: it is left out, and ``notes`` gets a line on it."""
+    unchanged. A large untracked file that changed, or one that could not be read (see
+    :class:`Outside`), has no content to show: it is left out, and ``notes`` gets a line on
+    it."""
     current = until or _commit_snapshot(repo, "dflash-agent: the working tree now",
                                         since or checkpoint, None)
     flat = _flat_diff(repo, checkpoint, current)
     then, later = _large_of(flat, 0), _large_of(flat, 1)
     big = sorted(p for p in then.keys() | later.keys() if then.get(p) != later.get(p))
+    unread = sorted(_unreadable_of(flat, 0) | _unreadable_of(flat, 1))
     if notes is not None:
         notes += [f"note: {display_name(p)} is not shown: an untracked file too large to "
                   f"checkpoint ({(later.get(p) or then[p])[0]:,} bytes)" for p in big]
-    return _diff_text(repo, checkpoint, current, "", set(leave_out) | set(big))
+        notes += [f"note: {display_name(p)} is not shown: it could not be read" for p in unread]
+    return _diff_text(repo, checkpoint, current, "", {*leave_out, *big, *unread})
 
 
 def changed_files(repo: git.Repo, a: str, b: str | None = None,
@@ -779,9 +784,19 @@ def _write_tree(repo: git.Repo, since: str | None = None, ref: str | None = None
             _git_in(repo, *_NO_SPLIT, "update-index", "--force-remove", "-z", "--stdin",
                     env=env, stdin="".join(f"{path}\0" for path in dropped))
         specs = ["."] + [f":(exclude,literal){path}" for path in [*sorted(excluded), *nested]]
-        _git_in(repo, *_NO_SPLIT, "-c", "advice.addEmbeddedRepo=false", "add", "-A",
-                "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
-                stdin="".join(f"{spec}\0" for spec in specs))
+        try:
+            _add_all(repo, env, specs)
+        except RepoStateError:
+            # A file git tracks or the earlier snapshot holds that can no longer be read: it
+            # is left out too (its old content would be a lie), found only when `add` fails,
+            # as checking every file on every snapshot would cost a read of each.
+            stuck = _unreadable(root, {*index, *kept, *untracked} - excluded - set(nested))
+            if not stuck:
+                raise
+            unreadable |= stuck
+            _git_in(repo, *_NO_SPLIT, "update-index", "--force-remove", "-z", "--stdin",
+                    env=env, stdin="".join(f"{path}\0" for path in stuck))
+            _add_all(repo, env, specs + [f":(exclude,literal){path}" for path in stuck])
         links = []
         for path in nested:
             sub = _open_nested(root / path)
@@ -817,6 +832,13 @@ def _large_files(root: Path, paths: set[str], limit: int) -> dict[str, tuple[int
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             found[path] = (info.st_size, info.st_mtime_ns)
     return found
+
+
+def _add_all(repo: git.Repo, env: dict[str, str], specs: list[str]) -> None:
+    """`git add -A` of the pathspecs ``specs`` into the index ``env`` names."""
+    _git_in(repo, *_NO_SPLIT, "-c", "advice.addEmbeddedRepo=false", "add", "-A",
+            "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
+            stdin="".join(f"{spec}\0" for spec in specs))
 
 
 def _unreadable(root: Path, paths: set[str]) -> set[str]:
@@ -1056,12 +1078,17 @@ def _plan(repo: git.Repo, before: str, after: str | None, current: str,
     """The plan of a restore to ``before`` (see :func:`plan_restore`), and what differs from
     ``before`` to ``after`` (to ``current`` without it), large files included: one that was
     there at ``before`` is never in the plan (a note says when it changed), and one that came
-    or grew since is removed or written back from ``before`` (its end is None or a blob)."""
+    or grew since is removed or written back from ``before`` (its end is None or a blob). A
+    file one of the snapshots could not read is never in the plan (a note says so)."""
     end = after or current
     flat = _flat_diff(repo, before, end)
+    since = _flat_diff(repo, after, current) if after else None
     then, later = _large_of(flat, 0), _large_of(flat, 1)
-    changed = set(flat.changes)
-    notes = []
+    stuck = _unreadable_of(flat, 0) | _unreadable_of(flat, 1) | (
+        _unreadable_of(since, 1) if since else set())
+    changed = set(flat.changes) - stuck
+    notes = [f"{display_name(path)}: it could not be read when a checkpoint was taken; it is "
+             "left as it is" for path in sorted(stuck & set(flat.changes))]
     for path in sorted(then.keys() | later.keys()):
         if path in then:
             # Never stored: it cannot be written back, and it was there before the task.
@@ -1084,11 +1111,21 @@ def _plan(repo: git.Repo, before: str, after: str | None, current: str,
         plan.conflicts = [p for p in plan.changed
                           if agent_wrote.get(log_path(p), unknown) != file_digest(root / p)]
         return plan, flat
-    since = _flat_diff(repo, after, current)
+    assert since is not None
     now = _large_of(since, 1)
     edited = set(since.changes) | {p for p, was in later.items() if now.get(p) != was}
     plan.conflicts = [p for p in plan.changed if p in edited]
     return plan, flat
+
+
+def _unreadable_of(flat: _Flat, side: int) -> set[str]:
+    """The files that the snapshots on ``side`` (0: ``a``, 1: ``b``) of ``flat`` could not
+    read (see :class:`Outside`), by their paths from the outer work tree."""
+    found = set()
+    for prefix, (holder, *ends) in flat.holders.items():
+        if ends[side] is not None:
+            found |= {prefix + path for path in outside_of(holder, ends[side]).unreadable}
+    return found
 
 
 def _large_of(flat: _Flat, side: int) -> dict[str, tuple[int, int]]:

@@ -379,8 +379,8 @@ class RepoSession:
                                     lambda text: len(client.tokenize(text)), skills)
         self.forced_skills = list(skills)
         self.last_snapshot: str | None = None
-        self._said_unreadable: set[str] = set()
         """The session's latest checkpoint (its sha), the next one is taken since."""
+        self._said_unreadable: set[str] = set()
         if record is not None:
             self.id = record.session_id
             protocol, auto_switch = choose_protocol(protocol, client) if protocol \
