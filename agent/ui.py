@@ -480,18 +480,20 @@ class RequestWatch:
                 f"be stuck{given_up}")
 
 
+_LARGER = "(--preset NAME; `agent backend presets` lists them)"
+
 STOP_LINES = {
     "max_steps": "stopped: the step limit ({steps} model calls) ran out before the task was "
                  "done; raise --max-steps (or max_steps in config.toml)",
     "max_time": "stopped: the time limit ran out after {steps} model calls; raise --max-time "
                 "(seconds, or max_time in config.toml)",
     "repeated_call": "{text}; the model is going round in circles: rephrase the task with a "
-                     "concrete hint, or use a larger model (--preset)",
+                     "concrete hint, or use a larger model {larger}",
     "format_errors": "{text}; the model cannot write valid tool calls: try --tool-protocol "
-                     "json, or a larger model (--preset)",
+                     "json, or a larger model {larger}",
     "approval_needed": "stopped: {text}",
     "length": "stopped: {text}; the model ran on without finishing: rephrase the task, or use "
-              "a larger model (--preset)",
+              "a larger model {larger}",
     # "in step N", not "after N model calls": step N's call may be the one interrupted (a
     # field trial read "after 2 model calls" beside the session line's "1 model calls").
     "interrupted": "interrupted ({text}) in step {steps}: the task stopped; the files it "
@@ -518,7 +520,8 @@ def stop_line(reason: str, text: str, steps: int) -> str:
         template = TIME_LIMIT_IN_STEP
     if reason == "interrupted":
         detail = detail or "Ctrl-C"  # a termination signal's name otherwise
-    return template.format(reason=reason, text=detail or "no details", steps=steps)
+    return template.format(reason=reason, text=detail or "no details", steps=steps,
+                           larger=_LARGER)
 
 
 TEMPLATE_SLACK = 3

@@ -1,5 +1,6 @@
 import io
 
+import pytest
 from rich.console import Console
 
 from agent.events import ModelTurn, Timings, ToolCall
@@ -158,3 +159,12 @@ def test_an_interruption_names_its_step_not_a_count_of_finished_calls():
 
     assert stop_line("interrupted", "", 2).startswith("interrupted (Ctrl-C) in step 2: ")
     assert stop_line("interrupted", "SIGTERM", 1).startswith("interrupted (SIGTERM) in step 1")
+
+
+@pytest.mark.parametrize("reason", ["repeated_call", "format_errors", "length"])
+def test_a_stop_that_advises_a_larger_model_says_where_the_presets_are(reason: str):
+    """A fresh user's first command stopped with "use a larger model (--preset)": which
+    presets there are, nothing said."""
+    from agent.ui import stop_line
+
+    assert "--preset NAME; `agent backend presets` lists them" in stop_line(reason, "x", 3)
