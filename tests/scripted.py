@@ -10,7 +10,18 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+
+def wait_for_session_log(home: Path, marker: str, what: str, timeout: float = 60.0) -> None:
+    """Wait until a session log under the agent home ``home`` holds ``marker`` (a compact JSON
+    fragment such as '"kind":"after"'); fails the test with ``what`` after ``timeout`` s."""
+    sessions = home / "data" / "sessions"
+    deadline = time.monotonic() + timeout
+    while not any(marker in p.read_text("utf-8") for p in sessions.glob("2*.jsonl")):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
 
 
 def reply(content: str = "", tool_calls: list[tuple[str, Any]] | None = None,

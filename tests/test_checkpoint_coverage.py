@@ -25,7 +25,7 @@ from agent.sessions.checkpoints import (
     restore,
     snapshot,
 )
-from tests.scripted import ScriptedModel
+from tests.scripted import ScriptedModel, wait_for_session_log
 from tests.test_checkpoints import isolated_git, new_repo, run, tree_files, user_state
 from tests.test_cli_ux import AGENT, agent, call
 
@@ -359,12 +359,7 @@ def two_sessions(path: Path, home: Path, first: list[dict]) -> tuple[str, str]:
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         try:
-            sessions = home / "data" / "sessions"
-            deadline = time.monotonic() + 60
-            while not any('"type":"tool_result"' in p.read_text("utf-8")
-                          for p in sessions.glob("2*.jsonl")):
-                assert time.monotonic() < deadline, "session A never made its call"
-                time.sleep(0.1)
+            wait_for_session_log(home, '"type":"tool_result"', "session A never made its call")
             b = run_task(path, home, call("str_replace", path="g.txt", old_str="g",
                                           new_str="g by B"))
             _, a_err = a.communicate(timeout=60)

@@ -19,7 +19,7 @@ from agent.config import load_settings
 from agent.events import parse_event
 from agent.sessions.repo import RepoSession
 from agent.ui import Reporter
-from tests.scripted import ScriptedModel, reply
+from tests.scripted import ScriptedModel, reply, wait_for_session_log
 
 AGENT = [sys.executable, "-m", "agent"]
 
@@ -604,12 +604,7 @@ def test_chat_undo_force_overwrites_what_the_user_changed_after_the_task(
         try:
             proc.stdin.write("make a file\n")
             proc.stdin.flush()
-            sessions = agent_home / "data" / "sessions"
-            deadline = time.monotonic() + 60
-            while not any('"kind":"after"' in p.read_text("utf-8")
-                          for p in sessions.glob("2*.jsonl")):
-                assert time.monotonic() < deadline, "the task never ended"
-                time.sleep(0.1)
+            wait_for_session_log(agent_home, '"kind":"after"', "the task never ended")
             (root / "made.txt").write_text("the user's edit\n")
             out, err = proc.communicate("/undo\n/undo --force\n/exit\n", timeout=60)
         finally:
