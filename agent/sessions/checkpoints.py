@@ -120,14 +120,14 @@ class RestoreConflict(UserError):
             said = (f"{len(shared)} file(s) the task changed were changed too by "
                     f"{'session ' if len(sessions) == 1 else 'sessions '}"
                     f"{', '.join(sessions)}, which ran at the same time: "
-                    f"{_listed(shared)} (the logs cannot tell whose change each is)")
+                    f"{listed(shared)} (the logs cannot tell whose change each is)")
             if rest:
                 why = ("changed since the task started, and not as its file tools left them "
                        "(it has no end checkpoint)" if self.unended
                        else "changed after the agent finished")
-                said += f"; {len(rest)} more {why}: {_listed(rest)}"
+                said += f"; {len(rest)} more {why}: {listed(rest)}"
             return f"{said}; nothing was restored. Review them, then {then}"
-        shown = _listed(self.conflicts)
+        shown = listed(self.conflicts)
         if self.unended:
             return (f"the task has no end checkpoint (its run was killed or crashed), so "
                     f"{len(self.conflicts)} file(s) changed since it started cannot be told "
@@ -138,11 +138,11 @@ class RestoreConflict(UserError):
                 f"nothing was restored. Review them, then {then}")
 
 
-def _listed(paths: Sequence[str]) -> str:
-    """Up to 10 of ``paths`` as the tools show names (one line each: a newline in a name is
-    ``\\x0a``), then how many more."""
-    more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
-    return ", ".join(display_name(p) for p in paths[:10]) + more
+def listed(paths: Sequence[str], shown: int = 10) -> str:
+    """Up to ``shown`` of ``paths`` as the tools show names (one line each: a newline in a name
+    is ``\\x0a``), then how many more."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(display_name(p) for p in paths[:shown]) + more
 
 
 @dataclass

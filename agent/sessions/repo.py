@@ -501,8 +501,9 @@ class RepoSession:
         unreadable = cp.outside_of(self.repo, sha).unreadable - self._said_unreadable
         if unreadable:
             self._said_unreadable |= unreadable
-            self.warn(f"not checkpointed, as they cannot be read: {_names(unreadable)} (agent "
-                      "undo will neither restore nor remove them)")
+            self.warn(f"not checkpointed, as they cannot be read: "
+                      f"{cp.listed(sorted(unreadable), 5)} (agent undo will neither restore "
+                      "nor remove them)")
         cp.record_git_state(self.repo, _state_ref(self.id, self.tasks, kind),
                             f"dflash-agent {self.id} task {self.tasks} {kind}: index and stash")
         self.emit(Checkpoint(session_id=self.id, task=self.tasks, kind=kind, ref=ref, sha=sha))
@@ -536,13 +537,6 @@ class RepoSession:
         if self.mcp is not None:
             self.mcp.close()
         self.backend.client.close()
-
-
-def _names(paths: set[str], shown: int = 5) -> str:
-    """Up to ``shown`` of ``paths``, sorted, as the tools show names, and how many more."""
-    names = [display_name(p) for p in sorted(paths)]
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
 
 
 def check_resumable(record: SessionRecord) -> None:
