@@ -1,0 +1,23 @@
+"""Count the words of a text file: python wordcount.py FILE"""
+
+import argparse
+import sys
+
+
+def words(text):
+    """The words of ``text``: runs of characters between whitespace."""
+    return text.split()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Count the words of a text file.")
+    parser.add_argument("file", help="the file to read")
+    args = parser.parse_args(argv)
+    with open(args.file, encoding="utf-8") as f:
+        text = f.read()
+    print(len(words(text)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

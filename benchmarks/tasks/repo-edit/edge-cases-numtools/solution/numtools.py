@@ -1,0 +1,24 @@
+"""Small numeric helpers."""
+
+
+def digit_sum(n):
+    """The sum of the decimal digits of the integer ``n``."""
+    return sum(int(d) for d in str(abs(n)))
+
+
+def mean(values):
+    """The arithmetic mean of ``values``."""
+    if not values:
+        return 0.0
+    return sum(values) / len(values)
+
+
+def largest(values):
+    """The largest of ``values``."""
+    if not values:
+        return None
+    best = values[0]
+    for v in values[1:]:
+        if v > best:
+            best = v
+    return best
