@@ -74,6 +74,8 @@ class Turn:
     draft_n_max: int | None = None
     """The draft length the request carried (``speculative.n_max``, 0 = no draft), or None
     when it carried none (the server's own length)."""
+    ended_early: bool = False
+    """The client ended the reply (``stop_at``), not the server."""
 
 
 _HTTP: httpx2.Client | None = None
@@ -290,7 +292,8 @@ class ServerClient:
                  max_tokens: int = 2048,
                  on_text: Callable[[str], None] | None = None,
                  on_chunk: Callable[[int], None] | None = None,
-                 deadline: float | None = None) -> Turn:
+                 deadline: float | None = None,
+                 stop_at: Callable[[str], int | None] | None = None) -> Turn:
         """Stream one completion and assemble it. ``on_text`` gets each piece of reply text;
         ``on_chunk`` is called for every chunk (any sign of life) with the number of chunks so
         far that carried reply text, reasoning or tool-call arguments (one token each, about).
@@ -298,6 +301,11 @@ class ServerClient:
         ``deadline`` (``time.monotonic()`` seconds) is the task's time limit: a reply still
         streaming then is stopped (:class:`TimeLimitReached`), and a server silent past it
         (reading a long prompt) is given up as out of time rather than as dead.
+
+        ``stop_at`` is called with the reply text so far after each piece; when it returns a
+        length, the reply is kept to that many characters, the stream is closed (the server
+        stops decoding) and the turn ends with finish reason ``stop`` and ``ended_early`` set.
+        llama-server is then asked for timings in every chunk, so the turn keeps them.
 
         Raises :class:`ContextOverflow`, :class:`ServerUnavailable`,
         :class:`TimeLimitReached`; on ``KeyboardInterrupt`` the stream is closed first (so the
@@ -314,6 +322,8 @@ class ServerClient:
             extra["cache_prompt"] = True
             if self.id_slot is not None:
                 extra["id_slot"] = self.id_slot
+            if stop_at is not None:  # a stream closed early gets no final timings chunk
+                extra["timings_per_token"] = True
         n_max = self.draft_cap.next_n_max() if self.draft_cap is not None else None
         if n_max is not None:
             extra["speculative.n_max"] = n_max
@@ -391,6 +401,10 @@ class ServerClient:
                         turn.content += delta.content
                         if on_text:
                             on_text(delta.content)
+                        keep = stop_at(turn.content) if stop_at is not None else None
+                        if keep is not None:
+                            turn.content, turn.ended_early = turn.content[:keep], True
+                            turn.finish_reason = "stop"
                     reasoning = (delta.model_extra or {}).get("reasoning_content")
                     if reasoning:
                         turn.reasoning += reasoning
@@ -403,6 +417,9 @@ class ServerClient:
                             slot["name"] += tc.function.name
                         if tc.function and tc.function.arguments:
                             slot["arguments"] += tc.function.arguments
+                if turn.ended_early:
+                    stream.close()  # the server stops decoding when the connection closes
+                    break
                 if turn.finish_reason is None and _past(deadline):
                     stream.close()  # the server stops decoding when the connection closes
                     raise stopped()

@@ -82,6 +82,9 @@ class ModelTurn(_Event):
     draft_n_max: int | None = Field(None, description="The draft length the request carried "
                                     "(speculative.n_max, 0 = no draft); None when it carried "
                                     "none (the server's own length).")
+    ended_early: bool = Field(False, description="The agent ended the reply after its last "
+                              "complete tool call, as the model went on past it (text "
+                              "protocol); content holds what was kept.")
 
 
 class ToolCall(_Event):

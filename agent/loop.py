@@ -40,6 +40,7 @@ from agent.prompts import JSON_SWITCH, switch_note
 from agent.protocols.base import FINAL_ANSWER, FormatError, tools_with_final
 from agent.protocols.calls import Call, CallProtocol, Protocol
 from agent.protocols.choice import ProtocolDecision
+from tools.aliases import renamed_note
 from tools.registry import Registry
 
 MAX_FORMAT_ERRORS = 3
@@ -49,6 +50,14 @@ KEEP_CUT_CHARS = 200
 """Characters of a reply cut by max_tokens kept in the history (the rest is a runaway)."""
 NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call "
         "final_answer if the task is done.]")
+AFTER_CALLS = ("final_answer not taken: it came in the same reply as calls whose results you "
+               "had not seen. Read their results above; call final_answer again if the task "
+               "is done.")
+AFTER_FAILURES = ("final_answer not taken: every call of your last reply failed (see above). "
+                  "Fix what failed and check the result; call final_answer again only if the "
+                  "task is done.")
+NOTHING_DONE = ("final_answer not taken: no tool call of this task has succeeded, so nothing "
+                "was done or checked yet. Do the task with the tools first.")
 BRIDGE = "[no reply: {why}]"
 """An assistant message put between two user messages (see :meth:`Agent._add`)."""
 STOPPED_BEFORE_REPLY = {
@@ -58,6 +67,7 @@ STOPPED_BEFORE_REPLY = {
     "approval_needed": "the task stopped: a call needed approval",
     "interrupted": "the user interrupted the task",
     "format_errors": "the task stopped after malformed replies",
+    "nothing_done": "the task stopped: no tool call of it succeeded",
 }
 """Why the last task ended on a tool result, per stop reason, for the bridge's text."""
 
@@ -138,6 +148,12 @@ class Agent:
         """Text-protocol results of the current reply: (content, protected), sent as one."""
         self._deadline: float | None = None
         """``time.monotonic()`` at which the running task's ``max_time`` runs out."""
+        self._succeeded = self._failures = 0
+        """Tool calls of the running task that succeeded (a final answer needs one), failed."""
+        self._last_failed = False
+        """Every call of the last reply that ran a call failed."""
+        self._refused: set[str] = set()
+        """The final-answer refusals given in the running task (each is given once)."""
         self._stopped = "the task stopped before a reply"
         """Why the last task ended, for a bridge before the next task's message (the default
         covers a resumed history, whose filler results end it)."""
@@ -169,6 +185,8 @@ class Agent:
         ``first_calls`` (tool name, arguments) run right after the task message as if the model
         had made them (``agent run --skill``), so the history reads like one it wrote."""
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
+        self._succeeded, self._failures, self._last_failed = 0, 0, False
+        self._refused = set()
         self._add({"role": "user", "content": task}, why=self._stopped)
         started = time.monotonic()
         self._deadline = started + self.limits.max_time
@@ -176,6 +194,7 @@ class Agent:
             for name, arguments in first_calls or []:
                 self._inject(name, arguments)
                 self._flush_results()
+            self._succeeded = self._failures = 0  # the product's calls, not the model's work
             while True:
                 if self.steps >= self.limits.max_steps:
                     return self._finish("", "max_steps")
@@ -267,7 +286,8 @@ class Agent:
             return self.client.complete(self.messages, **self.calls.request_fields(),
                                         sampling=self.sampling, max_tokens=self.max_tokens,
                                         on_text=on_text, on_chunk=on_chunk,
-                                        deadline=self._deadline)
+                                        deadline=self._deadline,
+                                        stop_at=self.calls.stop_at())
         finally:
             if self.ui is not None:
                 self.ui.request_done()
@@ -301,7 +321,10 @@ class Agent:
                 # speak the template's tool format.
                 self._switch("the model answered in prose before any native tool call")
                 return None
-            return turn.content.strip(), "done"
+            refusal = self._refusal()
+            if refusal is None:
+                return turn.content.strip(), "done"
+            return self._refuse_final(refusal, tell=True)
         self._format_errors = 0
         self._pending = [(c["id"], c["name"]) for c in calls]
         outcome = self._run(calls)
@@ -312,11 +335,22 @@ class Agent:
 
     def _run(self, calls: list[Call]) -> tuple[str, str] | None:
         """Run ``calls`` in order; the task's outcome when one ends it."""
+        failures, ran = self._failures, 0
         for call in calls:
             if call["name"] == FINAL_ANSWER:
-                text = call["arguments"].get("text")
-                self._pending.clear()
-                return (text if isinstance(text, str) else json.dumps(call["arguments"])), "done"
+                if ran:
+                    self._last_failed = self._failures - failures == ran
+                refusal = AFTER_CALLS if ran else self._refusal()
+                if refusal is None:
+                    text = call["arguments"].get("text")
+                    self._pending.clear()
+                    return (text if isinstance(text, str) else json.dumps(call["arguments"])), \
+                        "done"
+                self._show(call)
+                self._answer(call["id"], call["name"], refusal, True, 0.0, counted=False)
+                self._deny_pending("not executed: it came after final_answer")
+                return None if ran else self._refuse_final(refusal, tell=False)
+            ran += 1
             verdict = self._loops.observe(call["name"], call["arguments"])
             if verdict == "stop":
                 # shown like the calls it repeats, so the lines on screen add up to the stop's
@@ -335,6 +369,31 @@ class Agent:
                 continue
             self._execute(call, NOTE.format(report=self._loops.report) if verdict == "warn"
                           else "")
+        if ran:
+            self._last_failed = self._failures - failures == ran
+        return None
+
+    def _refusal(self) -> str | None:
+        """Why a final answer is not taken now, or None. Exit 0 must mean the work happened:
+        a task whose calls all failed, or that made none that succeeded, ended with a
+        confident summary and exit 0 while the file was unchanged (issue 49). A final answer
+        right after a reply whose calls all failed is refused once a task."""
+        if self._succeeded == 0:
+            return NOTHING_DONE
+        if self._last_failed and AFTER_FAILURES not in self._refused:
+            return AFTER_FAILURES
+        return None
+
+    def _refuse_final(self, refusal: str, tell: bool) -> tuple[str, str] | None:
+        """The model goes on after ``refusal`` (told as a message when ``tell``: a final
+        answer in prose has no call to answer), or, the second time the task would end with
+        nothing done, the task stops as ``nothing_done``."""
+        if refusal == NOTHING_DONE and NOTHING_DONE in self._refused:
+            return ("the model ended the task, but no tool call of it succeeded: nothing was "
+                    "done"), "nothing_done"
+        self._refused.add(refusal)
+        if tell:
+            self._tell(refusal)
         return None
 
     def _inject(self, name: str, arguments: dict[str, Any]) -> None:
@@ -424,13 +483,20 @@ class Agent:
         self._show(call)
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
-        text = obs.text + (self.calls.error_hint(call) if obs.is_error else "")
+        text = obs.text + (self.calls.error_hint(call) if obs.is_error else "") \
+            + renamed_note(call.get("aliased", []))
         self._answer(call["id"], call["name"], text + note, obs.is_error,
                      time.monotonic() - started, obs.protected)
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,
-                duration: float, protected: bool = False) -> None:
+                duration: float, protected: bool = False, counted: bool = True) -> None:
+        """Send the result of a call (``counted``: a tool call's, which tells whether the
+        task's calls succeed; a refused final answer's is not)."""
         self._pending = [p for p in self._pending if p[0] != call_id]
+        if counted and is_error:
+            self._failures += 1
+        elif counted:
+            self._succeeded += 1
         message = self.calls.result_message(call_id, name, ("ERROR: " if is_error else "") + text)
         if self.protocol == "text":
             self._results.append((message["content"], protected))  # sent as one: _flush_results
@@ -455,7 +521,7 @@ class Agent:
                             content=turn.content, reasoning=turn.reasoning,
                             finish_reason=turn.finish_reason,
                             usage=turn.usage, timings=turn.timings,
-                            draft_n_max=turn.draft_n_max,
+                            draft_n_max=turn.draft_n_max, ended_early=turn.ended_early,
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
                                                      arguments=c["arguments"]) for c in calls]))
 

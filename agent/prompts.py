@@ -7,10 +7,11 @@ from typing import Any
 from agent.protocols.base import FINAL_ANSWER, tools_with_final
 from agent.protocols.text import string_typed
 
-_BASE = """You are dflash-agent, a coding agent. You work in the directory {workspace} and act \
-only through tools.
+_BASE = """You are dflash-agent, a coding agent. You work in a project folder and act only \
+through tools.
 Rules:
-- Paths are relative to the workspace root.
+- Paths are relative to the project's root folder: src/app.py, tests/test_app.py, . for the \
+root itself. bash commands start in the root.
 - Read files with view; write new files with create; change files with str_replace (copy \
 old_str exactly from the file) or insert.
 - bash runs non-interactive commands (stdin is closed, no editor); use background=true for \
@@ -71,11 +72,13 @@ def _text_signature(spec: dict[str, Any]) -> str:
     return f"- {fn['name']}({', '.join(args)}): {fn['description']}"
 
 
-def system_prompt(workspace: str, protocol: str, tools: list[dict[str, Any]]) -> str:
+def system_prompt(protocol: str, tools: list[dict[str, Any]]) -> str:
     """The system prompt for ``protocol``: ``json`` and ``text`` list the tools (``text``
     adds ``final_answer`` itself when ``tools`` lacks it); ``native`` sends them as ``tools``.
     ``tools`` are OpenAI tool dicts, including ``final_answer`` for ``json``."""
-    text = _BASE.format(workspace=workspace)
+    # No absolute path: a small model copied it, cut short, and was refused as outside the
+    # workspace (issue 49); relative paths are all the tools need.
+    text = _BASE
     if protocol == "json":
         catalog = "\n".join(_signature(t) for t in tools)
         return text + _JSON.format(final=FINAL_ANSWER, catalog=catalog)

@@ -302,7 +302,7 @@ class ReplayAgent(Agent):
         listed = tools_with_final(tools) if protocol == "json" else tools
         super().__init__(client, registry, session_id=f"replay-{session.name}",  # type: ignore[arg-type]
                          protocol=protocol,  # type: ignore[arg-type]
-                         system=system_prompt(session.workspace, protocol, listed),
+                         system=system_prompt(protocol, listed),
                          emit=self.events.append, sampling=sampling, max_tokens=max_tokens,
                          tool_role=tool_role, context=context,
                          limits=Limits(max_steps=10**6, max_time=10.0**9))

@@ -55,7 +55,7 @@ def measure(preset_name: str, profile: str, max_tokens: int, repeats: int,
     preset = get_preset(preset_name)
     tools = default_registry(Workspace(workspace)).openai_tools()
     messages = [{"role": "system",
-                 "content": system_prompt(str(workspace), "json", tools_with_final(tools))},
+                 "content": system_prompt("json", tools_with_final(tools))},
                 {"role": "user", "content": TASK}]
     grammar = json_response_format(tools)
     plan = plan_for(preset, ensure_engine(), profile, None, None)

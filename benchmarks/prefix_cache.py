@@ -25,7 +25,7 @@ FILE = "\n".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(12))
 def run_session(client: ServerClient, turns: int, clock: bool) -> list[dict[str, int]]:
     """One scripted session; returns per-turn ``prompt_n`` (prefilled) and ``cache_n``."""
     tools = default_registry(Workspace(Path("."))).openai_tools()
-    base = system_prompt("/workspace", "json", tools)
+    base = system_prompt("json", tools)
     history: list[dict] = []
     rows = []
     for turn in range(1, turns + 1):

@@ -349,7 +349,7 @@ def _long_session(root: Path) -> list[dict]:
     from tools.workspace import Workspace
 
     tools = tools_with_final(default_registry(Workspace(root)).openai_tools())
-    history: list[dict] = [{"role": "system", "content": system_prompt(str(root), "json", tools)},
+    history: list[dict] = [{"role": "system", "content": system_prompt("json", tools)},
                            {"role": "user", "content": "Look around the project."}]
     for i in range(6):
         history.append({"role": "assistant", "content": json.dumps(

@@ -24,7 +24,7 @@ def make_agent(model: ScriptedModel, root: Path, auto_switch=AUTO, max_steps: in
     registry = default_registry(Workspace(root))
     events: list = []
     agent = Agent(ServerClient(model.url), registry, session_id="t", protocol="text",
-                  system=system_prompt(str(root), "text", registry.openai_tools()),
+                  system=system_prompt("text", registry.openai_tools()),
                   emit=events.append, auto_switch=auto_switch, history=history,
                   limits=Limits(max_steps=max_steps, max_time=120))
     return agent, events

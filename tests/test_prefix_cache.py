@@ -66,9 +66,9 @@ def test_the_system_prompt_and_tools_carry_no_clock(tmp_path: Path):
     from tools.workspace import Workspace
 
     tools = default_registry(Workspace(tmp_path)).openai_tools()
-    first = system_prompt("/w", "json", tools)
+    first = system_prompt("json", tools)
     time.sleep(1.1)
-    assert system_prompt("/w", "json", tools) == first
+    assert system_prompt("json", tools) == first
     assert json.dumps(default_registry(Workspace(tmp_path)).openai_tools()) == json.dumps(tools)
     assert time.strftime("%Y-%m-%d") not in first and time.strftime("%H:%M") not in first
 

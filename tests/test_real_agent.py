@@ -24,7 +24,7 @@ def _agent(base_url: str, root: Path, protocol: str, auto: bool = False):
         registry.openai_tools()
     events: list = []
     agent = Agent(client, registry, session_id="real", protocol=protocol,
-                  system=system_prompt(str(root), protocol, listed), emit=events.append,
+                  system=system_prompt(protocol, listed), emit=events.append,
                   sampling=GREEDY, auto_switch=auto, tool_role=renders_tool_role(client),
                   limits=Limits(max_steps=5, max_time=300),
                   # As in real sessions: a runaway SmolLM2 reply must not overflow the context.

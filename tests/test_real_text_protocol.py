@@ -58,7 +58,7 @@ def test_a_text_session_reuses_the_cached_prompt_and_reply(fresh_ngram: ServerSt
     registry = default_registry(Workspace(tmp_path))
     events: list = []
     agent = Agent(client, registry, session_id="real-text", protocol=protocol,
-                  system=system_prompt(WORKSPACE, protocol, registry.openai_tools()),
+                  system=system_prompt(protocol, registry.openai_tools()),
                   emit=events.append, sampling={"temperature": 0.0}, auto_switch=decision,
                   tool_role=renders_tool_role(client), limits=Limits(max_steps=3, max_time=300),
                   context=ContextKeeper(client, client.n_ctx(), max_output=2048))

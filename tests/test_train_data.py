@@ -171,8 +171,7 @@ def test_agent_requests_are_the_replay_agents_own_one_per_turn_with_a_session_he
             assert all(r.heldout == (session.name == "textstats-errors") for r in mine)
             first = mine[0].messages
             listed = at.tools_with_final(tools) if protocol == "json" else tools
-            assert first[0] == {"role": "system", "content": system_prompt(
-                session.workspace, protocol, listed)}
+            assert first[0] == {"role": "system", "content": system_prompt(protocol, listed)}
             assert first[1] == {"role": "user", "content": session.task}
             # Append-only, as the agent sends them; the fixture's calls are the replies.
             for a, b in zip(mine, mine[1:], strict=False):

@@ -710,7 +710,7 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
                             lambda text: len(client.tokenize(text)), skills)
     tools = registry.openai_tools()
     listed = tools_with_final(tools) if protocol == "json" else tools
-    system = system_prompt(str(directory), protocol, listed)
+    system = system_prompt(protocol, listed)
     if offered is not None and offered.catalog.text:
         system += "\n" + offered.catalog.text
     first = [*skills]

@@ -21,6 +21,7 @@ from agent.protocols.base import (
     tools_with_final,
 )
 from agent.protocols.text import (
+    CallBlockEnd,
     cut_detail,
     mismatched,
     no_call_message,
@@ -28,6 +29,7 @@ from agent.protocols.text import (
     render_call,
     usage,
 )
+from tools.aliases import canonical_arguments
 from tools.registry import Registry
 
 Protocol = Literal["native", "json", "text"]
@@ -66,10 +68,26 @@ class CallProtocol:
         grammar = json_response_format(self.tools) if self.name == "json" else None
         return {"tools": self.offered, "response_format": grammar}
 
+    def stop_at(self) -> CallBlockEnd | None:
+        """For the next request: where a streaming reply ends (``text``: after its last call,
+        :class:`agent.protocols.text.CallBlockEnd`), or None (the server ends it)."""
+        return CallBlockEnd(self.schemas) if self.name == "text" else None
+
     def parse(self, turn: Turn) -> list[Call]:
-        """The calls in ``turn``, in order; raises :class:`FormatError` with feedback for the
-        model when it holds none in this protocol's form (prose under ``native`` is an answer:
-        ``[]``)."""
+        """The calls in ``turn``, in order, their aliased argument names read as the tool's
+        (:mod:`tools.aliases`; a call's ``aliased`` lists the renames); raises
+        :class:`FormatError` with feedback for the model when it holds none in this protocol's
+        form (prose under ``native`` is an answer: ``[]``)."""
+        return [self._canonical(call) for call in self._parse(turn)]
+
+    def _canonical(self, call: Call) -> Call:
+        schema = self.schemas.get(call["name"])
+        if schema is None or not isinstance(call["arguments"], dict):
+            return call
+        arguments, renamed = canonical_arguments(call["arguments"], schema)
+        return {**call, "arguments": arguments, "aliased": renamed} if renamed else call
+
+    def _parse(self, turn: Turn) -> list[Call]:
         if self.name == "json":
             name, args = parse_json_call(turn.content)
             return [_call(name, args)]

@@ -45,7 +45,9 @@ The rules (the system prompt teaches 1-5; the others settle the edge cases):
    that parameter given twice.
 7. **Format errors** (nothing in the reply runs; the message says what, on which line, and the
    correct form): a call that is never closed, a parameter that is never closed, text between
-   parameters, a parameter given twice, a non-string value that is not JSON, no call at all.
+   parameters, a parameter given twice, a non-string value that is not JSON, a string value that
+   is nothing but parameter tags (``<file_text><view_range>[1, 40]</view_range></file_text>``:
+   a slip that would write that line over a file), no call at all.
 8. **Cut off.** A reply that ended at max_tokens runs nothing; :func:`cut_detail` says which
    call was cut (the loop reports it and keeps a short marker instead of the reply).
 9. **Repair.** A reply with no tag calls may still hold calls written the json way
@@ -61,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.protocols.base import FINAL_ANSWER, FormatError, lenient_json
+from tools.aliases import canonical_key
 
 _TAG = re.compile(r"<([A-Za-z_][\w.\-]*)>")
 _WS = " \t\r\n"
@@ -198,6 +201,10 @@ class _Parser:
         names = "|".join(re.escape(n) for n in sorted({*schemas, *params}, key=len,
                                                          reverse=True))
         self._stray = re.compile(f"</(?:{names})>") if names else None
+        # Parameters only: a file whose content is a whole call round-trips (rule 6).
+        only = "|".join(re.escape(n) for n in sorted(params, key=len, reverse=True))
+        self._only_tags = re.compile(f"(?:[{_WS}]*<({only})>.*?</\\1>)+[{_WS}]*",
+                                     re.DOTALL) if only else None
         self._memo: dict[tuple[int, bool], list[_Raw] | None] = {}
         self._errors: dict[int, str] = {}
         """Position of a call that cannot parse by itself → what is wrong with it."""
@@ -314,13 +321,28 @@ class _Parser:
         schema = self.schemas.get(raw.name, {})
         props = schema.get("properties", {})
         args: dict[str, Any] = {}
+        given = {key for key, _, _ in raw.params}
         for key, value, pos in raw.params:
             if key in args:
                 raise FormatError(f"line {_line(self.text, pos)}: <{key}> is given twice in "
                                   f"<{raw.name}>; give each parameter once. The form is:\n"
                                   + usage(raw.name, schema))
-            args[key] = value if string_typed(props.get(key, {}), schema) else \
-                self._json_value(raw.name, key, value, pos, schema)
+            # An alias (``range`` for ``view_range``) is typed as the parameter it stands
+            # for; the call keeps the name written (the loop renames it and says so).
+            typed_as = canonical_key(key, props, given)
+            if not string_typed(props.get(typed_as, {}), schema):
+                args[key] = self._json_value(raw.name, typed_as, value, pos, schema)
+                continue
+            only = self._only_tags.fullmatch(value) if self._only_tags else None
+            if only is not None:
+                # A stray <view_range>[1, 40]</view_range> where a create's file_text belonged
+                # replaced two source files with that line (issue 49): a value that is nothing
+                # but another parameter's or call's tag is a slip, not content.
+                raise FormatError(
+                    f"line {_line(self.text, pos)}: <{key}> of {raw.name} holds only a "
+                    f"<{only.group(1)}> tag, which is a parameter, not a value; "
+                    f"nothing in the reply was run. The form is:\n{usage(raw.name, schema)}")
+            args[key] = value
         return TextCall(raw.name, args, _line(self.text, raw.pos))
 
     def _json_value(self, call: str, key: str, value: str, pos: int,
@@ -343,3 +365,50 @@ def no_call_message(schemas: Mapping[str, dict[str, Any]]) -> str:
     return ("the reply has no tool call. Call a tool by writing its tags, one tag per "
             "parameter, e.g.\n<view>\n<path>.</path>\n</view>\nand when the task is done:\n"
             + usage(FINAL_ANSWER, schemas.get(FINAL_ANSWER, {})))
+
+
+class CallBlockEnd:
+    """Where a ``text`` reply that is still streaming should end: right after its last
+    complete call, once the model writes something after it that is not another tool's call.
+
+    Why: a small model that has written its calls goes on to imagine their results and act on
+    them (Qwen2.5-Coder-1.5B: 1,600+ tokens in one reply, cut at max_tokens inside a
+    ``<create>`` so that nothing ran; issue 49). What follows the calls is never run anyway
+    (rule 1), and a ``final_answer`` after calls must wait for their results, so the reply
+    ends there and the calls run. ``schemas`` as for :func:`parse_text_calls`.
+
+    Called with the whole reply so far after each streamed piece; returns the length to keep,
+    or None to go on. Prose before the first call, and whitespace or another tool's opening tag
+    (or a start of one) after a call, go on."""
+
+    def __init__(self, schemas: Mapping[str, dict[str, Any]]):
+        self.schemas = schemas
+        tools = [n for n in schemas if n != FINAL_ANSWER]
+        self._opens = [f"<{n}>" for n in tools]
+        names = "|".join(re.escape(n) for n in sorted(schemas, key=len, reverse=True))
+        self._close = re.compile(f"</(?:{names})>[ \\t]*(?=\\r?\\n|$)") if names else None
+        self._decided = 0
+        """Ends of calls up to here were followed by another call (or did not parse)."""
+
+    def __call__(self, content: str) -> int | None:
+        if self._close is None:
+            return None
+        for m in self._close.finditer(content, self._decided):
+            end = m.end()
+            rest = content[end:].lstrip(_WS)
+            if not rest:
+                return None  # undecided until something follows
+            if any(o.startswith(rest[:len(o)]) for o in self._opens):
+                if len(rest) < max(map(len, self._opens)) and \
+                        not any(rest.startswith(o) for o in self._opens):
+                    return None  # the start of a tag: wait for the rest of it
+                self._decided = end
+                continue
+            try:
+                complete = parse_text_calls(content[:end], self.schemas)
+            except FormatError:
+                complete = []
+            if complete:
+                return end
+            self._decided = end
+        return None

@@ -401,7 +401,7 @@ class RepoSession:
             add_mcp_tools(self.registry, ToolContext(workspace), self.mcp, self.warn)
         tools = self.registry.openai_tools()
         listed = tools_with_final(tools) if protocol == "json" else tools
-        system = system_prompt(str(root), protocol, listed)
+        system = system_prompt(protocol, listed)
         instructions = load_instructions(root, cwd)
         if instructions:
             system += "\nProject instructions (AGENTS.md):\n" + instructions + "\n"

@@ -1,0 +1,183 @@
+"""The slips a real small coder model makes (issue 49: Qwen2.5-Coder-1.5B solved 0 of 8 small
+repository tasks), each against a scripted model on loopback: argument names of other agents,
+replies that run on past their calls, a final answer before the calls' results, a stray
+parameter tag as a file's content, and a task that did nothing but ends "done"."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from agent.client import ServerClient
+from agent.loop import AFTER_CALLS, AFTER_FAILURES, NOTHING_DONE, Agent, Limits
+from agent.prompts import system_prompt
+from tests.scripted import ScriptedModel, reply, runaway_reply
+from tools.registry import default_registry
+from tools.workspace import Workspace
+
+FINISH = "<final_answer>\n<text>done</text>\n</final_answer>"
+
+
+def make_agent(model: ScriptedModel, root: Path, protocol: str = "text", approve=None):
+    root.mkdir(exist_ok=True)
+    registry = default_registry(Workspace(root))
+    events: list = []
+    agent = Agent(ServerClient(model.url), registry, session_id="t", protocol=protocol,
+                  system=system_prompt(protocol, registry.openai_tools()),
+                  emit=events.append, limits=Limits(max_steps=8, max_time=120),
+                  approve=approve)
+    return agent, events
+
+
+def wait_for(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def results_of(events: list) -> list:
+    return [e for e in events if e.type == "tool_result"]
+
+
+def test_other_agents_argument_names_are_read_as_ours_and_said_once(tmp_path: Path):
+    seen: list[dict] = []
+
+    def approve(call: dict) -> None:
+        seen.append(call["arguments"])  # approval must see the names it checks (path)
+
+    create = ("<create>\n<file_path>a.py</file_path>\n<content>\nx = 1\n</content>\n"
+              "</create>")
+    view = "<view>\n<filename>a.py</filename>\n<range>[1, 1]</range>\n</view>"
+    with ScriptedModel([reply(create), reply(view), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws", approve=approve)
+        result = agent.run("write a.py")
+    assert result.reason == "done"
+    assert (tmp_path / "ws" / "a.py").read_text() == "x = 1\n"
+    assert seen == [{"path": "a.py", "file_text": "x = 1\n"},
+                    {"path": "a.py", "view_range": [1, 1]}]
+    first, second = results_of(events)[:2]
+    assert not first.is_error and "read file_path as path, content as file_text" in first.text
+    assert not second.is_error and "read filename as path, range as view_range" in second.text
+    calls = [e for e in events if e.type == "tool_call"]
+    assert calls[0].arguments == {"path": "a.py", "file_text": "x = 1\n"}
+
+
+def test_aliases_under_json_and_a_real_parameter_is_never_renamed(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.py").write_text("x = 1\n")
+    view = json.dumps({"tool": "view", "arguments": {"file_path": "a.py"}})
+    edit = json.dumps({"tool": "str_replace", "arguments": {
+        "file_path": "a.py", "old_string": "x = 1", "new_string": "x = 2"}})
+    both = json.dumps({"tool": "view", "arguments": {"path": "a.py", "file_path": "b.py"}})
+    done = json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}})
+    script = [reply(view), reply(edit), reply(both), reply(done), reply(done)]
+    with ScriptedModel(script) as model:
+        agent, events = make_agent(model, tmp_path / "ws", protocol="json")
+        result = agent.run("set x to 2")
+    assert (result.reason, result.steps) == ("done", 5)  # the first done follows a failure
+    assert (tmp_path / "ws" / "a.py").read_text() == "x = 2\n"
+    last = results_of(events)[2]
+    # Both names given: the alias stays what it is, and the tool refuses it.
+    assert last.is_error and "file_path" in last.text and "Extra inputs" in last.text
+
+
+def test_a_reply_that_runs_on_past_its_calls_ends_there_and_its_calls_run(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.py").write_text("x = 1\n")
+    # The model writes its call, then imagines the result and goes on (for ever).
+    piece = ("<view>\n<path>a.py</path>\n</view>\n[result of tool view]\n1\tx = 1\n"
+             "Now I will change it.\n")
+    with ScriptedModel([runaway_reply(piece, 100_000, 0.001), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("look at a.py")
+        wait_for(lambda: model.cut_off == 1, "the runaway stream was never closed")
+        assert model.requests[0].get("timings_per_token") is True
+    assert result.reason == "done"
+    turn = next(e for e in events if e.type == "model_turn")
+    assert turn.ended_early and turn.content == "<view>\n<path>a.py</path>\n</view>"
+    assert agent.messages[2] == {"role": "assistant", "content": turn.content}
+    assert [e.name for e in events if e.type == "tool_call"] == ["view"]
+
+
+def test_prose_then_another_call_goes_on_but_a_final_answer_after_calls_waits(
+        tmp_path: Path):
+    two = ("<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>\n"
+           "<view>\n<path>a.py</path>\n</view>\n" + FINISH)
+    with ScriptedModel([reply(two), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+    assert (result.reason, result.steps) == ("done", 2)
+    assert [e.name for e in events if e.type == "tool_call"] == ["create", "view"]
+    # The first reply was kept up to its last tool call: its final answer was never taken.
+    assert agent.messages[2]["content"].endswith("</view>")
+
+
+def test_a_final_answer_with_calls_in_one_reply_is_refused_until_their_results_are_seen(
+        tmp_path: Path):
+    """The repaired-json route has no stream stop: the loop itself holds the answer back."""
+    # Hermes-style calls, as Qwen's chat template teaches them.
+    both = ('<tool_call>\n{"name": "bash", "arguments": {"command": "false"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "final_answer", "arguments": {"text": "fixed it"}}\n'
+            '</tool_call>')
+    fixed = json.dumps({"tool": "bash", "arguments": {"command": "true"}})
+    with ScriptedModel([reply(both), reply(fixed), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("fix it")
+    assert (result.reason, result.steps) == ("done", 3)
+    refused = results_of(events)[1]
+    assert refused.name == "final_answer" and refused.is_error and refused.text == AFTER_CALLS
+
+
+def test_a_final_answer_right_after_failed_calls_is_refused_once(tmp_path: Path):
+    ok = "<bash>\n<command>true</command>\n</bash>"
+    fail = "<view>\n<path>missing.py</path>\n</view>"
+    with ScriptedModel([reply(ok), reply(fail), reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("look")
+    assert (result.reason, result.steps) == ("done", 4)
+    assert results_of(events)[2].text == AFTER_FAILURES
+
+
+def test_a_task_that_did_nothing_never_ends_done(tmp_path: Path):
+    failing = "<view>\n<path>missing.py</path>\n</view>"
+    with ScriptedModel([reply(failing), reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("fix missing.py")
+    assert result.reason == "nothing_done" and "nothing was done" in result.text
+    assert results_of(events)[1].text == NOTHING_DONE
+    assert events[-1].type == "final_answer" and events[-1].reason == "nothing_done"
+
+
+def test_a_prose_answer_before_any_work_is_refused_under_native(tmp_path: Path):
+    with ScriptedModel([reply("All done!"), reply("Done."), reply("Done.")],
+                       supports_tools=True) as model:
+        agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
+        result = agent.run("write a.py")
+        told = model.requests[1]["messages"][-1]
+    assert told == {"role": "user", "content": NOTHING_DONE}
+    assert result.reason == "nothing_done"
+
+
+def test_a_parameter_tag_as_a_files_content_is_a_format_error_and_writes_nothing(
+        tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.py").write_text("def f():\n    return 1\n")
+    stray = ("<create>\n<path>a.py</path>\n<file_text>\n<view_range>[1, 40]</view_range>\n"
+             "</file_text>\n</create>")
+    with ScriptedModel([reply(stray), reply("<view>\n<path>a.py</path>\n</view>"),
+                        reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("fix a.py")
+        feedback = model.requests[1]["messages"][-1]["content"]
+    assert result.reason == "done"
+    assert (tmp_path / "ws" / "a.py").read_text() == "def f():\n    return 1\n"
+    assert "holds only a <view_range> tag" in feedback
+
+
+def test_the_system_prompt_names_no_absolute_path(tmp_path: Path):
+    registry = default_registry(Workspace(tmp_path))
+    for protocol in ("text", "json", "native"):
+        prompt = system_prompt(protocol, registry.openai_tools())
+        assert str(tmp_path) not in prompt and "relative to the project's root" in prompt
