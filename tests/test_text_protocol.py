@@ -225,9 +225,33 @@ def test_a_parameter_that_is_never_closed_is_a_format_error(schemas):
 
 def test_text_between_parameters_is_a_format_error(schemas):
     with pytest.raises(FormatError) as err:
-        parse_text_calls("<final_answer>All done.</final_answer>", schemas)
+        parse_text_calls("<view>\nAll done.\n<path>a.py</path>\n</view>", schemas)
     assert "text outside a parameter tag: 'All done.'" in str(err.value)
-    assert "<final_answer>\n<text>…</text>\n</final_answer>" in str(err.value)
+    assert "<view>\n<path>…</path>\n</view>" in str(err.value)
+
+
+def test_a_bare_body_is_the_value_of_the_one_required_string_parameter(schemas):
+    """Rule 11: Qwen2.5-Coder-1.5B wrote its final answer with no <text> tag (issue 49)."""
+    calls = parse_text_calls("<final_answer>\nAll done.\n</final_answer>", schemas)
+    assert [(c.name, c.arguments) for c in calls] == [("final_answer", {"text": "All done.\n"})]
+    calls = parse_text_calls("<view>src/app.py</view>", schemas)
+    assert [(c.name, c.arguments) for c in calls] == [("view", {"path": "src/app.py"})]
+    # Two required parameters: no guess.
+    with pytest.raises(FormatError, match="text outside a parameter tag"):
+        parse_text_calls("<create>\nprint(1)\n</create>", schemas)
+
+
+def test_a_call_left_open_ends_where_the_next_call_opens(schemas):
+    """Rule 10: the model left out </create> before its final answer (issue 49)."""
+    text = ("<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n"
+            "<final_answer>\n<text>done</text>\n</final_answer>")
+    calls = parse_text_calls(text, schemas)
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("create", {"path": "a.py", "file_text": "x = 1\n"}), ("final_answer", {"text": "done"})]
+    # A closing tag further on is still the call's end; with none, an open call that
+    # no next call ends stays an error.
+    with pytest.raises(FormatError, match="never closed"):
+        parse_text_calls("<create>\n<path>a.py</path>\n<file_text>\nx = 1\n", schemas)
 
 
 def test_a_parameter_given_twice_is_a_format_error(schemas):

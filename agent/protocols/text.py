@@ -52,6 +52,11 @@ The rules (the system prompt teaches 1-5; the others settle the edge cases):
    call was cut (the loop reports it and keeps a short marker instead of the reply).
 9. **Repair.** A reply with no tag calls may still hold calls written the json way
    (:func:`agent.protocols.base.calls_in_text`); those run.
+10. **A call left open.** A call with no closing tag anywhere ends where the next call opens
+    at the start of a line, when its parameters up to there parse.
+11. **A bare value.** A call whose body holds no tag at all is the value of the tool's one
+    required parameter, when it has exactly one and it takes a string, the value cut as in
+    rule 3 (``<final_answer>\ndone\n</final_answer>``, ``<view>src/app.py</view>``).
 """
 
 from __future__ import annotations
@@ -169,6 +174,11 @@ def _types(schema: Any, root: Mapping[str, Any], depth: int) -> set[str]:
     return out
 
 
+def _value_of(raw: str) -> str:
+    """A raw value as rule 3 cuts it: one line break after the opening tag dropped."""
+    return raw[2:] if raw.startswith("\r\n") else raw[1:] if raw.startswith("\n") else raw
+
+
 def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
@@ -201,6 +211,9 @@ class _Parser:
         names = "|".join(re.escape(n) for n in sorted({*schemas, *params}, key=len,
                                                          reverse=True))
         self._stray = re.compile(f"</(?:{names})>") if names else None
+        tools = "|".join(re.escape(n) for n in sorted(schemas, key=len, reverse=True))
+        self._line_call = re.compile(f"^<(?:{tools})>", re.MULTILINE) if tools \
+            else re.compile("(?!)")
         # Parameters only: a file whose content is a whole call round-trips (rule 6).
         only = "|".join(re.escape(n) for n in sorted(params, key=len, reverse=True))
         self._only_tags = re.compile(f"(?:[{_WS}]*<({only})>.*?</\\1>)+[{_WS}]*",
@@ -244,7 +257,7 @@ class _Parser:
         end = self.text.find(close, body_start)
         while end != -1:
             try:
-                params = self._params(body_start, end, name)
+                params = self._body(body_start, end, name)
             except _BodyError as exc:
                 problem = str(exc)
             else:
@@ -255,8 +268,28 @@ class _Parser:
                 if rest is not None:
                     return [_Raw(name, params, opened.start()), *rest]
             end = self.text.find(close, end + 1)
+        if self.text.find(close, body_start) == -1:
+            implicit = self._closed_by_next_call(name, body_start, clean)
+            if implicit is not None:
+                return [_Raw(name, implicit[0], opened.start()), *implicit[1]]
         if not parsed_any:
             self._errors.setdefault(opened.start(), self._with_form(name, problem))
+        return None
+
+    def _closed_by_next_call(self, name: str, body_start: int, clean: bool
+                             ) -> tuple[list[tuple[str, str, int]], list[_Raw]] | None:
+        """Rule 10: a call never closed ends where the next call opens at the start of a line,
+        when its parameters up to there parse (a small model left out ``</create>`` before
+        its ``<final_answer>``: Qwen2.5-Coder-1.5B, issue 49). The parameters and the calls
+        from there, or None."""
+        for m in self._line_call.finditer(self.text, body_start):
+            try:
+                params = self._body(body_start, m.start(), name)
+            except _BodyError:
+                continue
+            rest = self._from(m.start(), clean) if params else None
+            if rest is not None:
+                return params, rest
         return None
 
     def _ends_line(self, pos: int) -> bool:
@@ -276,6 +309,20 @@ class _Parser:
                            or _TAG.match(self.text, after)):
                 return m
         return None
+
+    def _body(self, pos: int, end: int, call: str) -> list[tuple[str, str, int]]:
+        """The parameters of a call's body; rule 11: a body with no tag at all is the value
+        of the tool's one required parameter, when it has one and it takes a string."""
+        try:
+            return self._params(pos, end, call)
+        except _BodyError:
+            schema = self.schemas.get(call) or {}
+            required = schema.get("required") or []
+            bare = self.text[pos:end]
+            if len(required) != 1 or _TAG.search(bare) or not bare.strip(_WS) or \
+                    not string_typed(schema.get("properties", {}).get(required[0], {}), schema):
+                raise
+            return [(required[0], _value_of(bare), pos)]
 
     def _params(self, pos: int, end: int, call: str) -> list[tuple[str, str, int]]:
         text = self.text

@@ -44,6 +44,7 @@ from agent.sessions import checkpoints as cp
 from agent.sessions.approval import make_approver
 from agent.sessions.instructions import load_instructions
 from agent.sessions.log import SessionLog, new_session_id, read_events, session_path
+from agent.sessions.named_files import first_views
 from agent.sessions.slots import server_slot
 from agent.ui import Reporter
 from backend.home import home
@@ -472,7 +473,8 @@ class RepoSession:
         try:
             with server_slot(client, self.reporter.note, self.id) as slot:
                 client.id_slot = slot
-                first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
+                first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills] \
+                    + first_views(text, self.workspace)
                 self.forced_skills = []
                 result = self.agent.run(text, first_calls=first)
                 record_speculation(self.backend, result.timings, self.warn)
