@@ -50,6 +50,8 @@ KEEP_CUT_CHARS = 200
 """Characters of a reply cut by max_tokens kept in the history (the rest is a runaway)."""
 NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call "
         "final_answer if the task is done.]")
+TASK_AGAIN = "The task: {task}"
+"""Ends the results of the calls the product makes before the model's first step."""
 AFTER_CALLS = ("final_answer not taken: it came in the same reply as calls whose results you "
                "had not seen. Read their results above; call final_answer again if the task "
                "is done.")
@@ -191,8 +193,13 @@ class Agent:
         started = time.monotonic()
         self._deadline = started + self.limits.max_time
         try:
-            for name, arguments in first_calls or []:
+            for n, (name, arguments) in enumerate(first_calls or [], 1):
                 self._inject(name, arguments)
+                if n == len(first_calls or []) and self._results:
+                    # The task again after what the product read for the model: a small model
+                    # that saw a file last echoed it back unchanged (issue 49); aider, too,
+                    # puts the files first and the request last.
+                    self._results.append((TASK_AGAIN.format(task=task), False))
                 self._flush_results()
             self._succeeded = self._failures = 0  # the product's calls, not the model's work
             while True:

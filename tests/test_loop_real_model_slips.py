@@ -181,3 +181,17 @@ def test_the_system_prompt_names_no_absolute_path(tmp_path: Path):
     for protocol in ("text", "json", "native"):
         prompt = system_prompt(protocol, registry.openai_tools())
         assert str(tmp_path) not in prompt and "relative to the project's root" in prompt
+
+
+def test_the_task_comes_again_after_what_the_product_read_first(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.py").write_text("x = 1\n")
+    with ScriptedModel([reply("<bash>\n<command>true</command>\n</bash>"),
+                        reply(FINISH)]) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        agent.run("set x to 2 in a.py", first_calls=[("view", {"path": "a.py"})])
+        sent = model.requests[0]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[2]["content"] == "<view>\n<path>a.py</path>\n</view>"
+    assert "x = 1" in sent[3]["content"]
+    assert sent[3]["content"].endswith("The task: set x to 2 in a.py")
