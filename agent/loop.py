@@ -36,6 +36,7 @@ from agent.events import (
     ToolCallInfo,
     ToolResult,
 )
+from agent.finish import AFTER_CALLS, Ledger
 from agent.prompts import JSON_SWITCH, switch_note
 from agent.protocols.base import FINAL_ANSWER, FormatError, tools_with_final
 from agent.protocols.calls import Call, CallProtocol, Protocol
@@ -52,14 +53,6 @@ NOTE = ("\n[note: {report}; once more stops the task. Do the next step, or call 
         "final_answer if the task is done.]")
 TASK_AGAIN = "The task: {task}"
 """Ends the results of the calls the product makes before the model's first step."""
-AFTER_CALLS = ("final_answer not taken: it came in the same reply as calls whose results you "
-               "had not seen. Read their results above; call final_answer again if the task "
-               "is done.")
-AFTER_FAILURES = ("final_answer not taken: every call of your last reply failed (see above). "
-                  "Fix what failed and check the result; call final_answer again only if the "
-                  "task is done.")
-NOTHING_DONE = ("final_answer not taken: no tool call of this task has succeeded, so nothing "
-                "was done or checked yet. Do the task with the tools first.")
 BRIDGE = "[no reply: {why}]"
 """An assistant message put between two user messages (see :meth:`Agent._add`)."""
 STOPPED_BEFORE_REPLY = {
@@ -70,8 +63,14 @@ STOPPED_BEFORE_REPLY = {
     "interrupted": "the user interrupted the task",
     "format_errors": "the task stopped after malformed replies",
     "nothing_done": "the task stopped: no tool call of it succeeded",
+    "broken_files": "the task stopped: a file it edited does not parse",
+    "check_failed": "the task stopped: its last check failed",
 }
 """Why the last task ended on a tool result, per stop reason, for the bridge's text."""
+STOPS = {"nothing_done": "no tool call of it succeeded: nothing was done",
+         "broken_files": "a file it edited does not parse",
+         "check_failed": "its last check failed"}
+"""What the stop line says after "the model ended the task, but", per ledger stop."""
 
 
 class ApprovalUnavailable(Exception):
@@ -150,12 +149,8 @@ class Agent:
         """Text-protocol results of the current reply: (content, protected), sent as one."""
         self._deadline: float | None = None
         """``time.monotonic()`` at which the running task's ``max_time`` runs out."""
-        self._succeeded = self._failures = 0
-        """Tool calls of the running task that succeeded (a final answer needs one), failed."""
-        self._last_failed = False
-        """Every call of the last reply that ran a call failed."""
-        self._refused: set[str] = set()
-        """The final-answer refusals given in the running task (each is given once)."""
+        self.ledger = Ledger(registry)
+        """What the running task's calls did: whether a final answer stands."""
         self._stopped = "the task stopped before a reply"
         """Why the last task ended, for a bridge before the next task's message (the default
         covers a resumed history, whose filler results end it)."""
@@ -187,8 +182,7 @@ class Agent:
         ``first_calls`` (tool name, arguments) run right after the task message as if the model
         had made them (``agent run --skill``), so the history reads like one it wrote."""
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
-        self._succeeded, self._failures, self._last_failed = 0, 0, False
-        self._refused = set()
+        self.ledger.reset()
         self._add({"role": "user", "content": task}, why=self._stopped)
         started = time.monotonic()
         self._deadline = started + self.limits.max_time
@@ -201,7 +195,7 @@ class Agent:
                     # puts the files first and the request last.
                     self._results.append((TASK_AGAIN.format(task=task), False))
                 self._flush_results()
-            self._succeeded = self._failures = 0  # the product's calls, not the model's work
+            self.ledger.reset()  # the product's calls, not the model's work
             while True:
                 if self.steps >= self.limits.max_steps:
                     return self._finish("", "max_steps")
@@ -328,10 +322,7 @@ class Agent:
                 # speak the template's tool format.
                 self._switch("the model answered in prose before any native tool call")
                 return None
-            refusal = self._refusal()
-            if refusal is None:
-                return turn.content.strip(), "done"
-            return self._refuse_final(refusal, tell=True)
+            return self._final(turn.content.strip(), tell=True)
         self._format_errors = 0
         self._pending = [(c["id"], c["name"]) for c in calls]
         outcome = self._run(calls)
@@ -342,21 +333,18 @@ class Agent:
 
     def _run(self, calls: list[Call]) -> tuple[str, str] | None:
         """Run ``calls`` in order; the task's outcome when one ends it."""
-        failures, ran = self._failures, 0
+        ran = failed = 0
         for call in calls:
             if call["name"] == FINAL_ANSWER:
-                if ran:
-                    self._last_failed = self._failures - failures == ran
-                refusal = AFTER_CALLS if ran else self._refusal()
-                if refusal is None:
-                    text = call["arguments"].get("text")
-                    self._pending.clear()
-                    return (text if isinstance(text, str) else json.dumps(call["arguments"])), \
-                        "done"
+                self.ledger.reply_ended(ran, failed)
+                text = call["arguments"].get("text")
+                text = text if isinstance(text, str) else json.dumps(call["arguments"])
+                if not ran:
+                    return self._final(text, call=call)
                 self._show(call)
-                self._answer(call["id"], call["name"], refusal, True, 0.0, counted=False)
+                self._answer(call["id"], call["name"], AFTER_CALLS, True, 0.0, counted=False)
                 self._deny_pending("not executed: it came after final_answer")
-                return None if ran else self._refuse_final(refusal, tell=False)
+                return None
             ran += 1
             verdict = self._loops.observe(call["name"], call["arguments"])
             if verdict == "stop":
@@ -369,37 +357,36 @@ class Agent:
                 denial = self.approve(call) if self.approve else None
             except CallRefused as exc:
                 self._show(call)  # the user sees what was refused, as for a repeated call
-                self._answer(call["id"], call["name"], str(exc), True, 0.0)
+                failed += self._answer(call["id"], call["name"], str(exc), True, 0.0)
                 continue
             if denial is not None:
-                self._answer(call["id"], call["name"], f"denied by the user: {denial}", True, 0.0)
+                failed += self._answer(call["id"], call["name"], f"denied by the user: {denial}",
+                                       True, 0.0)
                 continue
-            self._execute(call, NOTE.format(report=self._loops.report) if verdict == "warn"
-                          else "")
-        if ran:
-            self._last_failed = self._failures - failures == ran
+            failed += self._execute(call, NOTE.format(report=self._loops.report)
+                                    if verdict == "warn" else "")
+        self.ledger.reply_ended(ran, failed)
         return None
 
-    def _refusal(self) -> str | None:
-        """Why a final answer is not taken now, or None. Exit 0 must mean the work happened:
-        a task whose calls all failed, or that made none that succeeded, ended with a
-        confident summary and exit 0 while the file was unchanged (issue 49). A final answer
-        right after a reply whose calls all failed is refused once a task."""
-        if self._succeeded == 0:
-            return NOTHING_DONE
-        if self._last_failed and AFTER_FAILURES not in self._refused:
-            return AFTER_FAILURES
-        return None
-
-    def _refuse_final(self, refusal: str, tell: bool) -> tuple[str, str] | None:
-        """The model goes on after ``refusal`` (told as a message when ``tell``: a final
-        answer in prose has no call to answer), or, the second time the task would end with
-        nothing done, the task stops as ``nothing_done``."""
-        if refusal == NOTHING_DONE and NOTHING_DONE in self._refused:
-            return ("the model ended the task, but no tool call of it succeeded: nothing was "
-                    "done"), "nothing_done"
-        self._refused.add(refusal)
-        if tell:
+    def _final(self, text: str, call: Call | None = None, tell: bool = False
+               ) -> tuple[str, str] | None:
+        """The task's outcome for a final answer, or None when it is refused
+        (:class:`agent.finish.Ledger`): the refusal answers ``call``, or is told as a message
+        (``tell``: a final answer in prose has no call to answer). A refusal that would only
+        repeat itself stops the task instead."""
+        refusal, stop = self.ledger.refusal()
+        if not refusal:
+            self._pending.clear()
+            return text, "done"
+        if stop is not None and refusal in self.ledger.refused:
+            self._deny_pending("not executed: the task stopped")
+            return f"the model ended the task, but {STOPS[stop]}", stop
+        self.ledger.refused.add(refusal)
+        if call is not None:
+            self._show(call)
+            self._answer(call["id"], call["name"], refusal, True, 0.0, counted=False)
+            self._deny_pending("not executed: it came after final_answer")
+        elif tell:
             self._tell(refusal)
         return None
 
@@ -486,24 +473,25 @@ class Agent:
                            name=call["name"], arguments=call["arguments"],
                            preview=self.registry.preview(call["name"], call["arguments"])))
 
-    def _execute(self, call: Call, note: str = "") -> None:
+    def _execute(self, call: Call, note: str = "") -> int:
+        """Run ``call`` and answer it; 1 when it failed, else 0."""
         self._show(call)
         started = time.monotonic()
         obs = self.registry.call(call["name"], call["arguments"])
         text = obs.text + (self.calls.error_hint(call) if obs.is_error else "") \
             + renamed_note(call.get("aliased", []))
-        self._answer(call["id"], call["name"], text + note, obs.is_error,
-                     time.monotonic() - started, obs.protected)
+        return self._answer(call["id"], call["name"], text + note, obs.is_error,
+                            time.monotonic() - started, obs.protected,
+                            arguments=call["arguments"])
 
     def _answer(self, call_id: str, name: str, text: str, is_error: bool,
-                duration: float, protected: bool = False, counted: bool = True) -> None:
-        """Send the result of a call (``counted``: a tool call's, which tells whether the
-        task's calls succeed; a refused final answer's is not)."""
+                duration: float, protected: bool = False, counted: bool = True,
+                arguments: Any = None) -> int:
+        """Send the result of a call; 1 when it failed, else 0. ``counted``: a tool call of
+        the model's, which the ledger records (a refused final answer is not)."""
         self._pending = [p for p in self._pending if p[0] != call_id]
-        if counted and is_error:
-            self._failures += 1
-        elif counted:
-            self._succeeded += 1
+        if counted:
+            self.ledger.record(name, arguments, is_error)
         message = self.calls.result_message(call_id, name, ("ERROR: " if is_error else "") + text)
         if self.protocol == "text":
             self._results.append((message["content"], protected))  # sent as one: _flush_results
@@ -513,6 +501,7 @@ class Agent:
         self.emit(ToolResult(session_id=self.session_id, step=self.steps, call_id=call_id,
                              name=name, text=text, is_error=is_error,
                              duration_s=round(duration, 3)))
+        return int(is_error)
 
     def _flush_results(self) -> None:
         """Send the buffered text-protocol results as one user message."""

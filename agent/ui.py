@@ -492,6 +492,12 @@ STOP_LINES = {
     "format_errors": "{text}; the model cannot write valid tool calls: try --tool-protocol "
                      "json, or a larger model {larger}",
     "approval_needed": "stopped: {text}",
+    "nothing_done": "stopped: {text}; rephrase the task with a concrete first step, or use a "
+                    "larger model {larger}",
+    "broken_files": "stopped: {text}; the files stay as the task left them (`agent undo` "
+                    "puts them back), or use a larger model {larger}",
+    "check_failed": "stopped: {text}; the files stay as the task left them (`agent diff` "
+                    "shows them, `agent undo` puts them back)",
     "length": "stopped: {text}; the model ran on without finishing: rephrase the task, or use "
               "a larger model {larger}",
     # "in step N", not "after N model calls": step N's call may be the one interrupted (a

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from agent.client import ServerClient
-from agent.loop import AFTER_CALLS, AFTER_FAILURES, NOTHING_DONE, Agent, Limits
+from agent.finish import AFTER_CALLS, AFTER_FAILURES, BROKEN, NOTHING_DONE, UNCHECKED
+from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
 from tests.scripted import ScriptedModel, reply, runaway_reply
 from tools.registry import default_registry
@@ -50,10 +51,12 @@ def test_other_agents_argument_names_are_read_as_ours_and_said_once(tmp_path: Pa
     create = ("<create>\n<file_path>a.py</file_path>\n<content>\nx = 1\n</content>\n"
               "</create>")
     view = "<view>\n<filename>a.py</filename>\n<range>[1, 1]</range>\n</view>"
-    with ScriptedModel([reply(create), reply(view), reply(FINISH)]) as model:
+    with ScriptedModel([reply(create), reply(view), reply(FINISH), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws", approve=approve)
         result = agent.run("write a.py")
     assert result.reason == "done"
+    # a.py was written and never run: the first final answer asks for a check, once.
+    assert results_of(events)[2].text == UNCHECKED.format(files="a.py")
     assert (tmp_path / "ws" / "a.py").read_text() == "x = 1\n"
     assert seen == [{"path": "a.py", "file_text": "x = 1\n"},
                     {"path": "a.py", "view_range": [1, 1]}]
@@ -105,11 +108,13 @@ def test_prose_then_another_call_goes_on_but_a_final_answer_after_calls_waits(
         tmp_path: Path):
     two = ("<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>\n"
            "<view>\n<path>a.py</path>\n</view>\n" + FINISH)
-    with ScriptedModel([reply(two), reply(FINISH)]) as model:
+    with ScriptedModel([reply(two), reply(FINISH), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("write a.py")
-    assert (result.reason, result.steps) == ("done", 2)
-    assert [e.name for e in events if e.type == "tool_call"] == ["create", "view"]
+    assert (result.reason, result.steps) == ("done", 3)
+    # The refused final answer (nothing ran since the edit) is shown like a call.
+    assert [e.name for e in events if e.type == "tool_call"] == ["create", "view",
+                                                                  "final_answer"]
     # The first reply was kept up to its last tool call: its final answer was never taken.
     assert agent.messages[2]["content"].endswith("</view>")
 
@@ -137,7 +142,8 @@ def test_a_final_answer_right_after_failed_calls_is_refused_once(tmp_path: Path)
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("look")
     assert (result.reason, result.steps) == ("done", 4)
-    assert results_of(events)[2].text == AFTER_FAILURES
+    assert results_of(events)[2].text == AFTER_FAILURES.format(
+        what="every call of your last reply")
 
 
 def test_a_task_that_did_nothing_never_ends_done(tmp_path: Path):
@@ -195,3 +201,39 @@ def test_the_task_comes_again_after_what_the_product_read_first(tmp_path: Path):
     assert sent[2]["content"] == "<view>\n<path>a.py</path>\n</view>"
     assert "x = 1" in sent[3]["content"]
     assert sent[3]["content"].endswith("The task: set x to 2 in a.py")
+
+
+def test_an_edit_that_breaks_a_file_says_so_and_the_task_cannot_end_done(tmp_path: Path):
+    broken = ('<create>\n<path>numtools.py</path>\n<file_text>\n"""x"""\n"""\n'
+              'def f():\n    return 1\n"""\n"""\n</file_text>\n</create>')
+    with ScriptedModel([reply(broken), reply("<bash>\n<command>true</command>\n</bash>"),
+                        reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("fix numtools.py")
+    written = results_of(events)[0]
+    assert not written.is_error
+    assert "[problem: numtools.py does not parse: SyntaxError at line" in written.text
+    refused = results_of(events)[2]
+    assert refused.text.startswith(BROKEN.split("{")[0]) and "numtools.py" in refused.text
+    assert result.reason == "broken_files" and "does not parse" in result.text
+
+
+def test_a_failed_check_after_the_last_edit_is_refused_then_stops_the_task(tmp_path: Path):
+    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
+    check = "<bash>\n<command>exit 3</command>\n</bash>"
+    look = "<view>\n<path>a.py</path>\n</view>"
+    with ScriptedModel([reply(edit), reply(check), reply(look), reply(FINISH),
+                        reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+    assert AFTER_FAILURES.format(what="your last check `exit 3`") == results_of(events)[3].text
+    assert result.reason == "check_failed" and result.steps == 5
+
+
+def test_a_passing_check_after_the_last_edit_lets_the_task_end_done(tmp_path: Path):
+    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
+    check = "<bash>\n<command>python a.py</command>\n</bash>"
+    with ScriptedModel([reply(edit), reply(check), reply(FINISH)]) as model:
+        agent, _ = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+    assert (result.reason, result.steps) == ("done", 3)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tools import diagnostics
 from tools.base import Observation, Tool, ToolContext, ToolError
 from tools.bash import Bash, BashJobs, BashKill, JobTable
 from tools.create import Create
@@ -17,7 +18,7 @@ from tools.insert import Insert
 from tools.str_replace import StrReplace
 from tools.undo_edit import UndoEdit
 from tools.view import View
-from tools.workspace import PathRefused, Workspace, display_name
+from tools.workspace import PathRefused, Workspace, display_given, display_name
 
 
 def format_validation_error(tool: str, exc: ValidationError) -> str:
@@ -84,11 +85,27 @@ class Registry:
         except ToolError as exc:
             return Observation(is_error=True, text=f"invalid arguments for {name}: {exc}")
         try:
-            return tool.run(args)
+            obs = tool.run(args)
+            return self._diagnosed(tool, args, obs)
         except (ToolError, PathRefused) as exc:
             return Observation(is_error=True, text=str(exc))
         except OSError as exc:
             return Observation(is_error=True, text=f"{name} failed: {_os_error(exc)}")
+
+    def _diagnosed(self, tool: Tool, args: Any, obs: Observation) -> Observation:
+        """``obs`` of an edit that worked, with what is wrong with the file now
+        (:mod:`tools.diagnostics`)."""
+        path = getattr(args, "path", None)
+        ctx = getattr(tool, "ctx", None)
+        if not tool.mutates or obs.is_error or not isinstance(path, str) \
+                or not isinstance(ctx, ToolContext):
+            return obs
+        try:
+            full = ctx.workspace.resolve(path, writable=False)
+        except PathRefused:
+            return obs
+        extra = diagnostics.note(full, display_given(path))
+        return obs.model_copy(update={"text": obs.text + extra}) if extra else obs
 
     def preview(self, name: str, arguments: Any) -> str | None:
         """What the call would change (:meth:`Tool.preview`: a diff numbered like the file),

@@ -203,6 +203,9 @@ STOPPED = {
     "format_errors": "the model wrote malformed tool calls",
     "length": "a reply was cut at the token limit",
     "approval_needed": "a call needed approval without a terminal",
+    "nothing_done": "no tool call of the task succeeded",
+    "broken_files": "a file the task edited does not parse",
+    "check_failed": "the task's last check failed",
 }
 """Why a task stopped, per :class:`agent.events.FinalAnswer` reason, for ``agent sessions``."""
 

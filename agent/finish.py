@@ -1,0 +1,131 @@
+"""Whether a final answer stands: what the running task's tool calls did.
+
+Exit 0 must mean the task was done. With a small coder model (Qwen2.5-Coder-1.5B, issue 49) a
+confident summary came after calls that all failed, after no call that worked, after an edit
+that left the file unparseable, and after an edit nobody ran: each ended with exit 0 while the
+task's tests failed. So a final answer is refused, with the reason, while:
+
+1. no tool call of the task has succeeded (the second time, the task stops: ``nothing_done``);
+2. a file the task edited does not parse (:mod:`tools.diagnostics`; the second time the task
+   stops: ``broken_files``);
+3. it comes in the same reply as calls whose results the model has not seen;
+4. code was edited and no command ran after the last edit (once a task);
+5. the last reply's calls all failed, or the last command after the last edit failed (once a
+   task; if that command still stands failed, the next final answer stops the task:
+   ``check_failed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools import diagnostics
+from tools.registry import Registry
+from tools.workspace import PathRefused, display_given
+
+NOTHING_DONE = ("final_answer not taken: no tool call of this task has succeeded, so nothing "
+                "was done or checked yet. Do the task with the tools first.")
+AFTER_CALLS = ("final_answer not taken: it came in the same reply as calls whose results you "
+               "had not seen. Read their results above; call final_answer again if the task "
+               "is done.")
+AFTER_FAILURES = ("final_answer not taken: {what} failed (see above). Fix what failed and "
+                  "check the result; call final_answer again only if the task is done.")
+UNCHECKED = ("final_answer not taken: you changed {files} and ran nothing since. Run the "
+             "tests (or the program) with bash to check the change, then call final_answer.")
+BROKEN = ("final_answer not taken: {problems}. Fix the file, then check it.")
+CODE_SUFFIXES = frozenset({".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs",
+                           ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".rb", ".php", ".sh",
+                           ".kt", ".swift", ".cs", ".scala", ".lua"})
+"""Edits of these files need a command run after them before the task is done."""
+
+
+@dataclass
+class Ledger:
+    """The running task's calls as far as a final answer cares (reset per task)."""
+
+    registry: Registry
+    succeeded: int = 0
+    edited: list[str] = field(default_factory=list)
+    """Paths the task's successful edits named, as given, in order (no repeats)."""
+    ran_since_edit: bool = False
+    check_failed: str | None = None
+    """The last command after the last edit, when it failed."""
+    reply_failed: bool = False
+    """Every call of the last reply that ran calls failed."""
+    refused: set[str] = field(default_factory=set)
+
+    def reset(self) -> None:
+        """Forget everything (a new task, or after the product's own first calls)."""
+        self.succeeded, self.edited, self.ran_since_edit = 0, [], False
+        self.check_failed, self.reply_failed, self.refused = None, False, set()
+
+    def record(self, name: str, arguments: Any, is_error: bool) -> None:
+        """One answered tool call of the model's (a denial or a refusal counts as failed)."""
+        args = arguments if isinstance(arguments, dict) else {}
+        if is_error:
+            if name == "bash" and isinstance(args.get("command"), str):
+                self.ran_since_edit, self.check_failed = True, args["command"]
+            return
+        self.succeeded += 1
+        tool = self.registry.tools.get(name)
+        path = args.get("path")
+        if tool is not None and tool.mutates and isinstance(path, str):
+            if path not in self.edited:
+                self.edited.append(path)
+            self.ran_since_edit, self.check_failed = False, None
+        elif name == "bash":
+            self.ran_since_edit, self.check_failed = True, None
+
+    def reply_ended(self, ran: int, failed: int) -> None:
+        """A reply's calls have run: ``ran`` of them, ``failed`` with an error."""
+        if ran:
+            self.reply_failed = failed == ran
+
+    def refusal(self) -> tuple[str, str | None]:
+        """Why a final answer is not taken now and, when refusing it again would only repeat
+        itself, the stop reason to end the task with instead; ``("", None)`` when it stands."""
+        if self.succeeded == 0:
+            return NOTHING_DONE, "nothing_done"
+        problems = self._problems()
+        if problems:
+            return BROKEN.format(problems="; ".join(problems)), "broken_files"
+        code = [p for p in self.edited if _suffix(p) in CODE_SUFFIXES]
+        if code and not self.ran_since_edit:
+            return self._once(UNCHECKED.format(files=", ".join(map(display_given, code))))
+        if self.check_failed is not None:
+            text = AFTER_FAILURES.format(what=f"your last check `{self.check_failed[:80]}`")
+            return text, "check_failed"
+        if self.reply_failed:
+            return self._once(AFTER_FAILURES.format(what="every call of your last reply"))
+        return "", None
+
+    def _once(self, text: str) -> tuple[str, str | None]:
+        return ("", None) if text in self.refused else (text, None)
+
+    def _problems(self) -> list[str]:
+        workspace = _workspace(self.registry)
+        if workspace is None:
+            return []
+        found = []
+        for path in self.edited:
+            try:
+                full = workspace.resolve(path, writable=False)
+            except PathRefused:
+                continue
+            problem = diagnostics.problem(full) if full.is_file() else None
+            if problem:
+                found.append(f"{display_given(path)} does not parse ({problem})")
+        return found
+
+
+def _suffix(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
+
+
+def _workspace(registry: Registry):
+    """The workspace the registry's file tools work in (None: a registry without them)."""
+    view = registry.tools.get("view")
+    ctx = getattr(view, "ctx", None)
+    return getattr(ctx, "workspace", None)
