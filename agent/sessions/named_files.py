@@ -1,27 +1,34 @@
-"""The files a task names, viewed for the model before its first step.
+"""The files a task names, read for the model and put before the task in its message.
 
 A small model given "add an undo() method to the TextBuffer class in buffer.py" wrote the whole
 file from its guess, without reading it; create refused (the file was never viewed), the model
 sent the same call again and the task stopped on ``repeated_call`` (Qwen2.5-Coder-1.5B, issue
 49). Aider and Claude Code put the files a user names (``/add``, ``@file``) in the context up
-front; here each existing file the task names is viewed by the product, as if the model had
-called ``view`` (the history reads like its own calls, and the tools then count the file as
-seen), and a task naming none gets the listing of the root folder.
+front, the request after them. So does this: each existing file the task names is read with the
+``view`` tool (so the edit tools count it as seen) and shown as it is, in a fence, before the
+task's words; a task naming none gets the listing of the root folder. Not as calls the model
+seems to have made: with one ``view`` call as the only example of its own turns, the model made
+the same call again and again.
 """
 
 from __future__ import annotations
 
 import re
 
+from tools.registry import Registry
 from tools.secretfiles import holds_secrets
 from tools.workspace import PathRefused, Workspace
 
 MAX_FILES = 4
-"""Files viewed at most: a task naming more than this is a larger change the model plans."""
+"""Files shown at most: a task naming more than this is a larger change the model plans."""
 MAX_BYTES = 48 * 1024
-"""Files larger than this are left for the model to page through (view shows 2000 lines)."""
+"""Files larger than this are left for the model to page through."""
 _NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z0-9]+)(?![\w/-])")
 """A file name with an extension, optionally with folders (``src/app.py``, ``buffer.py``)."""
+FENCES = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
+          ".json": "json", ".toml": "toml", ".md": "markdown", ".sh": "bash", ".go": "go",
+          ".rs": "rust", ".java": "java", ".c": "c", ".h": "c", ".cpp": "cpp", ".yaml": "yaml",
+          ".yml": "yaml", ".html": "html", ".css": "css"}
 
 
 def named_files(task: str, workspace: Workspace) -> list[str]:
@@ -29,7 +36,7 @@ def named_files(task: str, workspace: Workspace) -> list[str]:
     in the order first named, at most :data:`MAX_FILES`, none over :data:`MAX_BYTES`. Names
     that resolve outside the workspace or to no file are left out, and so are files that may
     hold secrets (:func:`tools.secretfiles.holds_secrets`): reading one needs the user's
-    approval, which a view the product makes would skip."""
+    approval, which a read the product makes would skip."""
     found: list[str] = []
     for match in _NAME.finditer(task):
         name = match.group(1).rstrip(".")
@@ -37,19 +44,34 @@ def named_files(task: str, workspace: Workspace) -> list[str]:
             full = workspace.resolve(name, writable=False)
         except PathRefused:
             continue
-        if not full.is_file() or full.stat().st_size > MAX_BYTES \
-                or holds_secrets(workspace, full) is not None:
+        if workspace.root not in full.parents or not full.is_file() \
+                or full.stat().st_size > MAX_BYTES or holds_secrets(workspace, full) is not None:
             continue
-        rel = full.relative_to(workspace.root).as_posix() \
-            if workspace.root in full.parents else None
-        if rel is not None and rel not in found:
+        rel = full.relative_to(workspace.root).as_posix()
+        if rel not in found:
             found.append(rel)
         if len(found) == MAX_FILES:
             break
     return found
 
 
-def first_views(task: str, workspace: Workspace) -> list[tuple[str, dict[str, str]]]:
-    """The ``view`` calls to make before the model's first step: each named file, or, when the
-    task names none, the root folder."""
-    return [("view", {"path": name}) for name in named_files(task, workspace) or ["."]]
+def with_named_files(task: str, registry: Registry, workspace: Workspace) -> str:
+    """The task's message for the model: the files it names (read with ``view``, shown as
+    they are), or the root folder's listing, then the task. A file ``view`` cannot show (not
+    text) is left out."""
+    parts = []
+    for name in named_files(task, workspace):
+        obs = registry.call("view", {"path": name})
+        if obs.is_error:
+            continue
+        text = (workspace.root / name).read_text("utf-8", errors="replace")
+        fence = "````" if "```" in text else "```"
+        lang = FENCES.get("." + name.rsplit(".", 1)[-1].lower(), "") if "." in name else ""
+        body = text if text.endswith("\n") or not text else text + "\n"
+        parts.append(f"{name}\n{fence}{lang}\n{body}{fence}")
+    if not parts:
+        listing = registry.call("view", {"path": "."})
+        if listing.is_error:
+            return task
+        return f"The project's files:\n{listing.text}\n\nThe task: {task}"
+    return "\n\n".join(parts) + f"\n\nThe task: {task}"

@@ -44,7 +44,7 @@ from agent.sessions import checkpoints as cp
 from agent.sessions.approval import make_approver
 from agent.sessions.instructions import load_instructions
 from agent.sessions.log import SessionLog, new_session_id, read_events, session_path
-from agent.sessions.named_files import first_views
+from agent.sessions.named_files import with_named_files
 from agent.sessions.slots import server_slot
 from agent.ui import Reporter
 from backend.home import home
@@ -473,10 +473,10 @@ class RepoSession:
         try:
             with server_slot(client, self.reporter.note, self.id) as slot:
                 client.id_slot = slot
-                first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills] \
-                    + first_views(text, self.workspace)
+                first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
                 self.forced_skills = []
-                result = self.agent.run(text, first_calls=first)
+                message = with_named_files(text, self.registry, self.workspace)
+                result = self.agent.run(message, first_calls=first)
                 record_speculation(self.backend, result.timings, self.warn)
                 return result
         except Exception as exc:
