@@ -9,6 +9,8 @@ task's tests failed. So a final answer is refused, with the reason, while:
 2. a file the task edited does not parse (:mod:`tools.diagnostics`; the second time the task
    stops: ``broken_files``);
 3. it comes in the same reply as calls whose results the model has not seen;
+3b. the task has changed no file and run no command (once a task: a question needs neither; the
+   1.5B viewed the folder twice and said the rename was done);
 4. code was edited and no command ran after the last edit (once a task);
 5. the last reply's calls all failed, or the last command after the last edit failed (once a
    task; if that command still stands failed, the next final answer stops the task:
@@ -33,6 +35,9 @@ AFTER_FAILURES = ("final_answer not taken: {what} failed (see above). Fix what f
                   "check the result; call final_answer again only if the task is done.")
 UNCHECKED = ("final_answer not taken: you changed {files} and ran nothing since. Run the "
              "tests (or the program) with bash to check the change, then call final_answer.")
+UNCHANGED = ("final_answer not taken: this task has changed no file and run no command yet. "
+             "If the task asks for a change, make it with the tools and check it; if it only "
+             "asks a question, call final_answer again with the answer.")
 BROKEN = ("final_answer not taken: {problems}. Fix the file, then check it.")
 CODE_SUFFIXES = frozenset({".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs",
                            ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".rb", ".php", ".sh",
@@ -49,6 +54,8 @@ class Ledger:
     edited: list[str] = field(default_factory=list)
     """Paths the task's successful edits named, as given, in order (no repeats)."""
     ran_since_edit: bool = False
+    ran_any: bool = False
+    """A command ran in this task (its outcome aside)."""
     check_failed: str | None = None
     """The last command after the last edit, when it failed."""
     reply_failed: bool = False
@@ -57,12 +64,13 @@ class Ledger:
 
     def reset(self) -> None:
         """Forget everything (a new task, or after the product's own first calls)."""
-        self.succeeded, self.edited, self.ran_since_edit = 0, [], False
+        self.succeeded, self.edited, self.ran_since_edit, self.ran_any = 0, [], False, False
         self.check_failed, self.reply_failed, self.refused = None, False, set()
 
     def record(self, name: str, arguments: Any, is_error: bool) -> None:
         """One answered tool call of the model's (a denial or a refusal counts as failed)."""
         args = arguments if isinstance(arguments, dict) else {}
+        self.ran_any = self.ran_any or name == "bash"
         if is_error:
             if name == "bash" and isinstance(args.get("command"), str):
                 self.ran_since_edit, self.check_failed = True, args["command"]
@@ -90,6 +98,8 @@ class Ledger:
         problems = self._problems()
         if problems:
             return BROKEN.format(problems="; ".join(problems)), "broken_files"
+        if not self.edited and not self.ran_any:
+            return self._once(UNCHANGED)
         code = [p for p in self.edited if _suffix(p) in CODE_SUFFIXES]
         if code and not self.ran_since_edit:
             return self._once(UNCHECKED.format(files=", ".join(map(display_given, code))))

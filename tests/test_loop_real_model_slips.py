@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 
 from agent.client import ServerClient
-from agent.finish import AFTER_CALLS, AFTER_FAILURES, BROKEN, NOTHING_DONE, UNCHECKED
+from agent.finish import (
+    AFTER_CALLS,
+    AFTER_FAILURES,
+    BROKEN,
+    NOTHING_DONE,
+    UNCHANGED,
+    UNCHECKED,
+)
 from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
 from tests.scripted import ScriptedModel, reply, runaway_reply
@@ -92,7 +99,8 @@ def test_a_reply_that_runs_on_past_its_calls_ends_there_and_its_calls_run(tmp_pa
     # The model writes its call, then imagines the result and goes on (for ever).
     piece = ("<view>\n<path>a.py</path>\n</view>\n[result of tool view]\n1\tx = 1\n"
              "Now I will change it.\n")
-    with ScriptedModel([runaway_reply(piece, 100_000, 0.001), reply(FINISH)]) as model:
+    with ScriptedModel([runaway_reply(piece, 100_000, 0.001), reply(FINISH),
+                        reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("look at a.py")
         wait_for(lambda: model.cut_off == 1, "the runaway stream was never closed")
@@ -101,7 +109,7 @@ def test_a_reply_that_runs_on_past_its_calls_ends_there_and_its_calls_run(tmp_pa
     turn = next(e for e in events if e.type == "model_turn")
     assert turn.ended_early and turn.content == "<view>\n<path>a.py</path>\n</view>"
     assert agent.messages[2] == {"role": "assistant", "content": turn.content}
-    assert [e.name for e in events if e.type == "tool_call"] == ["view"]
+    assert [e.name for e in events if e.type == "tool_call"] == ["view", "final_answer"]
 
 
 def test_prose_then_another_call_goes_on_but_a_final_answer_after_calls_waits(
@@ -173,7 +181,7 @@ def test_a_parameter_tag_as_a_files_content_is_a_format_error_and_writes_nothing
     stray = ("<create>\n<path>a.py</path>\n<file_text>\n<view_range>[1, 40]</view_range>\n"
              "</file_text>\n</create>")
     with ScriptedModel([reply(stray), reply("<view>\n<path>a.py</path>\n</view>"),
-                        reply(FINISH)]) as model:
+                        reply(FINISH), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("fix a.py")
         feedback = model.requests[1]["messages"][-1]["content"]
@@ -237,3 +245,23 @@ def test_a_passing_check_after_the_last_edit_lets_the_task_end_done(tmp_path: Pa
         agent, _ = make_agent(model, tmp_path / "ws")
         result = agent.run("write a.py")
     assert (result.reason, result.steps) == ("done", 3)
+
+
+def test_a_task_that_changed_nothing_and_ran_nothing_is_asked_once(tmp_path: Path):
+    """The 1.5B listed the folder twice and said the rename across three files was done."""
+    look = "<view>\n<path>.</path>\n</view>"
+    with ScriptedModel([reply(look), reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("rename calc_total to order_total")
+    assert results_of(events)[1].text == UNCHANGED
+    assert (result.reason, result.steps) == ("done", 3)  # a question may need no change
+
+
+def test_a_call_wrapped_in_another_runs_as_itself(tmp_path: Path):
+    wrapped = ("<view>\n<create>\n<file_path>v.py</file_path>\n<file_text>\nx = 1\n"
+               "</file_text>\n</create>\n</view>")
+    with ScriptedModel([reply(wrapped), reply("<bash>\n<command>python v.py</command>\n"
+                                              "</bash>"), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write v.py")
+    assert result.reason == "done" and (tmp_path / "ws" / "v.py").read_text() == "x = 1\n"

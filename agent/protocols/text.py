@@ -57,6 +57,8 @@ The rules (the system prompt teaches 1-5; the others settle the edge cases):
 11. **A bare value.** A call whose body holds no tag at all is the value of the tool's one
     required parameter, when it has exactly one and it takes a string, the value cut as in
     rule 3 (``<final_answer>\ndone\n</final_answer>``, ``<view>src/app.py</view>``).
+12. **A wrapped call.** A call whose one parameter is named like another tool is that tool's
+    call (``<view><create>…</create></view>``).
 """
 
 from __future__ import annotations
@@ -232,7 +234,23 @@ class _Parser:
         if raws is None:
             pos = min(self._errors)
             raise FormatError(f"line {_line(self.text, pos)}: {self._errors[pos]}")
-        return [self._typed(raw) for raw in raws]
+        return [call for raw in raws for call in self._unwrapped(raw)]
+
+    def _unwrapped(self, raw: _Raw) -> list[TextCall]:
+        """Rule 12: a call whose one parameter is named like another tool wraps that tool's
+        call (``<view><create>…</create></view>``, as the 1.5B wrote it after a view): the
+        inner calls run."""
+        if len(raw.params) == 1 and raw.params[0][0] in self.schemas \
+                and raw.params[0][0] != raw.name:
+            key, value, _ = raw.params[0]
+            try:
+                inner = _Parser(f"<{key}>{value}</{key}>", self.schemas).calls()
+            except FormatError:
+                inner = []
+            if inner:
+                line = _line(self.text, raw.pos)
+                return [TextCall(c.name, c.arguments, line) for c in inner]
+        return [self._typed(raw)]
 
     def _from(self, pos: int, clean: bool) -> list[_Raw] | None:
         """The calls from ``pos`` to the end, or None; ``clean``: every call's closing tag
