@@ -139,3 +139,21 @@ def _workspace(registry: Registry):
     view = registry.tools.get("view")
     ctx = getattr(view, "ctx", None)
     return getattr(ctx, "workspace", None)
+
+
+STOPPED_BEFORE_REPLY = {
+    "max_steps": "the task stopped at the step limit",
+    "max_time": "the task stopped at the time limit",
+    "repeated_call": "the task stopped on repeated calls",
+    "approval_needed": "the task stopped: a call needed approval",
+    "interrupted": "the user interrupted the task",
+    "format_errors": "the task stopped after malformed replies",
+    "nothing_done": "the task stopped: no tool call of it succeeded",
+    "broken_files": "the task stopped: a file it edited does not parse",
+    "check_failed": "the task stopped: its last check failed",
+}
+"""Why the last task ended on a tool result, per stop reason, for the bridge's text."""
+STOPS = {"nothing_done": "no tool call of it succeeded: nothing was done",
+         "broken_files": "a file it edited does not parse",
+         "check_failed": "its last check failed"}
+"""What the stop line says after "the model ended the task, but", per ledger stop."""

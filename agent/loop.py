@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.approvals import ApprovalUnavailable, Approver, CallRefused
 from agent.client import ContextOverflow, ServerClient, TimeLimitReached, Turn
 from agent.context import PROTECTED, ContextKeeper
 from agent.doom import LoopDetector
@@ -36,7 +37,7 @@ from agent.events import (
     ToolCallInfo,
     ToolResult,
 )
-from agent.finish import AFTER_CALLS, Ledger
+from agent.finish import AFTER_CALLS, STOPPED_BEFORE_REPLY, STOPS, Ledger
 from agent.prompts import JSON_SWITCH, switch_note
 from agent.protocols.base import FINAL_ANSWER, FormatError, tools_with_final
 from agent.protocols.calls import Call, CallProtocol, Protocol
@@ -55,41 +56,6 @@ TASK_AGAIN = "The task: {task}"
 """Ends the results of the calls the product makes before the model's first step."""
 BRIDGE = "[no reply: {why}]"
 """An assistant message put between two user messages (see :meth:`Agent._add`)."""
-STOPPED_BEFORE_REPLY = {
-    "max_steps": "the task stopped at the step limit",
-    "max_time": "the task stopped at the time limit",
-    "repeated_call": "the task stopped on repeated calls",
-    "approval_needed": "the task stopped: a call needed approval",
-    "interrupted": "the user interrupted the task",
-    "format_errors": "the task stopped after malformed replies",
-    "nothing_done": "the task stopped: no tool call of it succeeded",
-    "broken_files": "the task stopped: a file it edited does not parse",
-    "check_failed": "the task stopped: its last check failed",
-}
-"""Why the last task ended on a tool result, per stop reason, for the bridge's text."""
-STOPS = {"nothing_done": "no tool call of it succeeded: nothing was done",
-         "broken_files": "a file it edited does not parse",
-         "check_failed": "its last check failed"}
-"""What the stop line says after "the model ended the task, but", per ledger stop."""
-
-
-class ApprovalUnavailable(Exception):
-    """A call needs the user's approval and nobody can be asked (stdin is not a terminal)."""
-
-
-class CallRefused(Exception):
-    """A call needs an approval nobody can give here, and only that call is refused: the
-    message is its result for the model and the task goes on. For a read the task can do
-    without (a file that may hold secrets), where stopping the whole task, as
-    :class:`ApprovalUnavailable` does, would cost the user the rest of the work."""
-
-
-Approver = Callable[[dict[str, Any]], str | None]
-"""Called before each tool call: None approves; a string denies, with the user's reason.
-May raise :class:`ApprovalUnavailable` (the task stops) or :class:`CallRefused` (the call
-is answered with the message, the task goes on)."""
-
-
 @dataclass
 class Limits:
     max_steps: int = 30

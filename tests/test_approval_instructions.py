@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.loop import ApprovalUnavailable
+from agent.approvals import ApprovalUnavailable
 from agent.sessions.approval import describe, make_approver, needs_approval
 from agent.sessions.instructions import MAX_FILE_CHARS, load_instructions
 

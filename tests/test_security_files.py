@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.loop import ApprovalUnavailable
+from agent.approvals import ApprovalUnavailable
 from agent.sessions.approval import make_approver
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel

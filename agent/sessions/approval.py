@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agent.loop import ApprovalUnavailable, Approver, CallRefused
+from agent.approvals import ApprovalUnavailable, Approver, CallRefused
 from agent.ui import printable
 from tools.create import lines_label
 from tools.mcp.tool import SEPARATOR as MCP_SEPARATOR
