@@ -11,7 +11,7 @@ task's tests failed. So a final answer is refused, with the reason, while:
 3. it comes in the same reply as calls whose results the model has not seen;
 3b. the task has changed no file and run no command (once a task: a question needs neither; the
    1.5B viewed the folder twice and said the rename was done);
-4. code was edited and no command ran after the last edit (once a task);
+4. code was edited and no command ran after the last edit (once per edit);
 5. the last reply's calls all failed, or the last command after the last edit failed (once a
    task; if that command still stands failed, the next final answer stops the task:
    ``check_failed``).
@@ -61,11 +61,17 @@ class Ledger:
     reply_failed: bool = False
     """Every call of the last reply that ran calls failed."""
     refused: set[str] = field(default_factory=set)
+    """Refusals given (with their key)."""
+    edits: int = 0
+    """Successful edits in this task."""
+    key: str = ""
+    """The key of the last refusal :meth:`refusal` returned."""
 
     def reset(self) -> None:
         """Forget everything (a new task, or after the product's own first calls)."""
         self.succeeded, self.edited, self.ran_since_edit, self.ran_any = 0, [], False, False
         self.check_failed, self.reply_failed, self.refused = None, False, set()
+        self.edits, self.key = 0, ""
 
     def record(self, name: str, arguments: Any, is_error: bool) -> None:
         """One answered tool call of the model's (a denial or a refusal counts as failed)."""
@@ -79,6 +85,7 @@ class Ledger:
         tool = self.registry.tools.get(name)
         path = args.get("path")
         if tool is not None and tool.mutates and isinstance(path, str):
+            self.edits += 1
             if path not in self.edited:
                 self.edited.append(path)
             self.ran_since_edit, self.check_failed = False, None
@@ -93,6 +100,7 @@ class Ledger:
     def refusal(self) -> tuple[str, str | None]:
         """Why a final answer is not taken now and, when refusing it again would only repeat
         itself, the stop reason to end the task with instead; ``("", None)`` when it stands."""
+        self.key = ""
         if self.succeeded == 0:
             return NOTHING_DONE, "nothing_done"
         problems = self._problems()
@@ -102,7 +110,9 @@ class Ledger:
             return self._once(UNCHANGED)
         code = [p for p in self.edited if _suffix(p) in CODE_SUFFIXES]
         if code and not self.ran_since_edit:
-            return self._once(UNCHECKED.format(files=", ".join(map(display_given, code))))
+            # Once per edit: a later unchecked edit is asked about again.
+            return self._once(UNCHECKED.format(files=", ".join(map(display_given, code))),
+                              key=f"#{self.edits}")
         if self.check_failed is not None:
             text = AFTER_FAILURES.format(what=f"your last check `{self.check_failed[:80]}`")
             return text, "check_failed"
@@ -110,8 +120,11 @@ class Ledger:
             return self._once(AFTER_FAILURES.format(what="every call of your last reply"))
         return "", None
 
-    def _once(self, text: str) -> tuple[str, str | None]:
-        return ("", None) if text in self.refused else (text, None)
+    def _once(self, text: str, key: str = "") -> tuple[str, str | None]:
+        """``text`` unless it was given already (for the same ``key``); the loop adds what it
+        gives to :attr:`refused` (with :attr:`key`)."""
+        self.key = key
+        return ("", None) if text + key in self.refused else (text, None)
 
     def _problems(self) -> list[str]:
         workspace = _workspace(self.registry)

@@ -347,7 +347,7 @@ class Agent:
         if stop is not None and refusal in self.ledger.refused:
             self._deny_pending("not executed: the task stopped")
             return f"the model ended the task, but {STOPS[stop]}", stop
-        self.ledger.refused.add(refusal)
+        self.ledger.refused.add(refusal + self.ledger.key)
         if call is not None:
             self._show(call)
             self._answer(call["id"], call["name"], refusal, True, 0.0, counted=False)

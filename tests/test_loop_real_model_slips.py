@@ -265,3 +265,28 @@ def test_a_call_wrapped_in_another_runs_as_itself(tmp_path: Path):
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("write v.py")
     assert result.reason == "done" and (tmp_path / "ws" / "v.py").read_text() == "x = 1\n"
+
+
+def test_a_later_unchecked_edit_is_asked_about_again(tmp_path: Path):
+    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = {n}\n</file_text>\n</create>"
+    with ScriptedModel([reply(edit.format(n=1)), reply(FINISH), reply(edit.format(n=2)),
+                        reply(FINISH), reply("<bash>\n<command>python a.py</command>\n</bash>"),
+                        reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+    refusals = [r.text for r in results_of(events) if r.name == "final_answer"]
+    assert refusals == [UNCHECKED.format(files="a.py")] * 2
+    assert (result.reason, result.steps) == ("done", 6)
+
+
+def test_a_native_reply_calling_a_tool_that_does_not_exist_is_no_final_answer(tmp_path: Path):
+    ghost = '```json\n{"name": "test_before_done", "arguments": {"path": "a.py"}}\n```'
+    script = [reply(tool_calls=[("bash", {"command": "true"})]), reply(ghost),
+              reply("All done."), reply("All done.")]
+    with ScriptedModel(script, supports_tools=True) as model:
+        agent, events = make_agent(model, tmp_path / "ws", protocol="native")
+        result = agent.run("check it")
+    unknown = results_of(events)[1]
+    assert unknown.is_error and "unknown tool 'test_before_done'" in unknown.text
+    # The failed call's reply is followed by one refusal, as any failed reply is.
+    assert (result.reason, result.steps) == ("done", 4)

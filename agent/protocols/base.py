@@ -111,11 +111,13 @@ _XML_FN = re.compile(r"<function=([\w.\-]+)>(.*?)</function>", re.DOTALL)
 _XML_PARAM = re.compile(r"<parameter=([\w.\-]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
 
 
-def calls_in_text(content: str, known: set[str]) -> list[tuple[str, dict[str, Any]]]:
+def calls_in_text(content: str, known: set[str], unknown_too: bool = False
+                  ) -> list[tuple[str, dict[str, Any]]]:
     """Tool calls a model wrote as text instead of structured calls (FIELD-CASES.md class 3):
     ``<tool_call>{…}</tool_call>``, fenced JSON, XML ``<function=…>`` tags, or a bare JSON object.
-    Only calls naming a tool in ``known`` count. Raises :class:`FormatError` when the text
-    clearly tries a call to a known tool but cannot be parsed."""
+    Only calls naming a tool in ``known`` count, or (``unknown_too``) any name. Raises
+    :class:`FormatError` when the text clearly tries a call to a known tool but cannot be
+    parsed."""
     found: list[tuple[str, dict[str, Any]]] = []
     for name, body in _XML_FN.findall(content):
         args = {k: v for k, v in _XML_PARAM.findall(body)}
@@ -130,4 +132,4 @@ def calls_in_text(content: str, known: set[str]) -> list[tuple[str, dict[str, An
         except (ValueError, FormatError) as exc:
             if any(f'"{k}"' in raw or f"'{k}'" in raw for k in known):
                 raise FormatError(f"your tool call could not be parsed: {exc}") from exc
-    return [(n, a) for n, a in found if n in known]
+    return [(n, a) for n, a in found if unknown_too or n in known]
