@@ -19,6 +19,7 @@ task's tests failed. So a final answer is refused, with the reason, while:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,9 @@ UNCHANGED = ("final_answer not taken: this task has changed no file and run no c
              "If the task asks for a change, make it with the tools and check it; if it only "
              "asks a question, call final_answer again with the answer.")
 BROKEN = ("final_answer not taken: {problems}. Fix the file, then check it.")
+NO_TESTS = re.compile(r"^Ran 0 tests in |^collected 0 items\b|\bno tests ran\b|^# tests 0$|"
+                      r"^No tests found", re.MULTILINE)
+"""What unittest, pytest, node --test and jest print when they ran no test."""
 CODE_SUFFIXES = frozenset({".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs",
                            ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".rb", ".php", ".sh",
                            ".kt", ".swift", ".cs", ".scala", ".lua"})
@@ -73,10 +77,15 @@ class Ledger:
         self.check_failed, self.reply_failed, self.refused = None, False, set()
         self.edits, self.key = 0, ""
 
-    def record(self, name: str, arguments: Any, is_error: bool) -> None:
-        """One answered tool call of the model's (a denial or a refusal counts as failed)."""
+    def record(self, name: str, arguments: Any, is_error: bool, text: str = "") -> None:
+        """One answered tool call of the model's (a denial or a refusal counts as failed);
+        ``text`` is its result. A command whose test runner ran no test checked nothing: it
+        counts as a failed check (the 1.5B ran ``python -m unittest discover`` in a folder
+        without tests, read "OK" and ended with exit 0)."""
         args = arguments if isinstance(arguments, dict) else {}
         self.ran_any = self.ran_any or name == "bash"
+        if name == "bash" and not is_error and NO_TESTS.search(text):
+            is_error = True
         if is_error:
             if name == "bash" and isinstance(args.get("command"), str):
                 self.ran_since_edit, self.check_failed = True, args["command"]

@@ -457,7 +457,7 @@ class Agent:
         the model's, which the ledger records (a refused final answer is not)."""
         self._pending = [p for p in self._pending if p[0] != call_id]
         if counted:
-            self.ledger.record(name, arguments, is_error)
+            self.ledger.record(name, arguments, is_error, text)
         message = self.calls.result_message(call_id, name, ("ERROR: " if is_error else "") + text)
         if self.protocol == "text":
             self._results.append((message["content"], protected))  # sent as one: _flush_results

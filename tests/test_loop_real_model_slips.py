@@ -290,3 +290,14 @@ def test_a_native_reply_calling_a_tool_that_does_not_exist_is_no_final_answer(tm
     assert unknown.is_error and "unknown tool 'test_before_done'" in unknown.text
     # The failed call's reply is followed by one refusal, as any failed reply is.
     assert (result.reason, result.steps) == ("done", 4)
+
+
+def test_a_check_that_ran_no_test_is_no_check(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
+    empty = "<bash>\n<command>python -m unittest discover</command>\n</bash>"
+    with ScriptedModel([reply(edit), reply(empty), reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+    assert "Ran 0 tests" in results_of(events)[1].text
+    assert result.reason == "check_failed"
