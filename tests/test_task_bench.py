@@ -18,11 +18,16 @@ import pytest
 from benchmarks.tasks import ROOT
 from benchmarks.tasks.__main__ import main
 from benchmarks.tasks.adapters import (
+    PEERS_ENV,
     AgentRun,
     Aider,
+    BenchError,
     DflashAgent,
     Limits,
+    install_peer,
     managed_server,
+    peer_bin,
+    peers_dir,
     read_stream,
     run_agent,
     served_model,
@@ -365,10 +370,11 @@ def test_the_model_id_comes_from_the_server():
 
 def test_aider_installed_in_the_benchmark_venv_solves_a_task_with_a_scripted_model(
         tmp_path: Path):
-    """The real aider (when installed: benchmarks/tasks/.peers, README.md) through the adapter
-    against the scripted server: a whole-file reply is applied and the check passes."""
-    if not Aider.DEFAULT_BIN.is_file():
-        pytest.skip("aider is not installed in benchmarks/tasks/.peers/aider (README.md)")
+    """The real aider through the adapter against the scripted server: a whole-file reply is
+    applied and the check passes. aider is installed into the peers' folder (``install-peer``,
+    README.md) when it is not there yet: once, about a minute, then reused."""
+    assert install_peer("aider").startswith("aider ")
+    assert Aider.default_bin().is_file()
     solution = (PAGINATION.solution_dir / "pagination.py").read_text()
     whole = f"The fix:\n\npagination.py\n```python\n{solution}```\n"
     with ScriptedModel([reply(whole)] * 3) as model:
@@ -380,6 +386,70 @@ def test_aider_installed_in_the_benchmark_venv_solves_a_task_with_a_scripted_mod
     assert record["pass"] is True and record["exit_code"] == 0, record["output_tail"]
     assert record["tool_calls"] == {"edit": 1} and record["steps"] == 1
     assert record["prompt_tokens"]["prefilled"] > 0 and record["decode_tokens"] > 0
+
+
+class FakeVenv:
+    """A stand-in for subprocess.run on a peer's venv: ``-m venv`` makes its python, pip
+    installs ``version`` (or fails), the metadata query and ``--version`` report it."""
+
+    def __init__(self, version: str | None = None, pip_ok: bool = True):
+        self.version, self.pip_ok, self.seen = version, pip_ok, []
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess:
+        self.seen.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            python = Path(argv[-1]) / "bin" / "python"
+            python.parent.mkdir(parents=True, exist_ok=True)
+            python.write_text("")
+            (python.parent / "aider").write_text("")
+        elif argv[1:4] == ["-m", "pip", "install"]:
+            if not self.pip_ok:
+                return subprocess.CompletedProcess(argv, 1, "", "ERROR: No matching "
+                                                   "distribution found for aider-chat==0.86.2")
+            self.version = argv[-1].split("==")[1]
+        elif argv[-1] == "--version":
+            return subprocess.CompletedProcess(argv, 0, f"aider {self.version}\n", "")
+        elif argv[-1] == "aider-chat":
+            return subprocess.CompletedProcess(argv, 0 if self.version else 1,
+                                               f"{self.version}\n", "")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def test_install_peer_makes_a_venv_outside_the_repository_once(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv(PEERS_ENV, str(tmp_path / "peers"))
+    assert peers_dir() == tmp_path / "peers"
+    assert Aider.default_bin() == peer_bin("aider") == tmp_path / "peers/aider/bin/aider"
+    monkeypatch.delenv(PEERS_ENV)
+    assert ROOT.resolve() not in peers_dir().resolve().parents
+    fake = FakeVenv()
+    assert install_peer("aider", tmp_path, call=fake) == "aider 0.86.2"
+    python = str(tmp_path / "aider/bin/python")
+    assert [a[:4] for a in fake.seen[:2]] == [
+        [sys.executable, "-m", "venv", "--clear"], [python, "-m", "pip", "install"]]
+    assert fake.seen[1][-1] == "aider-chat==0.86.2" and "--no-cache-dir" in fake.seen[1]
+    again = FakeVenv(version="0.86.2")
+    assert install_peer("aider", tmp_path, call=again) == "aider 0.86.2"
+    assert [a[-1] for a in again.seen] == ["aider-chat", "--version"]  # left alone
+    old = FakeVenv(version="0.80.0")
+    install_peer("aider", tmp_path, call=old)
+    assert old.version == "0.86.2" and not any("venv" in a for a in old.seen)
+
+
+def test_a_peer_that_cannot_be_installed_is_one_error_line_and_exit_3(
+        tmp_path: Path, monkeypatch, capsys):
+    with pytest.raises(BenchError, match="No matching distribution"):
+        install_peer("aider", tmp_path, call=FakeVenv(pip_ok=False))
+    monkeypatch.setenv(PEERS_ENV, str(tmp_path / "peers"))
+    monkeypatch.setattr("benchmarks.tasks.adapters._call", FakeVenv(pip_ok=False))
+    assert main(["install-peer", "aider"]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if line.startswith("error:")] == [err[-1]]
+    assert "pip could not install aider-chat==0.86.2" in err[-1]
+    monkeypatch.setenv(PEERS_ENV, str(tmp_path / "none"))
+    monkeypatch.setattr("benchmarks.tasks.adapters.shutil.which", lambda name: None)
+    assert main(["run", "--agent", "aider", "--base-url", "http://127.0.0.1:1", "--out",
+                 str(tmp_path / "r.jsonl"), "--tasks", "rename-function"]) == 3
+    assert "install-peer aider" in capsys.readouterr().err
 
 
 def test_the_cli_runs_as_a_module():

@@ -1,4 +1,5 @@
-"""``python -m benchmarks.tasks``: run, report, list and verify the task suites.
+"""``python -m benchmarks.tasks``: run, report, list and verify the task suites; install the
+peer agents (``install-peer aider``) into their own venvs outside the repository.
 
 Exit codes: 0 done (whatever the agents scored); 2 bad usage or a broken task folder,
 results file or task list; 3 a peer or server that could not be set up; 130 interrupted.
@@ -12,7 +13,17 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.tasks import ROOT
-from benchmarks.tasks.adapters import ADAPTERS, Adapter, Aider, BenchError, DflashAgent
+from benchmarks.tasks.adapters import (
+    ADAPTERS,
+    PEERS,
+    PEERS_ENV,
+    Adapter,
+    Aider,
+    BenchError,
+    DflashAgent,
+    install_peer,
+    peers_dir,
+)
 from benchmarks.tasks.report import markdown, plot
 from benchmarks.tasks.runner import Options, read_records, run_tasks
 from benchmarks.tasks.tasks import TaskError, select, verify
@@ -53,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="aider: the model id to ask for (default: the server's "
                      "first in /v1/models)")
     run.add_argument("--aider-bin", type=Path, help="aider: the executable (default: "
-                     "benchmarks/tasks/.peers/aider/bin/aider, else aider on PATH)")
+                     f"aider/bin/aider in the peers' folder, now {peers_dir()}, set by "
+                     f"${PEERS_ENV}; else aider on PATH)")
     run.add_argument("--edit-format", default="whole", help="aider: the edit format")
     run.add_argument("--max-steps", type=_positive(int), help="every task's step limit")
     run.add_argument("--timeout", type=_positive(float), help="every task's wall-clock limit "
@@ -74,6 +86,12 @@ def parser() -> argparse.ArgumentParser:
                          "files and passes on its reference solution")
     ver.add_argument("--tasks", help=tasks_help)
     ver.add_argument("--root", type=Path, default=ROOT)
+    peer_help = (f"install a peer agent's pinned version ({', '.join(PEERS.values())}) into "
+                 f"its own venv <folder>/<name>, made with this interpreter; the folder is "
+                 f"${PEERS_ENV}, else the user's cache (now {peers_dir()}); a venv that holds "
+                 "the pinned version is left alone")
+    peer = sub.add_parser("install-peer", help=peer_help, description=peer_help)
+    peer.add_argument("name", choices=sorted(PEERS))
     return p
 
 
@@ -136,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args.results, args.plot)
         if args.command == "verify":
             return _verify(args)
+        if args.command == "install-peer":
+            print(install_peer(args.name, echo=lambda line: print(line, file=sys.stderr)))
+            return 0
         for task in select(args.root, args.tasks):
             first = task.instruction.splitlines()[0]
             print(f"{task.key}  [{', '.join(task.tags)}]  {first[:100]}")

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tasks import ROOT
+import platformdirs
+
 from benchmarks.tasks.tasks import Task, TaskError, end_group
 
 EXIT_REASONS = {2: "usage_error", 3: "error", 4: "internal_error", 130: "interrupted"}
@@ -36,6 +37,84 @@ stops itself at ``--max-time``; this is for one that does not)."""
 
 class BenchError(Exception):
     """A peer or server that cannot be set up; one ``error:`` line, exit 3."""
+
+
+PEERS = {"aider": "aider-chat==0.86.2"}
+"""Each peer agent's pinned package: ``install-peer NAME`` puts it in its own venv."""
+PEERS_ENV = "DFLASH_AGENT_BENCH_PEERS"
+"""A folder holding the peers' venvs (``<name>/``), instead of the default."""
+
+
+def peers_dir() -> Path:
+    """Where the peers' venvs live: ``$DFLASH_AGENT_BENCH_PEERS``, else the user's cache folder
+    (``platformdirs.user_cache_dir("dflash-agent-bench")/peers``); never inside the repository
+    (a venv is not relocatable, and linters and the device copies would walk it)."""
+    given = os.environ.get(PEERS_ENV)
+    if given:
+        return Path(given).expanduser()
+    return Path(platformdirs.user_cache_dir("dflash-agent-bench")) / "peers"
+
+
+def peer_bin(name: str, folder: Path | None = None) -> Path:
+    """The peer's executable in its venv (its command has the peer's name)."""
+    return (folder or peers_dir()) / name / "bin" / name
+
+
+def _pip_error(proc: subprocess.CompletedProcess) -> str:
+    lines = [line.strip() for line in (proc.stderr + "\n" + proc.stdout).splitlines()
+             if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or [f"exit {proc.returncode}"])[-1][:300]
+
+
+def _installed_version(python: Path, dist: str, call: Call) -> str | None:
+    """The version of ``dist`` installed in the venv of ``python``; None when it has none (or
+    the venv's interpreter does not run)."""
+    if not python.is_file():
+        return None
+    proc = call([str(python), "-c", "import importlib.metadata as m, sys; "
+                 "print(m.version(sys.argv[1]))", dist])
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def install_peer(name: str, folder: Path | None = None, call: Call | None = None,
+                 echo: Callable[[str], None] = lambda line: None) -> str:
+    """Install the peer ``name`` (its pinned package, ``PEERS``) into its own venv
+    ``<folder>/<name>`` (default ``peers_dir()``), made with this interpreter (``-m venv``);
+    a venv that already holds the pinned version is left alone. Returns what ``<name>
+    --version`` prints. A venv that cannot be made, a pip that fails (offline, say) or a peer
+    that does not run raises BenchError."""
+    call = call or _call
+    if name not in PEERS:
+        raise BenchError(f"unknown peer {name!r} (known: {', '.join(sorted(PEERS))})")
+    requirement = PEERS[name]
+    dist, version = requirement.split("==")
+    venv = (folder or peers_dir()) / name
+    python = venv / "bin" / "python"
+    try:
+        if _installed_version(python, dist, call) != version:
+            if not python.is_file() or call([str(python), "-c", ""]).returncode != 0:
+                echo(f"making the venv {venv} ({sys.executable} -m venv)")
+                made = call([sys.executable, "-m", "venv", "--clear", str(venv)])
+                if made.returncode != 0:
+                    raise BenchError(f"cannot make the venv {venv}: {_pip_error(made)}")
+            echo(f"installing {requirement} into {venv} (about a minute)")
+            pip = call([str(python), "-m", "pip", "install", "--no-cache-dir",
+                        "--disable-pip-version-check", "--quiet", requirement])
+            if pip.returncode != 0:
+                raise BenchError(f"pip could not install {requirement} into {venv}: "
+                                 f"{_pip_error(pip)}")
+            found = _installed_version(python, dist, call)
+            if found != version:
+                raise BenchError(f"{venv} holds {dist} {found} after pip installed "
+                                 f"{requirement}")
+        binary = peer_bin(name, folder)
+        proc = call([str(binary), "--version"])
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BenchError(f"cannot install {requirement} into {venv}: {exc}") from None
+    if proc.returncode != 0:
+        raise BenchError(f"`{binary} --version` failed: {_pip_error(proc)}")
+    return proc.stdout.strip()
 
 
 @dataclass
@@ -368,8 +447,8 @@ def _count(text: str | None) -> int:
 class Aider(Adapter):
     """aider's one-shot scripting mode: ``--message TASK`` with the starting files named, the
     whole-file edit format, every confirmation answered yes, no commits, no network extras.
-    Installed in the benchmark's own venv (``benchmarks/tasks/.peers/aider``), never the
-    product's."""
+    Installed in its own venv outside the repository (``install-peer aider``: ``peers_dir()``),
+    never the product's."""
 
     name = "aider"
     FLAGS = ["--yes-always", "--no-auto-commits", "--no-dirty-commits", "--no-gitignore",
@@ -378,16 +457,20 @@ class Aider(Adapter):
              "--no-suggest-shell-commands", "--no-detect-urls", "--no-auto-lint",
              "--no-restore-chat-history"]
     """The documented options of a non-interactive run (``aider --help``)."""
-    DEFAULT_BIN = ROOT / ".peers" / "aider" / "bin" / "aider"
+
+    @staticmethod
+    def default_bin() -> Path:
+        """aider in the peers' folder (``install-peer aider``)."""
+        return peer_bin("aider")
 
     def __init__(self, base_url: str | None = None, preset: str | None = None,
                  model: str | None = None, binary: Path | None = None,
                  edit_format: str = "whole", call: Call = _call):
         self.base_url, self.preset, self.model = base_url, preset, model
         self.edit_format = edit_format
-        found = shutil.which("aider")
+        found, default = shutil.which("aider"), self.default_bin()
         self.binary = Path(binary) if binary else (
-            self.DEFAULT_BIN if self.DEFAULT_BIN.is_file() else Path(found) if found else None)
+            default if default.is_file() else Path(found) if found else None)
         self.version: str | None = None
         self.server_started = False
         self._call = call
@@ -407,10 +490,14 @@ class Aider(Adapter):
 
     def setup(self) -> None:
         if self.binary is None or not self.binary.is_file():
-            raise BenchError("aider is not installed: python3.11 -m venv "
-                             "benchmarks/tasks/.peers/aider && benchmarks/tasks/.peers/aider/"
-                             "bin/pip install aider-chat==0.86.2 (README.md here)")
-        proc = self._call([str(self.binary), "--version"])
+            where = self.binary or self.default_bin()
+            raise BenchError(f"aider is not installed ({where} not found): `python -m "
+                             f"benchmarks.tasks install-peer aider` installs {PEERS['aider']} "
+                             f"into {self.default_bin().parents[1]} (or give --aider-bin)")
+        try:
+            proc = self._call([str(self.binary), "--version"])
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BenchError(f"`{self.binary} --version` failed: {exc}") from None
         if proc.returncode != 0:
             raise BenchError(f"`{self.binary} --version` failed: {_last_line(proc.stderr)}")
         self.version = proc.stdout.strip()
