@@ -112,8 +112,9 @@ class FinalAnswer(_Event):
     type: Literal["final_answer"] = "final_answer"
     text: str
     reason: str = Field(description="done, max_steps, max_time, repeated_call, format_errors, "
-                        "length (a reply cut by max_tokens), nothing_done, broken_files, "
-                        "check_failed (a final answer refused again: agent/finish.py), "
+                        "length (a reply cut by max_tokens), nothing_done, nothing_changed, "
+                        "broken_files, check_failed (a final answer refused again: "
+                        "agent/finish.py), "
                         "interrupted or error.")
     steps: int
 

@@ -9,8 +9,9 @@ task's tests failed. So a final answer is refused, with the reason, while:
 2. a file the task edited does not parse (:mod:`tools.diagnostics`; the second time the task
    stops: ``broken_files``);
 3. it comes in the same reply as calls whose results the model has not seen;
-3b. the task has changed no file and run no command (once a task: a question needs neither; the
-   1.5B viewed the folder twice and said the rename was done);
+3b. the task has changed no file and run no command (the second time the task stops:
+   ``nothing_changed``; the 1.5B viewed the folder twice and said the rename was done; a
+   question's answer is still shown, but exit 0 would claim work that did not happen);
 4. code was edited and no command ran after the last edit (once per edit);
 5. the last reply's calls all failed, or the last command after the last edit failed (once a
    task; if that command still stands failed, the next final answer stops the task:
@@ -37,8 +38,7 @@ AFTER_FAILURES = ("final_answer not taken: {what} failed (see above). Fix what f
 UNCHECKED = ("final_answer not taken: you changed {files} and ran nothing since. Run the "
              "tests (or the program) with bash to check the change, then call final_answer.")
 UNCHANGED = ("final_answer not taken: this task has changed no file and run no command yet. "
-             "If the task asks for a change, make it with the tools and check it; if it only "
-             "asks a question, call final_answer again with the answer.")
+             "If the task asks for a change, make it with the tools and check it.")
 BROKEN = ("final_answer not taken: {problems}. Fix the file, then check it.")
 NO_TESTS = re.compile(r"^Ran 0 tests in |^collected 0 items\b|\bno tests ran\b|^# tests 0$|"
                       r"^No tests found", re.MULTILINE)
@@ -116,7 +116,7 @@ class Ledger:
         if problems:
             return BROKEN.format(problems="; ".join(problems)), "broken_files"
         if not self.edited and not self.ran_any:
-            return self._once(UNCHANGED)
+            return UNCHANGED, "nothing_changed"
         code = [p for p in self.edited if _suffix(p) in CODE_SUFFIXES]
         if code and not self.ran_since_edit:
             # Once per edit: a later unchecked edit is asked about again.
@@ -171,11 +171,14 @@ STOPPED_BEFORE_REPLY = {
     "interrupted": "the user interrupted the task",
     "format_errors": "the task stopped after malformed replies",
     "nothing_done": "the task stopped: no tool call of it succeeded",
+    "nothing_changed": "the task stopped: it changed no file and ran no command",
     "broken_files": "the task stopped: a file it edited does not parse",
     "check_failed": "the task stopped: its last check failed",
 }
 """Why the last task ended on a tool result, per stop reason, for the bridge's text."""
 STOPS = {"nothing_done": "no tool call of it succeeded: nothing was done",
+         "nothing_changed": "it changed no file and ran no command (if it was a question, "
+                            "the answer is above)",
          "broken_files": "a file it edited does not parse",
          "check_failed": "its last check failed"}
 """What the stop line says after "the model ended the task, but", per ledger stop."""

@@ -494,6 +494,7 @@ STOP_LINES = {
     "approval_needed": "stopped: {text}",
     "nothing_done": "stopped: {text}; rephrase the task with a concrete first step, or use a "
                     "larger model {larger}",
+    "nothing_changed": "stopped: {text}",
     "broken_files": "stopped: {text}; the files stay as the task left them (`agent undo` "
                     "puts them back), or use a larger model {larger}",
     "check_failed": "stopped: {text}; the files stay as the task left them (`agent diff` "

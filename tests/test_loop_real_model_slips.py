@@ -25,6 +25,7 @@ from tools.registry import default_registry
 from tools.workspace import Workspace
 
 FINISH = "<final_answer>\n<text>done</text>\n</final_answer>"
+RUN = "<bash>\n<command>true</command>\n</bash>"
 
 
 def make_agent(model: ScriptedModel, root: Path, protocol: str = "text", approve=None):
@@ -99,7 +100,7 @@ def test_a_reply_that_runs_on_past_its_calls_ends_there_and_its_calls_run(tmp_pa
     # The model writes its call, then imagines the result and goes on (for ever).
     piece = ("<view>\n<path>a.py</path>\n</view>\n[result of tool view]\n1\tx = 1\n"
              "Now I will change it.\n")
-    with ScriptedModel([runaway_reply(piece, 100_000, 0.001), reply(FINISH),
+    with ScriptedModel([runaway_reply(piece, 100_000, 0.001), reply(RUN),
                         reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("look at a.py")
@@ -109,7 +110,7 @@ def test_a_reply_that_runs_on_past_its_calls_ends_there_and_its_calls_run(tmp_pa
     turn = next(e for e in events if e.type == "model_turn")
     assert turn.ended_early and turn.content == "<view>\n<path>a.py</path>\n</view>"
     assert agent.messages[2] == {"role": "assistant", "content": turn.content}
-    assert [e.name for e in events if e.type == "tool_call"] == ["view", "final_answer"]
+    assert [e.name for e in events if e.type == "tool_call"] == ["view", "bash"]
 
 
 def test_prose_then_another_call_goes_on_but_a_final_answer_after_calls_waits(
@@ -181,7 +182,7 @@ def test_a_parameter_tag_as_a_files_content_is_a_format_error_and_writes_nothing
     stray = ("<create>\n<path>a.py</path>\n<file_text>\n<view_range>[1, 40]</view_range>\n"
              "</file_text>\n</create>")
     with ScriptedModel([reply(stray), reply("<view>\n<path>a.py</path>\n</view>"),
-                        reply(FINISH), reply(FINISH)]) as model:
+                        reply(RUN), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("fix a.py")
         feedback = model.requests[1]["messages"][-1]["content"]
@@ -247,14 +248,15 @@ def test_a_passing_check_after_the_last_edit_lets_the_task_end_done(tmp_path: Pa
     assert (result.reason, result.steps) == ("done", 3)
 
 
-def test_a_task_that_changed_nothing_and_ran_nothing_is_asked_once(tmp_path: Path):
+def test_a_task_that_changed_nothing_and_ran_nothing_never_ends_done(tmp_path: Path):
     """The 1.5B listed the folder twice and said the rename across three files was done."""
     look = "<view>\n<path>.</path>\n</view>"
     with ScriptedModel([reply(look), reply(FINISH), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("rename calc_total to order_total")
     assert results_of(events)[1].text == UNCHANGED
-    assert (result.reason, result.steps) == ("done", 3)  # a question may need no change
+    assert (result.reason, result.steps) == ("nothing_changed", 3)
+    assert "if it was a question, the answer is above" in result.text
 
 
 def test_a_call_wrapped_in_another_runs_as_itself(tmp_path: Path):

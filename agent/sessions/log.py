@@ -204,6 +204,7 @@ STOPPED = {
     "length": "a reply was cut at the token limit",
     "approval_needed": "a call needed approval without a terminal",
     "nothing_done": "no tool call of the task succeeded",
+    "nothing_changed": "the task changed no file and ran no command",
     "broken_files": "a file the task edited does not parse",
     "check_failed": "the task's last check failed",
 }
