@@ -39,3 +39,18 @@ def test_the_loop_stops_an_alternating_model_with_a_report(tmp_path: Path):
     results = [e for e in events if e.type == "tool_result"]
     assert "once more stops the task" in results[3].text  # warned first
     assert results[-1].text.startswith("not executed")
+
+
+def test_a_run_of_four_calls_repeated_whole_warns_then_stops():
+    """Qwen2.5-Coder-1.5B wrote the same four files over and over, each unchanged."""
+    detector = LoopDetector()
+    calls = [("create", {"path": p}) for p in ("a.py", "b.py", "c.py", "d.py")]
+    verdicts = [detector.observe(name, args) for name, args in calls * 3]
+    assert verdicts[:7] == ["ok"] * 7 and verdicts[7] == "warn" and verdicts[-1] == "stop"
+    assert detector.report == "the last 12 calls repeat the same 4 calls 3 times without progress"
+
+
+def test_calls_that_vary_are_no_repeat():
+    detector = LoopDetector()
+    names = ["view", "grep", "bash", "view", "grep", "create", "view", "grep", "bash"]
+    assert {detector.observe(n, {}) for n in names} == {"ok"}
