@@ -49,3 +49,14 @@ def test_at_most_max_files_are_named(tmp_path: Path):
     for name in names:
         (tmp_path / name).write_text("pass\n")
     assert named_files(" ".join(names), Workspace(tmp_path)) == names[:MAX_FILES]
+
+
+def test_a_code_file_written_inside_a_markdown_fence_loses_the_fence(tmp_path: Path):
+    """Shown its files in fences, the 1.5B wrote the fence into test_pagination.py."""
+    registry = default_registry(Workspace(tmp_path))
+    obs = registry.call("create", {"path": "a.py", "file_text": "```python\nx = 1\n```\n"})
+    assert not obs.is_error and "the markdown fence around the content was left out" in obs.text
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"
+    registry.call("create", {"path": "notes.md", "file_text": "```python\nx = 1\n```\n"})
+    assert (tmp_path / "notes.md").read_text() == "```python\nx = 1\n```\n"
+    registry.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, model_validator
 
 from tools.base import Observation, Tool, ToolArgs, ToolError
 from tools.edits import check_seen, diff_preview, read_text, resolve, write_recorded
@@ -20,9 +21,27 @@ def lines_label(text: str) -> str:
     return f"{n} line" if n == 1 else f"{n} lines"
 
 
+_FENCED = re.compile(r"\A[ \t]*\n?(`{3,})[\w+.-]*[ \t]*\n(.*?\n)?[ \t]*\1[ \t]*\n?\s*\Z",
+                     re.DOTALL)
+"""A whole content wrapped in one markdown fence (```python ... ```)."""
+PROSE_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ""})
+"""Files whose content may well be a fenced block."""
+
+
 class CreateArgs(ToolArgs):
     path: str = Field(description="File to write, relative to the workspace root.")
     file_text: str = Field(description="The complete contents of the file.")
+    _unfenced: bool = PrivateAttr(False)
+
+    @model_validator(mode="after")
+    def _drop_fence(self) -> CreateArgs:
+        """A code file's content wrapped whole in a markdown fence loses the fence: a small
+        model shown files in fences wrote the fence into test_pagination.py (Qwen2.5-Coder-1.5B,
+        issue 49), which then did not parse. Markdown and text files keep theirs."""
+        match = _FENCED.match(self.file_text)
+        if match and PurePosixPath(self.path).suffix.lower() not in PROSE_SUFFIXES:
+            self.file_text, self._unfenced = match.group(2) or "", True
+        return self
 
 
 @dataclass
@@ -54,10 +73,12 @@ class Create(Tool):
         label = lines_label(args.file_text)
         # Compared as bytes, as written: "replaced" for a file left as it was misled the user
         # and the model alike (a weak model rewrites a file it has just written).
+        note = " (the markdown fence around the content was left out)" if args._unfenced \
+            else ""
         if plan.old == plan.data:
-            return Observation(text=f"unchanged {plan.rel} ({label}, the same content)")
+            return Observation(text=f"unchanged {plan.rel} ({label}, the same content){note}")
         verb = "created" if plan.before is None else "replaced"
-        return Observation(text=f"{verb} {plan.rel} ({label})")
+        return Observation(text=f"{verb} {plan.rel} ({label}){note}")
 
     def preview(self, args: CreateArgs) -> str | None:
         """For a file that exists, what replacing it changes, as a diff (every line it removes
