@@ -301,10 +301,11 @@ def test_create_with_the_content_already_there_says_unchanged_not_replaced(reg: 
     given the same text with LF is the same bytes once its line endings are kept."""
     (ws / "same.txt").write_bytes(b"one\ntwo\n")
     (ws / "win.txt").write_bytes(b"one\r\n")
-    assert reg.call("create", {"path": "same.txt", "file_text": "one\ntwo\n"}).text == \
-        "unchanged same.txt (2 lines, the same content)"
-    assert reg.call("create", {"path": "win.txt", "file_text": "one\n"}).text == \
-        "unchanged win.txt (1 line, the same content)"
+    same = reg.call("create", {"path": "same.txt", "file_text": "one\ntwo\n"})
+    assert same.is_error and same.text.startswith(
+        "unchanged same.txt (2 lines, the same content): nothing was written")
+    assert reg.call("create", {"path": "win.txt", "file_text": "one\n"}).text.startswith(
+        "unchanged win.txt (1 line, the same content): nothing was written")
     assert reg.call("create", {"path": "same.txt", "file_text": "one\n"}).text == \
         "replaced same.txt (1 line)"
 

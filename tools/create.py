@@ -76,7 +76,12 @@ class Create(Tool):
         note = " (the markdown fence around the content was left out)" if args._unfenced \
             else ""
         if plan.old == plan.data:
-            return Observation(text=f"unchanged {plan.rel} ({label}, the same content){note}")
+            # An error, so the model and the task's ledger see that nothing changed: the 1.5B
+            # wrote back the file it had just been shown, call after call, as if that were
+            # the change the task asked for.
+            return Observation(is_error=True, text=(
+                f"unchanged {plan.rel} ({label}, the same content){note}: nothing was "
+                "written; if the task asks for a change to it, write the changed content"))
         verb = "created" if plan.before is None else "replaced"
         return Observation(text=f"{verb} {plan.rel} ({label}){note}")
 
