@@ -592,7 +592,7 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
                 TestReport("not run", "interrupted")
         steps_left = s.settings.max_steps - steps
         time_left = s.settings.max_time - (time.monotonic() - started)
-        if not _fixable(tests) or result.reason != "done" or round_ == MAX_FIX_ROUNDS \
+        if not _fixable(tests) or result.reason not in FIXABLE_ENDS or round_ == MAX_FIX_ROUNDS \
                 or steps_left < 1 or time_left <= 0:
             break
         s.reporter.note(f"tests {tests.status}: sending dflash-agent's own run back to the "
@@ -603,6 +603,12 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
         steps += result.steps
     # The agent's timings list grows over its runs: the last result holds them all.
     return LoopResult(result.text, result.reason, steps, result.timings), tests
+
+
+FIXABLE_ENDS = frozenset({"done", "check_failed", "broken_files"})
+"""Loop ends after which failing project tests go back to the model: it finished, or it tried
+to finish with its own check failing or a file unparseable (agent/finish.py), which the
+product's test run then shows it in full."""
 
 
 def time_for_tests(max_time: float, started: float) -> float:

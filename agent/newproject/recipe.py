@@ -61,6 +61,7 @@ def choose_recipe(setting: str, base_url: str) -> Recipe:
 
 SIMPLE_TASK = """Create a new project in the current directory: {description}
 
+Use only Python's standard library (nothing gets installed; argparse for a command line).
 Steps:
 1. Use the create tool to write the source code in {module}.py.
 2. Use the create tool to write pytest tests in tests/test_{module}.py.

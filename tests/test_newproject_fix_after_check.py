@@ -1,0 +1,46 @@
+"""A new project whose model tried to finish with its own check failing gets the product's
+test run back, as one that said it was done does (agent/newproject/flow.py, FIXABLE_ENDS)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.scripted import ScriptedModel, reply
+
+
+def call(tool: str, **arguments: Any) -> dict[str, Any]:
+    return reply(json.dumps({"tool": tool, "arguments": arguments}))
+
+
+def test_a_failed_check_at_the_end_goes_back_to_the_model_and_the_fix_is_committed(
+        tmp_path: Path, agent_home: Path):
+    target = tmp_path / "adder"
+    test = "from adder import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    script = [
+        call("create", path="adder.py", file_text="def add(a, b):\n    return a - b\n"),
+        call("create", path="tests/test_adder.py", file_text=test),
+        call("bash", command="python -m pytest -q"),
+        # The qwen2.5-coder-1.5b way: the check failed and the model says it is done, twice.
+        call("final_answer", text="done"),
+        call("final_answer", text="done"),
+        call("str_replace", path="adder.py", old_str="a - b", new_str="a + b"),
+        call("bash", command="python -m pytest -q"),
+        call("final_answer", text="fixed"),
+    ]
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel(script) as model:
+        proc = subprocess.run(
+            [sys.executable, "-m", "agent", "new-project", "an adder", "--dir", str(target),
+             "--base-url", model.url, "--tool-protocol", "json", "--recipe", "simple"],
+            capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "tests failed: sending dflash-agent's own run back" in proc.stderr
+    fix = model.requests[5]["messages"][-1]["content"]
+    assert fix.startswith("dflash-agent ran the project's tests itself")
+    assert (target / "adder.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert "Tests (run by dflash-agent): passed" in proc.stdout
