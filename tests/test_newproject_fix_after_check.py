@@ -44,3 +44,29 @@ def test_a_failed_check_at_the_end_goes_back_to_the_model_and_the_fix_is_committ
     assert fix.startswith("dflash-agent ran the project's tests itself")
     assert (target / "adder.py").read_text() == "def add(a, b):\n    return a + b\n"
     assert "Tests (run by dflash-agent): passed" in proc.stdout
+
+
+def test_tests_the_runner_did_not_find_go_back_as_a_task_to_write_them(tmp_path: Path,
+                                                                       agent_home: Path):
+    """The 1.5B wrote its tests inside its module, where pytest does not look."""
+    target = tmp_path / "adder"
+    module = "def add(a, b):\n    return a + b\n"
+    test = "from adder import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    script = [
+        call("create", path="adder.py", file_text=module),
+        call("bash", command="python -c 'import adder'"),
+        call("final_answer", text="done"),
+        call("create", path="tests/test_adder.py", file_text=test),
+        call("bash", command="python -m pytest -q"),
+        call("final_answer", text="tests written"),
+    ]
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
+    with ScriptedModel(script) as model:
+        proc = subprocess.run(
+            [sys.executable, "-m", "agent", "new-project", "an adder", "--dir", str(target),
+             "--base-url", model.url, "--tool-protocol", "json", "--recipe", "simple"],
+            capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    task = model.requests[3]["messages"][-1]["content"]
+    assert ": no tests." in task and "files named tests/test_*.py" in task
+    assert "Tests (run by dflash-agent): passed" in proc.stdout

@@ -79,6 +79,16 @@ Fix the code (the tests only when they are wrong), run the tests with bash, and 
 short summary when they pass."""
 
 
+NO_TESTS_TASK = """dflash-agent ran the project's tests itself with `{runner}`: {status}.
+
+{detail}
+
+Write the tests where that runner finds them (for pytest: files named tests/test_*.py that \
+import the code), run them with bash, and finish with a short summary when they pass."""
+"""The fix round's task when the runner found no test (the 1.5B wrote its tests inside its
+module, where pytest does not look)."""
+
+
 class ToolchainMissing(UserError):
     """The plan needs a toolchain this machine lacks; nothing was written (exit 3)."""
 
@@ -598,7 +608,8 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
         s.reporter.note(f"tests {tests.status}: sending dflash-agent's own run back to the "
                         f"model ({steps_left} steps left)")
         agent.limits = Limits(steps_left, time_left)
-        result = agent.run(FIX_TASK.format(runner=tests.runner or "(none)",
+        template = NO_TESTS_TASK if tests.status == "no tests" else FIX_TASK
+        result = agent.run(template.format(runner=tests.runner or "(none)",
                                            status=tests.status, detail=tests.detail))
         steps += result.steps
     # The agent's timings list grows over its runs: the last result holds them all.
@@ -629,8 +640,8 @@ def _exists(path: Path) -> bool:
 
 
 def _fixable(tests: TestReport) -> bool:
-    """Whether the model could act on this verdict: tests that exist and do not pass."""
-    return tests.status in ("failed", "timeout") or tests.status.startswith("error")
+    """Whether the model could act on this verdict: tests that do not pass, or none found."""
+    return tests.status in ("failed", "timeout", "no tests") or tests.status.startswith("error")
 
 
 def _unmade(directory: Path, log: SessionLog, emit: Callable[[Event], None], recipe: Recipe,
