@@ -138,6 +138,8 @@ def test_an_auto_edit_run_shows_the_diff_of_a_create_that_replaces_a_file(
     script = [reply(json.dumps({"tool": "view", "arguments": {"path": "calc.py"}})),
               reply(json.dumps({"tool": "create", "arguments": {"path": "calc.py",
                                                                 "file_text": ONLY_ADD}})),
+              # Twice: the first is refused once, as no command checked the edited code.
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
     with ScriptedModel(script) as model:
         proc = agent("run", "tidy calc", "--tool-protocol", "json", "--approval", "auto-edit",

@@ -52,8 +52,10 @@ def secret_repo(tmp_path: Path) -> Path:
 
 
 def run_task(path: Path, home: Path, *calls: dict) -> subprocess.CompletedProcess:
-    """`agent run` whose model makes ``calls`` then answers; asserts it succeeded."""
-    script = [*calls, call("final_answer", text="done")]
+    """`agent run` whose model makes ``calls``, checks them with a command (a final answer
+    after an edit of code that no command checked is refused once: agent/finish.py) and
+    answers; asserts it succeeded."""
+    script = [*calls, call("bash", command="true"), call("final_answer", text="done")]
     with ScriptedModel(script) as model:
         proc = agent("run", "do it", "--tool-protocol", "json", "--approval", "full-auto",
                      "--base-url", model.url, home=home, cwd=path)

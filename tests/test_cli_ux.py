@@ -111,6 +111,11 @@ def call(tool: str, **arguments: object) -> dict:
     return reply(json.dumps({"tool": tool, "arguments": arguments}))
 
 
+WORK = call("bash", command="true")
+"""A command that succeeds (full-auto): a final answer stands only after the task did some
+work (agent/finish.py)."""
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
@@ -158,7 +163,7 @@ def test_a_failed_mcp_tool_call_shows_the_servers_message(repo: Path, agent_home
     (agent_home / "config").mkdir(parents=True)
     (agent_home / "config" / "mcp.json").write_text(json.dumps(
         {"mcpServers": {"time": {"command": str(VENV_BIN / "mcp-server-time")}}}))
-    script = [call("time__get_current_time", timezone="Mars/Olympus_Mons"),
+    script = [call("time__get_current_time", timezone="Mars/Olympus_Mons"), WORK,
               call("final_answer", text="no such zone")]
     with ScriptedModel(script) as model:
         proc = agent("run", "what time is it on Mars", "--tool-protocol", "json",
@@ -171,16 +176,20 @@ def test_a_failed_mcp_tool_call_shows_the_servers_message(repo: Path, agent_home
 
 def test_sessions_lists_a_new_project_by_its_description_with_one_task(agent_home: Path,
                                                                        tmp_path: Path):
-    done = call("final_answer", text="scaffolded")
-    with ScriptedModel([done]) as model:
+    # A test that passes, checked: no failing or missing test goes back to the model, and a
+    # final answer stands only after the task's own work (agent/finish.py).
+    script = [call("create", path="tests/test_todo_app.py",
+                   file_text="def test_nothing_yet():\n    assert True\n"),
+              WORK, call("final_answer", text="scaffolded")]
+    with ScriptedModel(script) as model:
         proc = agent("new-project", "a todo app", "--dir", str(tmp_path / "proj"),
                      "--base-url", model.url, "--tool-protocol", "json", home=agent_home,
                      cwd=tmp_path)
-    assert proc.returncode in (0, 1), proc.stderr  # 1: the scripted project has no tests
+    assert proc.returncode == 0, proc.stderr
     [entry] = json.loads(agent("sessions", "--json", home=agent_home, cwd=tmp_path).stdout)
-    assert (entry["task"], entry["tasks"], entry["steps"]) == ("a todo app", 1, 1)
+    assert (entry["task"], entry["tasks"], entry["steps"]) == ("a todo app", 1, 3)
     line = agent("sessions", home=agent_home, cwd=tmp_path).stdout
-    assert "tasks 1  steps 1" in line and "'a todo app'" in line
+    assert "tasks 1  steps 3" in line and "'a todo app'" in line
     assert "Create a new project" not in line
 
 
@@ -202,7 +211,12 @@ def test_new_project_indents_the_test_runs_last_lines_under_its_tests_line(agent
                                                                            tmp_path: Path):
     """Before, pytest's "no tests ran in 0.01s" stood at the margin under "Tests (run by
     dflash-agent): no tests (...)", read as a line of the summary's own."""
-    with ScriptedModel([call("final_answer", text="scaffolded")]) as model:
+    from agent.newproject.flow import MAX_FIX_ROUNDS
+
+    # A run that found no test goes back to the model (MAX_FIX_ROUNDS times); each round
+    # ends with a command and a final answer, which stands only after the round's own work.
+    script = [WORK, call("final_answer", text="scaffolded")] * (1 + MAX_FIX_ROUNDS)
+    with ScriptedModel(script) as model:
         proc = agent("new-project", "a todo app", "--dir", str(tmp_path / "proj"),
                      "--base-url", model.url, "--tool-protocol", "json", home=agent_home,
                      cwd=tmp_path)
@@ -273,7 +287,10 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_measuring(
 
 def test_an_empty_session_id_is_refused_not_taken_for_the_latest(repo: Path, agent_home: Path):
     """A field trial: `agent resume ""` (an unset variable) resumed the latest session."""
-    with ScriptedModel([call("final_answer", text="ok")]) as model:
+    # A file written (auto-edit runs no command here): a final answer stands only after the
+    # task changed a file or ran a command (agent/finish.py).
+    script = [call("create", path="hi.txt", file_text="hi\n"), call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
         assert agent("run", "hi", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0
     for command in ("resume", "undo", "diff"):

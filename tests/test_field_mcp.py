@@ -193,7 +193,10 @@ def test_a_malformed_tool_result_is_a_tool_error_and_the_run_goes_on(tmp_path: P
     git.Repo.init(repo)
     write_user_config({"raw": raw_server({"tools": [ECHO], "call": {"content": [
         {"type": "weird", "blob": 1}, {"type": "text", "text": 5}]}})})
+    # The run goes on: a command that works, then the final answer (one needs a call of the
+    # task's that succeeded: agent/finish.py).
     script = [reply(json.dumps({"tool": "raw__echo", "arguments": {"text": "hi"}})),
+              reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "went on"}}))]
     with ScriptedModel(script) as model:
         ran = agent_cli("run", "call echo", "--repo", str(repo), "--base-url", model.url,

@@ -17,6 +17,10 @@ from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, error_reply, reply
 from tests.test_cli_ux import AGENT, agent, call
 
+DONE = [call("bash", command="true"), call("final_answer", text="ok")]
+"""A task that ends done: a final answer stands only after the task changed a file or ran a
+command (agent/finish.py)."""
+
 
 def _run(repo: Path, home: Path, task: str, script: list[dict], *flags: str) -> int:
     with ScriptedModel(script) as model:
@@ -45,7 +49,7 @@ def _signalled(repo: Path, home: Path, task: str, sig: signal.Signals) -> tuple[
 def test_sessions_say_how_each_one_ended(tmp_path: Path, agent_home: Path):
     repo = tmp_path / "repo"
     committed_repo(repo, {"app.py": "x = 1\n"}).close()
-    assert _run(repo, agent_home, "finish", [call("final_answer", text="ok")]) == 0
+    assert _run(repo, agent_home, "finish", DONE) == 0
     assert _run(repo, agent_home, "loop", [call("view", path="app.py")],
                 "--max-steps", "1") == 1
     assert _run(repo, agent_home, "broken server", [error_reply(
@@ -119,7 +123,7 @@ def test_a_session_with_a_damaged_log_still_lists_as_unknown(tmp_path: Path,
     repo = tmp_path / "repo"
     committed_repo(repo, {"app.py": "x = 1\n"}).close()
     for task in ("torn", "damaged", "unreadable"):
-        assert _run(repo, agent_home, task, [call("final_answer", text="ok")]) == 0
+        assert _run(repo, agent_home, task, DONE) == 0
     folder = agent_home / "data" / "sessions"
     listed = agent("sessions", "--json", home=agent_home, cwd=repo)
     ids = {s["task"]: s["id"] for s in json.loads(listed.stdout)}

@@ -27,6 +27,16 @@ TWO_VIEWS = {
 }
 DONE = {"native": reply("done"),
         "text": reply("<final_answer>\n<text>done</text>\n</final_answer>")}
+WORK = {"native": reply(tool_calls=[("bash", {"command": "true"})]),
+        "text": reply("<bash>\n<command>true</command>\n</bash>")}
+"""A command that succeeds: a final answer stands only after the task changed a file or ran
+a command (agent/finish.py)."""
+
+
+def wrote(path: str, text: str) -> list[dict]:
+    """A json task that writes a file that is not code, then ends (commands need approval in
+    ``agent run``'s default mode)."""
+    return [call("create", path=path, file_text="made\n"), call("final_answer", text=text)]
 
 
 @pytest.fixture
@@ -49,7 +59,9 @@ def _log(home: Path) -> Path:
 def _killed_during_call(repo: Path, home: Path, protocol: str, nth: int) -> Path:
     """A session whose model asked for two calls in one reply, its log cut right after the
     ``nth`` call's ``tool_call`` event: what kill -9 leaves while that call runs."""
-    with ScriptedModel([TWO_VIEWS[protocol], DONE[protocol]],
+    # Two final answers: views change nothing, so the second stops the task (nothing_changed);
+    # the log is cut before either anyway.
+    with ScriptedModel([TWO_VIEWS[protocol], DONE[protocol], DONE[protocol]],
                        supports_tools=protocol == "native") as model:
         session = _session(model.url, repo, protocol)
         try:
@@ -68,7 +80,8 @@ def _killed_during_call(repo: Path, home: Path, protocol: str, nth: int) -> Path
 def test_a_resumed_session_answers_every_call_of_the_last_reply_once(
         protocol: str, nth: int, repo: Path, agent_home: Path):
     log = _killed_during_call(repo, agent_home, protocol, nth)
-    with ScriptedModel([DONE[protocol]], supports_tools=protocol == "native") as model:
+    with ScriptedModel([WORK[protocol], DONE[protocol]],
+                       supports_tools=protocol == "native") as model:
         session = _session(model.url, repo, protocol, resume=log.stem)
         try:
             result = session.run_task("go on")
@@ -106,7 +119,7 @@ def test_a_resumed_session_answers_every_call_of_the_last_reply_once(
 
 def test_a_finished_task_leaves_nothing_to_answer(repo: Path, agent_home: Path):
     """A reply with a call after its final answer: the task ended, nothing is added."""
-    script = [reply("<view>\n<path>app.py</path>\n</view>"),
+    script = [reply("<view>\n<path>app.py</path>\n</view>"), WORK["text"],
               reply("<final_answer>\n<text>done</text>\n</final_answer>\n"
                     "<view>\n<path>b.py</path>\n</view>")]
     with ScriptedModel(script) as model:
@@ -123,7 +136,7 @@ def test_a_finished_task_leaves_nothing_to_answer(repo: Path, agent_home: Path):
 
 
 def test_a_torn_log_is_set_aside_before_resume_appends(repo: Path, agent_home: Path):
-    with ScriptedModel([call("final_answer", text="ok")]) as model:
+    with ScriptedModel(wrote("made.txt", "ok")) as model:
         assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0
     log = _log(agent_home)
@@ -131,7 +144,7 @@ def test_a_torn_log_is_set_aside_before_resume_appends(repo: Path, agent_home: P
     log.write_bytes(log.read_bytes() + fragment)
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
     for answer in ("again", "and again"):
-        with ScriptedModel([call("final_answer", text=answer)]) as model:
+        with ScriptedModel(wrote(f"{answer}.txt", answer)) as model:
             proc = subprocess.run([*AGENT, "resume", log.stem, "--base-url", model.url],
                                   cwd=repo, env=env, input="go on\n", capture_output=True,
                                   text=True, timeout=120)
@@ -146,8 +159,9 @@ def test_a_torn_log_is_set_aside_before_resume_appends(repo: Path, agent_home: P
 def test_undo_on_a_torn_log_sets_the_fragment_aside_too(repo: Path, agent_home: Path):
     """`agent undo` appends its checkpoint to the log: onto a clean line, so a second undo
     finds the first and undoes it."""
+    # Two final answers: the first is refused once, as no command checked the edited code.
     script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 2\n"),
-              call("final_answer", text="done")]
+              call("final_answer", text="done"), call("final_answer", text="done")]
     with ScriptedModel(script) as model:
         assert agent("run", "bump x", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0
@@ -166,7 +180,7 @@ def test_a_damaged_session_is_refused_by_resume_with_the_reason(repo: Path, agen
     """A field trial: a log replaced by a folder read "no session" (while `agent sessions`
     listed it); a message of role "alien" was resumed and every turn after it failed with the
     server's 400; a session whose repository was gone said only "does not exist"."""
-    with ScriptedModel([call("final_answer", text="ok")]) as model:
+    with ScriptedModel(wrote("made.txt", "ok")) as model:
         assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0
     log = _log(agent_home)

@@ -17,6 +17,17 @@ from tests.scripted import ScriptedModel
 from tests.test_cli_ux import AGENT, agent, call
 
 
+def final(text: str) -> list[dict]:
+    """A final answer given twice: the first is refused once after an edit of code that no
+    command checked (agent/finish.py; commands need approval in these runs)."""
+    return [call("final_answer", text=text)] * 2
+
+
+WROTE = [call("create", path="made.txt", file_text="made\n"), call("final_answer", text="ok")]
+"""A task that writes a file that is not code, then ends: a final answer stands only after
+the task changed a file or ran a command (agent/finish.py)."""
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
@@ -41,7 +52,7 @@ def test_a_broken_config_file_is_a_clear_error(name: str, make, expected: str, r
 
 def test_a_session_index_with_bytes_that_are_not_utf8_still_lists(repo: Path,
                                                                    agent_home: Path):
-    with ScriptedModel([call("final_answer", text="ok")]) as model:
+    with ScriptedModel(WROTE) as model:
         assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0
     index = agent_home / "data" / "sessions" / "index.jsonl"
@@ -55,7 +66,7 @@ def test_a_session_index_with_bytes_that_are_not_utf8_still_lists(repo: Path,
 def _edited_session(repo: Path, home: Path) -> Path:
     # The view first: create over a file the session has not seen is refused (tools.edits).
     script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 2\n"),
-              call("final_answer", text="done")]
+              *final("done")]
     with ScriptedModel(script) as model:
         proc = agent("run", "bump x", "--tool-protocol", "json", "--base-url", model.url,
                      home=home, cwd=repo)
@@ -165,7 +176,7 @@ def test_sessions_leaves_out_a_chat_left_without_a_task(repo: Path, agent_home: 
     listed = agent("sessions", home=agent_home, cwd=repo)
     assert listed.returncode == 0 and listed.stdout == "no sessions yet\n", listed.stdout
     assert json.loads(agent("sessions", "--json", home=agent_home, cwd=repo).stdout) == []
-    with ScriptedModel([call("final_answer", text="ok")]) as model:
+    with ScriptedModel(WROTE) as model:
         assert agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0
     with ScriptedModel([]) as model:  # the model never answers: the task fails
@@ -248,8 +259,8 @@ def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
     a stdout that cannot show an emoji was exit 4; so was `agent diff` piped, whose bytes must
     be git's whatever the locale."""
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
-    script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 'ç' 🚀\n"),
-              call("final_answer", text="feito")]
+    script = [call("view", path="app.py"), call("create", path="app.py", file_text="x = 'ç 🚀'\n"),
+              *final("feito")]
     with ScriptedModel(script) as model:
         proc = subprocess.run([sys.executable, "-m", "agent", "run", b"ol\xe1 fun\xe7\xe3o \xf0",
                                "--tool-protocol", "json", "--base-url", model.url],
@@ -265,7 +276,7 @@ def test_a_latin1_terminal_and_an_ascii_stdout_are_no_internal_error(repo: Path,
     diff = subprocess.run([sys.executable, "-m", "agent", "diff"], cwd=repo, env=ascii_env,
                           capture_output=True, timeout=120)
     assert diff.returncode == 0, diff.stderr.decode()
-    assert "+x = 'ç' 🚀".encode() in diff.stdout
+    assert "+x = 'ç 🚀'".encode() in diff.stdout
 
 
 def test_a_torn_index_line_never_hides_the_next_session_from_sessions_and_undo(
@@ -277,8 +288,7 @@ def test_a_torn_index_line_never_hides_the_next_session_from_sessions_and_undo(
     index = agent_home / "data" / "sessions" / "index.jsonl"
     torn = b'{"id": "2026'
     index.write_bytes(index.read_bytes() + torn)
-    script = [call("create", path="b.py", file_text="b = 1\n"),
-              call("final_answer", text="done")]
+    script = [call("create", path="b.py", file_text="b = 1\n"), *final("done")]
     with ScriptedModel(script) as model:
         assert agent("run", "add b", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo).returncode == 0

@@ -63,7 +63,8 @@ def test_a_run_shows_useful_results_in_the_terminal(tmp_path: Path, agent_home: 
     committed_repo(repo, {"calc.py": CALC})
     calls = [("bash", {"command": "printf '{\\n  \"ok\": true,\\n  \"n\": 3\\n}\\n'"}),
              ("str_replace", {"path": "calc.py", "old_str": "x5 = 5\n",
-                              "new_str": "x5 = 55\nx5b = 6\n"})]
+                              "new_str": "x5 = 55\nx5b = 6\n"}),
+             ("bash", {"command": "true"})]  # the edit checked: the final answer stands
     script = [reply(json.dumps({"tool": n, "arguments": a})) for n, a in calls]
     script.append(reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}})))
     with ScriptedModel(script) as model:
@@ -84,6 +85,8 @@ def test_the_run_shows_an_edit_numbered_like_the_file(tmp_path: Path, agent_home
     script = [reply(json.dumps({"tool": "str_replace", "arguments": EDIT_AT_5})),
               reply(json.dumps({"tool": "insert", "arguments": {
                   "path": "calc.py", "insert_line": 10, "text": "y = 0\n"}})),
+              # Twice: the first is refused once, as no command checked the edited code.
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
     with ScriptedModel(script) as model:
         proc = agent("run", "edit calc", "--tool-protocol", "json", "--base-url", model.url,

@@ -24,8 +24,8 @@ from benchmarks.forced import (
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
-ARGS = {"path": "inventory/report.py",
-        "content": 'def f(x):\n    """Keep x ≤ 10 — «café» 🙂."""\n    return "a\\"b"\n'}
+ARGS = {"path": "inventory/report.py",  # create's own names: other agents' are read as these
+        "file_text": 'def f(x):\n    """Keep x ≤ 10 — «café» 🙂."""\n    return "a\\"b"\n'}
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_the_forced_reply_parses_back_to_the_fixture_call(protocol, name: str):
 
 def test_the_plain_reply_carries_the_content_without_a_call_format(protocol):
     text = reply_text("plain", "create", ARGS, protocol("text").schemas)
-    assert ARGS["content"].rstrip("\n") in text and "<create>" not in text
+    assert ARGS["file_text"].rstrip("\n") in text and "<create>" not in text
     assert "path: inventory/report.py" in text
     assert reply_text("plain", FINAL_ANSWER, {"text": "Done."}, {}) == "Done."
     with pytest.raises(ValueError, match="no forced reply"):

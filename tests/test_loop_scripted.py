@@ -34,6 +34,12 @@ def call(tool: str, **arguments) -> dict:
     return reply(json.dumps({"tool": tool, "arguments": arguments}))
 
 
+WORK = call("bash", command="true")
+"""A command that succeeds: a final answer stands only after the task did some work
+(agent/finish.py)."""
+NATIVE_WORK = reply(tool_calls=[("bash", {"command": "true"})])
+
+
 def test_json_protocol_runs_a_tool_then_finishes(tmp_path: Path):
     script = [call("create", path="a.txt", file_text="hi\n"),
               call("final_answer", text="made a.txt")]
@@ -58,7 +64,8 @@ def test_json_protocol_runs_a_tool_then_finishes(tmp_path: Path):
 
 def test_json_results_go_back_as_user_messages_when_the_template_drops_tool_role(
         tmp_path: Path):
-    with ScriptedModel([call("view", path="."), call("final_answer", text="ok")]) as model:
+    script = [call("view", path="."), WORK, call("final_answer", text="ok")]
+    with ScriptedModel(script) as model:
         agent, _ = make_agent(model, tmp_path / "ws", tool_role=False)
         agent.run("look")
     last = model.requests[1]["messages"][-1]
@@ -81,7 +88,8 @@ def test_requests_are_append_only_with_identical_tools(tmp_path: Path):
 
 
 def test_malformed_json_gets_a_precise_error_and_the_loop_continues(tmp_path: Path):
-    script = [reply('{"tool": "view", "arguments": {"path": '), call("final_answer", text="ok")]
+    script = [reply('{"tool": "view", "arguments": {"path": '), WORK,
+              call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         result = agent.run("go")
@@ -98,7 +106,7 @@ def test_three_malformed_replies_stop_the_loop_with_a_report(tmp_path: Path):
 
 
 def test_unknown_tool_and_schema_invalid_arguments_are_reported_to_the_model(tmp_path: Path):
-    script = [call("launch_rocket", target="moon"), call("create", path="a.txt"),
+    script = [call("launch_rocket", target="moon"), call("create", path="a.txt"), WORK,
               call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
         agent, events = make_agent(model, tmp_path / "ws")
@@ -125,7 +133,7 @@ def test_native_tool_calls_are_executed_and_answered_by_id(tmp_path: Path):
 
 
 def test_native_arguments_that_are_not_json_are_a_format_error(tmp_path: Path):
-    script = [reply(tool_calls=[("view", '{"path": ')]), reply("done")]
+    script = [reply(tool_calls=[("view", '{"path": ')]), NATIVE_WORK, reply("done")]
     with ScriptedModel(script, supports_tools=True) as model:
         agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
         agent.run("go")
@@ -155,7 +163,7 @@ def test_a_tool_call_written_as_text_is_repaired_and_auto_switches_to_json(tmp_p
 
 
 def test_prose_before_any_native_call_switches_auto_to_json(tmp_path: Path):
-    script = [reply("```python\nprint('hi')\n```"), call("final_answer", text="ok")]
+    script = [reply("```python\nprint('hi')\n```"), WORK, call("final_answer", text="ok")]
     with ScriptedModel(script, supports_tools=True) as model:
         agent, _ = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
         result = agent.run("go")
@@ -176,12 +184,12 @@ def test_prose_before_any_native_call_switches_auto_to_json(tmp_path: Path):
 def test_a_runaway_before_any_native_call_switches_auto_to_json(runaway: dict, tmp_path: Path):
     # Issue 28 item 14: a model that never made a native call and runs to max_tokens does not
     # speak the template's tool format, like one that answers in prose.
-    script = [runaway, call("final_answer", text="ok")]
+    script = [runaway, WORK, call("final_answer", text="ok")]
     with ScriptedModel(script, supports_tools=True) as model:
         agent, events = make_agent(model, tmp_path / "ws", protocol="native", auto=True)
         result = agent.run("go")
     assert (result.reason, result.text) == ("done", "ok")
-    first, second = model.requests
+    first, second = model.requests[:2]
     assert second["response_format"]["type"] == "json_schema"
     assert second["tools"] == first["tools"]  # the rendered prompt keeps its prefix
     cut, note = second["messages"][-2:]
@@ -204,7 +212,7 @@ def test_a_runaway_after_a_native_call_still_stops_at_the_token_limit(tmp_path: 
 
 
 def test_finish_reason_tool_calls_without_calls_is_a_format_error(tmp_path: Path):
-    script = [reply("", finish_reason="tool_calls"), reply("done")]
+    script = [reply("", finish_reason="tool_calls"), NATIVE_WORK, reply("done")]
     with ScriptedModel(script, supports_tools=True) as model:
         agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
         agent.run("go")
@@ -217,7 +225,7 @@ def test_what_the_agent_tells_the_model_on_its_own_is_shown(tmp_path: Path):
     out = io.StringIO()
     reporter = Reporter()
     reporter.console = Console(file=out, force_terminal=False, width=200, soft_wrap=True)
-    script = [reply("", finish_reason="tool_calls"), reply("no tool call"),
+    script = [reply("", finish_reason="tool_calls"), reply("no tool call"), WORK,
               call("final_answer", text="ok")]
     with ScriptedModel(script, supports_tools=True) as model:
         (tmp_path / "ws").mkdir()
@@ -305,7 +313,9 @@ def test_context_overflow_is_raised_with_the_sizes(tmp_path: Path):
 def test_a_denied_call_goes_back_to_the_model_as_a_tool_result(tmp_path: Path):
     from agent.sessions.approval import make_approver
 
-    script = [call("bash", command="touch x"), call("final_answer", text="ok")]
+    # The view is the task's work that succeeded (a denied call is a failed one).
+    script = [call("bash", command="touch x"), call("view", path="."),
+              call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         agent.approve = make_approver("auto-edit", ask=lambda p: "not now", interactive=True)
@@ -328,7 +338,7 @@ def test_a_needed_approval_without_a_terminal_stops_the_task(tmp_path: Path):
 
 def test_reasoning_is_not_sent_back_and_reasoning_alone_is_not_a_silent_stop(tmp_path: Path):
     script = [reply("", reasoning="thinking " * 50),
-              reply("", tool_calls=[("view", {"path": "."})], reasoning="I should look"),
+              reply("", tool_calls=[("bash", {"command": "true"})], reasoning="I should look"),
               reply("done")]
     with ScriptedModel(script, supports_tools=True) as model:
         agent, _ = make_agent(model, tmp_path / "ws", protocol="native")
@@ -354,8 +364,7 @@ def test_slow_prefill_is_an_idle_timeout_and_never_retried(tmp_path: Path):
 
 
 def test_call_ids_stay_unique_across_tasks_of_one_session(tmp_path: Path):
-    script = [call("view", path="."), call("final_answer", text="one"),
-              call("view", path="."), call("final_answer", text="two")]
+    script = [WORK, call("final_answer", text="one"), WORK, call("final_answer", text="two")]
     with ScriptedModel(script) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         agent.run("first")

@@ -31,6 +31,9 @@ def make_agent(model: ScriptedModel, root: Path, auto_switch=AUTO, max_steps: in
 
 
 FINISH = "<final_answer>\n<text>done</text>\n</final_answer>"
+WORK = "<bash>\n<command>true</command>\n</bash>"
+"""A command that succeeds: a final answer stands only after the task did some work
+(agent/finish.py)."""
 
 
 def test_several_calls_in_one_reply_run_in_order_and_answer_in_one_message(tmp_path: Path):
@@ -59,7 +62,7 @@ def test_several_calls_in_one_reply_run_in_order_and_answer_in_one_message(tmp_p
 
 
 def test_the_decision_is_logged_before_the_first_request(tmp_path: Path):
-    with ScriptedModel([reply(FINISH)], supports_tools=True) as model:
+    with ScriptedModel([reply(WORK), reply(FINISH)], supports_tools=True) as model:
         protocol, decision = choose_protocol("auto", ServerClient(model.url))
         assert (protocol, decision.fallback) == ("text", "json")
         assert decision.facts == {"supports_tools": True, "model": "model.gguf",
@@ -76,7 +79,7 @@ def test_the_decision_is_logged_before_the_first_request(tmp_path: Path):
 
 def test_a_call_cut_by_max_tokens_is_not_run_and_not_kept_whole(tmp_path: Path):
     runaway = "<create>\n<path>big.py</path>\n<file_text>\n" + "x = 1\n" * 2000
-    script = [reply(runaway, finish_reason="length"), reply(FINISH)]
+    script = [reply(runaway, finish_reason="length"), reply(WORK), reply(FINISH)]
     with ScriptedModel(script) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("write big.py")
@@ -102,7 +105,7 @@ def test_complete_calls_before_a_cut_do_not_run_either(tmp_path: Path):
 
 def test_a_format_error_says_what_where_and_the_form(tmp_path: Path):
     broken = "Sure.\n<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</create>"
-    with ScriptedModel([reply(broken), reply(FINISH)]) as model:
+    with ScriptedModel([reply(broken), reply(WORK), reply(FINISH)]) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         result = agent.run("go")
     assert result.reason == "done"
@@ -115,7 +118,7 @@ def test_a_format_error_says_what_where_and_the_form(tmp_path: Path):
 
 
 def test_a_prose_only_reply_is_a_format_error_showing_how_to_call(tmp_path: Path):
-    with ScriptedModel([reply("I would write a file."), reply(FINISH)]) as model:
+    with ScriptedModel([reply("I would write a file."), reply(WORK), reply(FINISH)]) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         agent.run("go")
     feedback = model.requests[1]["messages"][-1]["content"]
@@ -123,27 +126,35 @@ def test_a_prose_only_reply_is_a_format_error_showing_how_to_call(tmp_path: Path
 
 
 def test_final_answer_ends_the_task_and_later_calls_do_not_run(tmp_path: Path):
+    # A final answer after calls in the same reply is never seen: the reply ends after its
+    # last call before it (CallBlockEnd), so the calls after it never run either.
     text = ("<create><path>a.txt</path><file_text>a</file_text></create>\n" + FINISH +
             "\n<create><path>b.txt</path><file_text>b</file_text></create>")
-    with ScriptedModel([reply(text)]) as model:
+    # A final answer first in its reply ends the task: the call after it never runs.
+    last = FINISH + "\n<create><path>c.txt</path><file_text>c</file_text></create>"
+    with ScriptedModel([reply(text), reply(last)]) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         result = agent.run("go")
-    assert (result.reason, result.text) == ("done", "done")
+    assert (result.reason, result.text, result.steps) == ("done", "done", 2)
     assert (tmp_path / "ws" / "a.txt").exists() and not (tmp_path / "ws" / "b.txt").exists()
+    assert not (tmp_path / "ws" / "c.txt").exists()
+    assert agent.messages[2]["content"].endswith("</create>")
     # The result of the call before final_answer is still answered.
-    assert agent.messages[-1]["content"].startswith("[result of tool create]")
+    assert agent.messages[3]["content"].startswith("[result of tool create]")
 
 
 def test_argument_errors_come_from_the_registry_with_the_text_form(tmp_path: Path):
-    text = ("<create>\n<path>a.txt</path>\n<content>x</content>\n</create>\n"
-            "<launch_rocket>\n<target>moon</target>\n</launch_rocket>")
-    with ScriptedModel([reply(text), reply(FINISH)]) as model:
+    # The unknown tool first: a reply ends after a known tool's call when something other than
+    # another known tool's call follows (CallBlockEnd). <body> is no alias of file_text.
+    text = ("<launch_rocket>\n<target>moon</target>\n</launch_rocket>\n"
+            "<create>\n<path>a.txt</path>\n<body>x</body>\n</create>")
+    with ScriptedModel([reply(text), reply(WORK), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         agent.run("go")
     results = [e for e in events if e.type == "tool_result"]
-    assert results[0].is_error and "file_text: Field required" in results[0].text
-    assert "<create>\n<path>…</path>\n<file_text>…</file_text>\n</create>" in results[0].text
-    assert results[1].is_error and "unknown tool 'launch_rocket'" in results[1].text
+    assert results[0].is_error and "unknown tool 'launch_rocket'" in results[0].text
+    assert results[1].is_error and "file_text: Field required" in results[1].text
+    assert "<create>\n<path>…</path>\n<file_text>…</file_text>\n</create>" in results[1].text
     assert not (tmp_path / "ws" / "a.txt").exists()
 
 
@@ -157,12 +168,13 @@ def test_a_call_written_the_json_way_is_repaired(tmp_path: Path):
 
 def test_repeated_format_errors_fall_back_to_json_keeping_the_prefix(tmp_path: Path):
     script = [reply("hello"), reply("<view>\n<path>a</path>"),
+              reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
     with ScriptedModel(script) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("go")
     assert (result.reason, result.text) == ("done", "ok") and agent.protocol == "json"
-    before, at_switch, after = model.requests
+    before, at_switch, after = model.requests[:3]
     assert "response_format" not in at_switch and "tools" not in at_switch
     assert after["response_format"]["type"] == "json_schema" and "tools" not in after
     # Byte-identical: the system prompt and every earlier turn, as serialised on the wire.
@@ -176,7 +188,8 @@ def test_repeated_format_errors_fall_back_to_json_keeping_the_prefix(tmp_path: P
     assert "From now on answer every turn with exactly one JSON object" in note["content"]
     switch = [e for e in events if e.type == "protocol"][-1]
     assert (switch.previous, switch.protocol, switch.step) == ("text", "json", 2)
-    assert [e.protocol for e in events if e.type == "model_turn"] == ["text", "text", "json"]
+    assert [e.protocol for e in events if e.type == "model_turn"] == ["text", "text", "json",
+                                                                      "json"]
 
 
 def test_an_explicit_text_setting_does_not_fall_back(tmp_path: Path):
@@ -188,12 +201,13 @@ def test_an_explicit_text_setting_does_not_fall_back(tmp_path: Path):
 
 
 def test_a_resumed_history_after_the_fallback_continues_in_json(tmp_path: Path):
-    script = [reply("hello"), reply("again"), reply('{"tool": "final_answer", '
-                                                    '"arguments": {"text": "ok"}}')]
+    work = reply('{"tool": "bash", "arguments": {"command": "true"}}')
+    script = [reply("hello"), reply("again"), work,
+              reply('{"tool": "final_answer", "arguments": {"text": "ok"}}')]
     with ScriptedModel(script) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         agent.run("go")
-    with ScriptedModel([reply('{"tool": "final_answer", "arguments": {"text": "again"}}')]) \
+    with ScriptedModel([work, reply('{"tool": "final_answer", "arguments": {"text": "again"}}')]) \
             as model:
         resumed, events = make_agent(model, tmp_path / "ws", auto_switch=False,
                                      history=agent.messages)
@@ -204,7 +218,9 @@ def test_a_resumed_history_after_the_fallback_continues_in_json(tmp_path: Path):
 
 
 def test_injected_calls_read_like_the_model_wrote_them(tmp_path: Path):
-    with ScriptedModel([reply(FINISH)]) as model:
+    # The injected call is the product's, not the model's work: the model's own call comes
+    # before its final answer.
+    with ScriptedModel([reply(WORK), reply(FINISH)]) as model:
         agent, _ = make_agent(model, tmp_path / "ws")
         agent.run("go", first_calls=[("view", {"path": ".", "view_range": [1, 2]})])
     call, result = model.requests[0]["messages"][-2:]

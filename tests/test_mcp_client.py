@@ -129,8 +129,13 @@ def registry_with(manager: McpManager, root: Path, warnings: list[str]) -> Regis
 
 def run_agent(registry: Registry, calls: list[tuple[str, dict]], root: Path,
               approve=None) -> tuple[ScriptedModel, list]:
-    """Drive the agent loop (json protocol) through ``calls`` then a final answer."""
+    """Drive the agent loop (json protocol) through ``calls`` then a final answer; the
+    results of ``calls``. A file written before the final answer (no approval asked under
+    auto-edit): one stands only after the task changed a file or ran a command
+    (agent/finish.py), and MCP tools' calls count as neither."""
     script = [reply(json.dumps({"tool": n, "arguments": a})) for n, a in calls]
+    script.append(reply(json.dumps({"tool": "create", "arguments": {
+        "path": "mcp-notes.txt", "file_text": "used the MCP tools\n"}})))
     script.append(reply(json.dumps({"tool": "final_answer", "arguments": {"text": "done"}})))
     events: list = []
     with ScriptedModel(script) as model:
@@ -139,7 +144,7 @@ def run_agent(registry: Registry, calls: list[tuple[str, dict]], root: Path,
                       limits=Limits(max_steps=len(script) + 1, max_time=120))
         result = agent.run("use the MCP tools")
     assert result.reason == "done"
-    return model, [e for e in events if e.type == "tool_result"]
+    return model, [e for e in events if e.type == "tool_result"][:len(calls)]
 
 
 def test_time_and_git_servers_through_the_agent_loop(repo: Path):
@@ -456,6 +461,8 @@ def test_agent_run_uses_mcp_tools_and_approval_applies(repo: Path):
     write_config(mcp_config.user_file(), {"time": {"command": str(VENV_BIN / "mcp-server-time")}})
     script = [reply(json.dumps({"tool": "time__get_current_time",
                                 "arguments": {"timezone": "Europe/Lisbon"}})),
+              # A final answer stands only after the task changed a file or ran a command.
+              reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "told time"}}))]
     with ScriptedModel(script) as model:
         ran = agent_cli("run", "what time is it", "--repo", str(repo), "--base-url", model.url,

@@ -31,6 +31,11 @@ def call(tool: str, **arguments: Any) -> dict[str, Any]:
     return reply(json.dumps({"tool": tool, "arguments": arguments}))
 
 
+WORK = call("bash", command="true")
+"""A command that succeeds (full-auto): a final answer stands only after the task changed a
+file or ran a command (agent/finish.py)."""
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
@@ -123,7 +128,9 @@ def test_run_task_on_the_real_backend_sends_progress_until_done(real_server, rep
     serve([root], {"base_url": base_url, "max_steps": 3}, body)
     result = out["wait"]
     assert result["state"] == "done"
-    assert result["reason"] in {"done", "max_steps", "format_errors", "repeated_call", "length"}
+    assert result["reason"] in {"done", "max_steps", "format_errors", "repeated_call", "length",
+                                "nothing_done", "nothing_changed", "broken_files",
+                                "check_failed"}
     assert result["steps"] >= 1
     messages = [m or "" for _, m in progress]
     assert any(m.startswith("connected to the model server") for m in messages)
@@ -156,7 +163,7 @@ def test_a_long_model_step_sends_progress_and_silence_notes_while_it_lasts(repo:
         assert result.structured_content["state"] == "done"
 
     # request_timeout 8 s: progress every 2 s, silence reported after 2 s (a quarter of it).
-    with ScriptedModel([{**call("final_answer", text="hi"), "delay": 6.0}]) as model:
+    with ScriptedModel([WORK, {**call("final_answer", text="hi"), "delay": 6.0}]) as model:
         serve([root], {"base_url": model.url, "request_timeout": 8}, body)
     assert any("model step: " in m and "no tokens yet (the server is reading the prompt)" in m
                for m in progress), progress
@@ -259,7 +266,7 @@ def test_a_session_of_another_root_is_refused(repo: Path, root: Path, tmp_path: 
     async def third(c: Client) -> None:
         out["same_root"] = await c.call_tool("session_result", {"session_id": out["sid"]})
 
-    with ScriptedModel([call("final_answer", text="nothing to do")]) as model:
+    with ScriptedModel([WORK, call("final_answer", text="nothing to do")]) as model:
         serve([root], {"base_url": model.url}, first)
         serve([other], {"base_url": model.url}, second)
         serve([root], {"base_url": model.url}, third)
@@ -426,8 +433,10 @@ def _elicit_answer(content: dict[str, Any] | None, action: str = "accept"):
 def test_approval_ask_goes_through_elicitation(repo: Path, root: Path, mode: str,
                                                content: dict[str, Any] | None, action: str,
                                                edited: bool):
+    # Two final answers: after the edit the first is refused once (no command checked the
+    # code), after a denial the task stops on the second (no call of it succeeded).
     script = [call("str_replace", path="app.py", old_str="x = 1", new_str="x = 2"),
-              call("final_answer", text="finished")]
+              call("final_answer", text="finished"), call("final_answer", text="finished")]
     callback, asked = _elicit_answer(content, action)
     out: dict[str, Any] = {}
 
@@ -469,7 +478,8 @@ def test_approval_ask_is_refused_without_elicitation_or_without_wait(repo: Path,
 def test_auto_edit_with_nobody_to_ask_refuses_commands_and_goes_on(repo: Path, root: Path):
     script = [call("bash", command="touch hacked"),
               call("str_replace", path="app.py", old_str="x = 1", new_str="x = 3"),
-              call("final_answer", text="edited")]
+              # Twice: the first is refused once, as no command checked the edited code.
+              call("final_answer", text="edited"), call("final_answer", text="edited")]
     out: dict[str, Any] = {}
 
     async def body(c: Client) -> None:
@@ -491,6 +501,8 @@ def test_new_project_runs_the_projects_tests_and_commits(root: Path):
               call("create", path="tests/test_calc.py",
                    file_text="from calc import add\n\n\ndef test_add():\n"
                              "    assert add(2, 3) == 5\n"),
+              # Twice: the first is refused once, as no command checked the edited code.
+              call("final_answer", text="calc with tests"),
               call("final_answer", text="calc with tests")]
     progress: list[str] = []
     out: dict[str, Any] = {}
@@ -618,8 +630,13 @@ def test_a_cancelled_new_project_task_keeps_its_files_and_says_so(root: Path):
 
 def test_new_project_takes_the_recipe_the_host_asks_for(root: Path):
     """A 30 B model gets the full recipe by its size; the host's recipe=simple wins."""
+    # A test that passes, checked by a command: a final answer stands only after the task's
+    # own check, and a run that found no test would go back to the model.
     script = [call("create", path="calc.py", file_text="def add(a, b):\n    return a + b\n"),
-              call("final_answer", text="calc")]
+              call("create", path="tests/test_calc.py",
+                   file_text="from calc import add\n\n\ndef test_add():\n"
+                             "    assert add(2, 3) == 5\n"),
+              WORK, call("final_answer", text="calc")]
     out: dict[str, Any] = {}
 
     async def body(c: Client) -> None:
@@ -632,7 +649,7 @@ def test_new_project_takes_the_recipe_the_host_asks_for(root: Path):
         model.models = {"data": [{"meta": {"n_params": 30_700_000_000}}]}  # auto: full
         serve([root], {"base_url": model.url}, body)
     assert out["result"]["state"] == "done" and out["result"]["recipe"] == "simple"
-    assert len(model.requests) == 2  # the two scripted steps: no plan turn came first
+    assert len(model.requests) == 4  # the four scripted steps: no plan turn came first
 
 
 def test_a_second_task_in_a_repository_with_one_running_is_refused(repo: Path, root: Path):
@@ -733,7 +750,7 @@ def test_an_interrupted_session_of_another_server_reads_cancelled(repo: Path, ro
         for tool in ("session_status", "session_result"):
             out[tool] = (await c.call_tool(tool, {"session_id": out["sid"]})).structured_content
 
-    with ScriptedModel([call("final_answer", text="stopped")]) as model:
+    with ScriptedModel([WORK, call("final_answer", text="stopped")]) as model:
         serve([root], {"base_url": model.url}, first)
         log = home().sessions / f"{out['sid']}.jsonl"
         text_ = log.read_text("utf-8")

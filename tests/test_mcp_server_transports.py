@@ -324,7 +324,10 @@ def _inspector(root: Path, home: Path, base_url: str, *args: str
 
 def test_the_mcp_inspector_cli_lists_and_calls_the_stdio_server(root: Path, repo: Path,
                                                                 agent_home: Path):
-    script = [reply(json.dumps({"tool": "final_answer", "arguments": {"text": "all good"}}))]
+    # A command first: a final answer stands only after the task changed a file or ran a
+    # command (agent/finish.py).
+    script = [reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}})),
+              reply(json.dumps({"tool": "final_answer", "arguments": {"text": "all good"}}))]
     with ScriptedModel(script) as model:
         listed = _inspector(root, agent_home, model.url, "--method", "tools/list")
         ran = _inspector(root, agent_home, model.url, "--method", "tools/call",

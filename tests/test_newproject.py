@@ -113,7 +113,10 @@ def test_new_project_offers_the_skill_catalog_and_activates_a_forced_skill(tmp_p
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1",
            "HOME": str(tmp_path / "user")}
     done = reply(json.dumps({"tool": "final_answer", "arguments": {"text": "scaffolded"}}))
-    with ScriptedModel([done]) as model:
+    # A command first (new-project runs in full-auto): the skill's activation is the
+    # product's call, and a final answer stands only after the task's own work.
+    work = reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}}))
+    with ScriptedModel([work, done]) as model:
         proc = subprocess.run(
             [sys.executable, "-m", "agent", "new-project", "a todo app", "--dir", str(target),
              "--base-url", model.url, "--tool-protocol", "json", "--skill", "python-project"],

@@ -252,8 +252,12 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_and_a_failure_wen
                        "int main(void) {\n  assert(words(\"a bb  c\") == 3);\n"
                        "  puts(\"1 test passed\");\n  return 0;\n}\n"),
         call("create", path="README.md", file_text="# wc\n\n`make test`\n"),
+        # Each final answer twice: after an edit of code that no command checked, the loop
+        # refuses the first once (agent/finish.py); the second is the model saying it is done.
+        call("final_answer", text="wc, all done"),
         call("final_answer", text="wc, all done"),
         call("str_replace", path="src/wc.c", old_str="int n = 1", new_str="int n = 0"),
+        call("final_answer", text="wc, fixed"),
         call("final_answer", text="wc, fixed"),
     ]
     with ScriptedModel(script) as model:
@@ -265,7 +269,7 @@ def test_a_c_project_is_run_with_make_test_after_a_broken_plan_and_a_failure_wen
     events = log_of(proc)
     assert [(e.attempt, e.status) for e in events if isinstance(e, ProjectPlan)] == \
         [(1, "rejected"), (2, "accepted")]
-    fix = model.requests[-2]["messages"][-1]["content"]
+    fix = model.requests[-3]["messages"][-1]["content"]  # the request for the str_replace
     assert fix.startswith("dflash-agent ran the project's tests itself with `make test`: failed")
     assert "Assertion" in fix
     assert "tests failed: sending dflash-agent's own run back" in proc.stderr

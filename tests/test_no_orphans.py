@@ -123,7 +123,11 @@ def _sleep_with_marker(marker: str, argument: str) -> subprocess.Popen:
 
 def test_resume_stops_what_a_dead_run_of_the_session_left_running(repo: Path,
                                                                    agent_home: Path):
-    with ScriptedModel([call("final_answer", text="done")]) as model:
+    # A file written: a final answer stands only after the task changed a file or ran a
+    # command (agent/finish.py).
+    script = [call("create", path="made.txt", file_text="made\n"),
+              call("final_answer", text="done")]
+    with ScriptedModel(script) as model:
         first = subprocess.run([*AGENT, "run", "x", "--tool-protocol", "json", "--base-url",
                                 model.url], cwd=repo, env=agent_env(agent_home),
                                capture_output=True, text=True, timeout=120,

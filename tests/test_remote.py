@@ -12,7 +12,11 @@ def test_a_server_without_props_needs_ctx_size_then_runs_the_task(tmp_path: Path
                                                                  agent_home: Path):
     work = tmp_path / "work"
     work.mkdir()
-    with ScriptedModel([call("final_answer", text="done remotely")]) as model:
+    # A file written: a final answer stands only after the task changed a file or ran a
+    # command (agent/finish.py).
+    script = [call("create", path="hi.txt", file_text="hi\n"),
+              call("final_answer", text="done remotely")]
+    with ScriptedModel(script) as model:
         model.props = {}  # what vLLM or SGLang answer: no llama.cpp /props
         refused = agent("run", "say hi", "--no-git", "--base-url", model.url, home=agent_home,
                         cwd=work)

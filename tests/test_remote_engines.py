@@ -25,6 +25,9 @@ from tests.vllm_standin import MAX_MODEL_LEN, SERVED
 FINISH = "<final_answer>\n<text>made hello.py</text>\n</final_answer>"
 CREATE = ("I'll write it.\n<create>\n<path>hello.py</path>\n<file_text>\nprint('hello')\n"
           "</file_text>\n</create>")
+NOTE = "<create>\n<path>done.txt</path>\n<file_text>\ndone\n</file_text>\n</create>"
+"""A file that is not code: a final answer stands only after the task changed a file or ran
+a command (agent/finish.py)."""
 LLAMA_ONLY = ("cache_prompt", "id_slot", "speculative.n_max", "n_probs", "slot_id")
 
 
@@ -87,7 +90,8 @@ def test_agent_run_against_a_vllm_server_creates_the_file_with_plain_openai_requ
         tmp_path: Path, agent_home: Path, vllm: Any):
     work = tmp_path / "work"
     work.mkdir()
-    server = vllm([{"content": CREATE}, {"content": FINISH, "cached": 96}])
+    # The final answer twice: the first is refused once, as no command checked hello.py.
+    server = vllm([{"content": CREATE}, {"content": FINISH, "cached": 96}, {"content": FINISH}])
     ran = agent("run", "write hello.py", "--no-git", "--base-url", server.url,
                 home=agent_home, cwd=work)
     assert ran.returncode == 0, ran.stderr
@@ -97,7 +101,7 @@ def test_agent_run_against_a_vllm_server_creates_the_file_with_plain_openai_requ
     # No timings: the step lines come from usage; reuse is said only where it is reported.
     assert "(reuse not reported)" in ran.stderr and "(reused 96)" in ran.stderr
     sent = server.requests()
-    assert len(sent) == 2
+    assert len(sent) == 3
     for body in sent:
         assert body["model"] == SERVED
         assert not [k for k in LLAMA_ONLY if k in body], body.keys()
@@ -114,7 +118,7 @@ def test_agent_run_against_a_vllm_server_creates_the_file_with_plain_openai_requ
     assert choice["facts"]["llama_server"] is False
     assert choice["facts"]["served_model"] == SERVED
     turns = [e for e in events if e["type"] == "model_turn"]
-    assert [t["timings"]["source"] for t in turns] == ["usage", "usage"]
+    assert [t["timings"]["source"] for t in turns] == ["usage", "usage", "usage"]
     assert turns[0]["timings"]["cache_n"] is None and turns[1]["timings"]["cache_n"] == 96
 
 
@@ -124,7 +128,9 @@ def test_new_project_against_a_vllm_server_writes_tests_that_pass(
               "</file_text>\n</create>")
     test = ("<create>\n<path>test_calc.py</path>\n<file_text>\nfrom calc import add\n\n\n"
             "def test_add():\n    assert add(1, 2) == 3\n</file_text>\n</create>")
-    server = vllm([{"content": module}, {"content": test}, {"content": FINISH}])
+    # The final answer twice: the first is refused once, as no command checked the code.
+    server = vllm([{"content": module}, {"content": test}, {"content": FINISH},
+                   {"content": FINISH}])
     ran = agent("new-project", "an add function", "--dir", "proj", "--base-url", server.url,
                 home=agent_home, cwd=tmp_path, timeout=300)
     out = ran.stdout + ran.stderr
@@ -155,7 +161,7 @@ def _say_done(server: Any, cwd: Path, home: Path, *extra: str) -> Any:
 
 def test_a_server_without_tokenize_gets_estimated_counts_and_says_so(
         tmp_path: Path, agent_home: Path, vllm: Any):
-    server = vllm([{"content": FINISH}], mode="no-tokenize")
+    server = vllm([{"content": NOTE}, {"content": FINISH}], mode="no-tokenize")
     ran = _say_done(server, tmp_path, agent_home)
     assert ran.returncode == 0, ran.stderr
     assert "token counts estimated (~3 characters a token: no /tokenize)" in ran.stderr
@@ -163,7 +169,7 @@ def test_a_server_without_tokenize_gets_estimated_counts_and_says_so(
 
 def test_a_models_list_without_max_model_len_needs_ctx_size_then_uses_it(
         tmp_path: Path, agent_home: Path, vllm: Any):
-    server = vllm([{"content": FINISH}], mode="no-max-len")
+    server = vllm([{"content": NOTE}, {"content": FINISH}], mode="no-max-len")
     refused = _say_done(server, tmp_path, agent_home)
     assert refused.returncode == 2
     line = _one_error_line(refused.stderr)

@@ -28,6 +28,18 @@ def call(tool: str, **arguments) -> dict:
     return reply(json.dumps({"tool": tool, "arguments": arguments}))
 
 
+def final(text: str) -> list[dict]:
+    """A final answer given twice: the first is refused once after an edit of code that no
+    command checked (agent/finish.py; commands need approval in these runs)."""
+    return [call("final_answer", text=text)] * 2
+
+
+def wrote(path: str, text: str) -> list[dict]:
+    """A task that writes a file that is not code, then ends: a final answer stands only after
+    the task changed a file or ran a command (agent/finish.py)."""
+    return [call("create", path=path, file_text="made\n"), call("final_answer", text=text)]
+
+
 def agent(*args: str, home: Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
     return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=timeout,
@@ -68,7 +80,7 @@ def test_run_then_sessions_diff_and_undo(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
     script = [call("str_replace", path="app.py", old_str="return a - b", new_str="return a + b"),
               call("create", path="test_app.py", file_text="from app import add\n"),
-              call("final_answer", text="fixed add")]
+              *final("fixed add")]
     before = _state(repo)
     with ScriptedModel(script) as model:
         proc = agent("run", "fix add", "--base-url", model.url, home=agent_home, cwd=root)
@@ -77,7 +89,7 @@ def test_run_then_sessions_diff_and_undo(repo: git.Repo, agent_home: Path):
     session_id = proc.stderr.split("session ")[-1].split()[0]
     listed = agent("sessions", "--json", home=agent_home, cwd=root)
     entry = json.loads(listed.stdout)[0]
-    assert entry["id"] == session_id and entry["tasks"] == 1 and entry["steps"] == 3
+    assert entry["id"] == session_id and entry["tasks"] == 1 and entry["steps"] == 4
     diff = agent("diff", home=agent_home, cwd=root).stdout
     assert "-    return a - b" in diff and "+    return a + b" in diff and "test_app.py" in diff
     undone = agent("undo", home=agent_home, cwd=root)
@@ -97,7 +109,7 @@ def test_undo_refuses_to_overwrite_a_file_the_user_changed_after_the_agent(
         repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
     script = [call("str_replace", path="app.py", old_str="a - b", new_str="a + b"),
-              call("final_answer", text="ok")]
+              *final("ok")]
     with ScriptedModel(script) as model:
         assert agent("run", "fix", "--base-url", model.url, home=agent_home,
                      cwd=root).returncode == 0
@@ -111,8 +123,7 @@ def test_undo_refuses_to_overwrite_a_file_the_user_changed_after_the_agent(
 
 def test_run_with_commit_commits_only_the_tasks_files(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
-    script = [call("create", path="new.py", file_text="x = 1\n"),
-              call("final_answer", text="added new.py")]
+    script = [call("create", path="new.py", file_text="x = 1\n"), *final("added new.py")]
     with ScriptedModel(script) as model:
         proc = agent("run", "add new.py", "--commit", "--base-url", model.url,
                      home=agent_home, cwd=root)
@@ -132,7 +143,7 @@ def test_run_with_commit_says_what_it_left_out_and_why_it_did_not_commit(repo: g
     (root / "app.py").write_text((root / "app.py").read_text() + "# mine, not committed\n")
     script = [call("str_replace", path="app.py", old_str="# mine", new_str="# mine (kept)"),
               call("create", path="test_app.py", file_text="def test_x():\n    pass\n"),
-              call("final_answer", text="done")]
+              *final("done")]
     with ScriptedModel(script) as model:
         proc = agent("run", "add a test", "--commit", "--base-url", model.url,
                      home=agent_home, cwd=root)
@@ -162,7 +173,7 @@ def test_run_with_commit_names_the_nested_repositories_it_leaves_uncommitted(
     vendor.git.commit("-q", "-m", "vendor")
     vendor_head = vendor.head.commit.hexsha
     script = [call("str_replace", path="vendor/lib.py", old_str="v = 1", new_str="v = 2"),
-              call("final_answer", text="done")]
+              *final("done")]
     with ScriptedModel(script) as model:
         proc = agent("run", "bump v", "--commit", "--base-url", model.url,
                      home=agent_home, cwd=root)
@@ -171,8 +182,7 @@ def test_run_with_commit_names_the_nested_repositories_it_leaves_uncommitted(
     assert ("nothing to commit; not committed: the task's changes inside the nested "
             "repositories vendor (commit them there with git)") in said, proc.stderr
     assert vendor.head.commit.hexsha == vendor_head and vendor.is_dirty()
-    script = [call("create", path="new.py", file_text="x = 1\n"),
-              call("final_answer", text="added new.py")]
+    script = [call("create", path="new.py", file_text="x = 1\n"), *final("added new.py")]
     with ScriptedModel(script) as model:
         proc = agent("run", "add new.py", "--commit", "--base-url", model.url,
                      home=agent_home, cwd=root)
@@ -209,8 +219,7 @@ def test_an_unreadable_untracked_file_is_left_out_of_checkpoints_not_fatal(
 
     # The setup is what it claims: this user cannot read the file.
     assert subprocess.run([*prefix, "cat", str(private)], capture_output=True).returncode != 0
-    script = [call("create", path="new.py", file_text="x = 1\n"),
-              call("final_answer", text="added new.py")]
+    script = [call("create", path="new.py", file_text="x = 1\n"), *final("added new.py")]
     with ScriptedModel(script) as model:
         proc = run("run", "add new.py", "--base-url", model.url)
     assert proc.returncode == 0, proc.stderr
@@ -279,8 +288,7 @@ def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Pat
     """A field trial: `run --commit` then `undo` said only "removed new.py"; the commit
     stayed and git showed the file deleted, and nothing said why."""
     root = Path(repo.working_tree_dir)
-    script = [call("create", path="new.py", file_text="x = 1\n"),
-              call("final_answer", text="added new.py")]
+    script = [call("create", path="new.py", file_text="x = 1\n"), *final("added new.py")]
     with ScriptedModel(script) as model:
         assert agent("run", "add new.py", "--commit", "--base-url", model.url,
                      home=agent_home, cwd=root).returncode == 0
@@ -296,7 +304,8 @@ def test_undo_after_commit_says_the_commit_stays(repo: git.Repo, agent_home: Pat
 
 def test_json_output_is_a_stream_of_valid_events(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
-    with ScriptedModel([call("view", path="app.py"), call("final_answer", text="ok")]) as model:
+    script = [call("view", path="app.py"), *wrote("seen.txt", "ok")]
+    with ScriptedModel(script) as model:
         proc = agent("run", "look", "--json", "--base-url", model.url, home=agent_home,
                      cwd=root)
     assert proc.returncode == 0, proc.stderr
@@ -359,7 +368,8 @@ def test_resume_after_sigkill_mid_tool_answers_the_interrupted_call(repo: git.Re
         if marker in " ".join(p.info["cmdline"] or []):
             p.kill()
     session_id = log.stem
-    with ScriptedModel([call("final_answer", text="resumed")]) as model:
+    script = [call("bash", command="true"), call("final_answer", text="resumed")]
+    with ScriptedModel(script) as model:
         settings = load_settings(cli={"base_url": model.url, "approval": "full-auto"})
         session = RepoSession(settings, root, Reporter(), resume=session_id)
         try:
@@ -375,7 +385,8 @@ def test_resume_after_sigkill_mid_tool_answers_the_interrupted_call(repo: git.Re
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     replayed = [e["message"] for e in logged if e["type"] == "message"]
     assert sent == replayed[: len(sent)]  # the exact conversation, so the server cache holds
-    assert sent[-1] == {"role": "user", "content": "go on"}
+    # The task's message: the project's files (it names none), then the task.
+    assert sent[-1]["role"] == "user" and sent[-1]["content"].endswith("The task: go on")
 
 
 def test_chat_slash_commands(repo: git.Repo, agent_home: Path):
@@ -461,13 +472,17 @@ def test_resume_never_answers_a_call_twice_when_the_kill_fell_between_message_an
     """Field case 6: the result message was logged, the process died before its tool_result
     event; resume must not add an "interrupted" answer next to the real one."""
     root = Path(repo.working_tree_dir)
+    # A create, so that the first final answer stands and the call's is the one tool result
+    # (a view alone gets the final answer refused once: agent/finish.py).
+    made = {"path": "made.txt", "file_text": "made\n"}
     if protocol == "json":
-        script = [call("view", path="app.py"), call("final_answer", text="done")]
+        script = [call("create", **made), call("final_answer", text="done")]
     elif protocol == "text":
-        script = [reply("<view>\n<path>app.py</path>\n</view>"),
+        script = [reply("<create>\n<path>made.txt</path>\n<file_text>\nmade\n</file_text>\n"
+                        "</create>"),
                   reply("<final_answer>\n<text>done</text>\n</final_answer>")]
     else:
-        script = [reply(tool_calls=[("view", {"path": "app.py"})]), reply("done")]
+        script = [reply(tool_calls=[("create", made)]), reply("done")]
     with ScriptedModel(script, supports_tools=protocol == "native") as model:
         proc = agent("run", "look", "--tool-protocol", protocol, "--base-url", model.url,
                      home=agent_home, cwd=root)
@@ -481,7 +496,8 @@ def test_resume_never_answers_a_call_twice_when_the_kill_fell_between_message_an
     again = {"json": call("final_answer", text="again"),
              "text": reply("<final_answer>\n<text>again</text>\n</final_answer>")}.get(
                  protocol, reply("again"))
-    with ScriptedModel([again], supports_tools=protocol == "native") as model:
+    # Twice: a task with no call that succeeded stops (nothing_done) on the second.
+    with ScriptedModel([again, again], supports_tools=protocol == "native") as model:
         settings = load_settings(cli={"base_url": model.url, "approval": "full-auto",
                                       "tool_protocol": protocol})
         session = RepoSession(settings, root, Reporter(), resume=log.stem)
@@ -491,7 +507,7 @@ def test_resume_never_answers_a_call_twice_when_the_kill_fell_between_message_an
             session.close()
     sent = model.requests[0]["messages"]
     results = [m for m in sent if m["role"] == "tool" or
-               (m["role"] == "user" and str(m["content"]).startswith("[result of tool view]"))]
+               (m["role"] == "user" and str(m["content"]).startswith("[result of tool create]"))]
     assert len(results) == 1, sent
     assert not any("interrupted" in str(m.get("content")) for m in sent)
 
@@ -528,17 +544,20 @@ def test_chat_and_resume_take_the_step_and_time_limits_per_task(repo: git.Repo,
     option chat did not have (only run did)."""
     root = Path(repo.working_tree_dir)
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
-    script = [call("view", path="app.py"), call("final_answer", text="done")]
+    # Two steps a task: a final answer needs a call of its own task that succeeded first.
+    script = [call("view", path="app.py"), call("view", path="."),
+              call("create", path="made.txt", file_text="made\n"),
+              call("final_answer", text="done")]
     with ScriptedModel(script) as model:
-        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url, "--max-steps", "1",
+        proc = subprocess.run([*AGENT, "chat", "--base-url", model.url, "--max-steps", "2",
                                "--max-time", "60"], cwd=root, env=env,
                               input="look\nfinish\n", capture_output=True, text=True,
                               timeout=120)
     assert proc.returncode == 0, proc.stderr
     said = proc.stdout + proc.stderr
-    # Each task has its own budget: the first stops at one call, the second still runs.
-    assert "the step limit (1 model calls) ran out" in said and "raise --max-steps" in said
-    assert len(model.requests) == 2, said
+    # Each task has its own budget: the first stops at two calls, the second still runs.
+    assert "the step limit (2 model calls) ran out" in said and "raise --max-steps" in said
+    assert len(model.requests) == 4, said
     rows = json.loads(agent("sessions", "--json", home=agent_home, cwd=root).stdout)
     assert rows[0]["tasks"] == 2 and rows[0]["ended"] == "done", rows
     with ScriptedModel([call("view", path="app.py")]) as model:
@@ -558,17 +577,17 @@ def test_resume_last_takes_this_repositorys_latest_session(repo: git.Repo, agent
     other = git.Repo.init(tmp_path / "other")
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
     for where, task in ((root, "here"), (Path(other.working_tree_dir), "elsewhere")):
-        with ScriptedModel([call("final_answer", text="ok")]) as model:
+        with ScriptedModel(wrote(f"{task}.txt", "ok")) as model:
             assert agent("run", task, "--base-url", model.url, home=agent_home,
                          cwd=where).returncode == 0
     for args in (["--last"], []):
-        with ScriptedModel([call("final_answer", text="again")]) as model:
+        with ScriptedModel(wrote(f"again{len(args)}.txt", "again")) as model:
             resumed = subprocess.run([*AGENT, "resume", *args, "--base-url", model.url],
                                      cwd=root, env=env, input="go on\n", capture_output=True,
                                      text=True, timeout=120)
         assert resumed.returncode == 0, resumed.stderr
         sent = json.dumps(model.requests[0]["messages"])
-        assert '"here"' in sent and "elsewhere" not in sent, sent
+        assert "The task: here" in sent and "elsewhere" not in sent, sent
     elsewhere = tmp_path / "no-sessions"
     elsewhere.mkdir()
     proc = agent("resume", "--last", home=agent_home, cwd=elsewhere)
@@ -577,7 +596,7 @@ def test_resume_last_takes_this_repositorys_latest_session(repo: git.Repo, agent
 
 def test_a_bad_chat_limit_is_bad_usage(repo: git.Repo, agent_home: Path):
     root = Path(repo.working_tree_dir)
-    with ScriptedModel([call("final_answer", text="ok")]) as model:  # a session to resume
+    with ScriptedModel(wrote("made.txt", "ok")) as model:  # a session to resume
         assert agent("run", "look", "--base-url", model.url, home=agent_home,
                      cwd=root).returncode == 0
     for command, flag, value in [("chat", "--max-steps", "0"), ("chat", "--max-time", "nan"),

@@ -55,6 +55,11 @@ def make_agent(model: ScriptedModel, root: Path, protocol: str, tool_role: bool 
 VIEW = {"native": reply(tool_calls=[("view", {"path": "."})]),
         "json": reply(json.dumps({"tool": "view", "arguments": {"path": "."}})),
         "text": reply("<view>\n<path>.</path>\n</view>")}
+WORK = {"native": reply(tool_calls=[("bash", {"command": "true"})]),
+        "json": reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}})),
+        "text": reply("<bash>\n<command>true</command>\n</bash>")}
+"""A command that succeeds: a final answer stands only after the task changed a file or ran
+a command (agent/finish.py)."""
 DONE = {"native": reply("done"),
         "json": reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}})),
         "text": reply("<final_answer>\n<text>ok</text>\n</final_answer>")}
@@ -80,7 +85,7 @@ def test_a_task_after_one_stopped_on_a_tool_result_keeps_roles_alternating(
 def test_an_interrupted_task_leaves_roles_alternating_for_the_next(tmp_path: Path,
                                                                    protocol: str):
     """Ctrl-C during a call: its denial is the last message."""
-    with ScriptedModel([VIEW[protocol], DONE[protocol]],
+    with ScriptedModel([VIEW[protocol], WORK[protocol], DONE[protocol]],
                        supports_tools=protocol == "native") as model:
         agent = make_agent(model, tmp_path / "ws", protocol, tool_role=False)
 
@@ -89,6 +94,7 @@ def test_an_interrupted_task_leaves_roles_alternating_for_the_next(tmp_path: Pat
 
         agent.approve = interrupt
         assert agent.run("look").reason == "interrupted"
+        agent.approve = None  # the next task's command runs
         agent.limits.max_steps = 5
         assert agent.run("now finish").reason == "done"
     assert_alternating(model.requests[-1]["messages"])
@@ -98,7 +104,7 @@ def test_a_switch_to_json_after_a_call_written_as_text_keeps_roles_alternating(
         tmp_path: Path):
     """A native model that writes its call as text gets the results, then the json switch
     note, a user message: after a tool result that Mistral's check does not count."""
-    written = reply('<tool_call>{"name": "view", "arguments": {"path": "."}}</tool_call>')
+    written = reply('<tool_call>{"name": "bash", "arguments": {"command": "true"}}</tool_call>')
     with ScriptedModel([written, DONE["json"]], supports_tools=True) as model:
         agent = make_agent(model, tmp_path / "ws", "native", tool_role=False, auto=True)
         agent.limits.max_steps = 5

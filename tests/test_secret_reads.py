@@ -59,6 +59,12 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
+WROTE = call("create", path="answer.md", file_text="what I found\n")
+"""The task's own file, written before its final answer (auto-edit asks nothing for it): a
+final answer stands only after the task changed a file or ran a command (agent/finish.py); a
+task that only reads ends ``nothing_changed``. Its result comes last in :func:`results`."""
+
+
 def leaked(model: ScriptedModel) -> list[str]:
     """The secrets (each file's text, the remote's token) found in what the model was sent;
     its own calls name "LEAK" as a grep pattern, so the values are looked for, not the word."""
@@ -79,13 +85,13 @@ def test_the_trial_without_a_terminal_refuses_each_secret_read_and_the_task_goes
     still ends with the model's answer (a command needing approval stops it instead)."""
     reads = [call("view", path=path) for path in [*SECRETS, GIT_CONFIG]]
     reads += [call("grep", pattern="LEAK", path=".env"), call("grep", pattern="url", path=".git")]
-    with ScriptedModel([*reads, call("final_answer", text="did what I could")]) as model:
+    with ScriptedModel([*reads, WROTE, call("final_answer", text="did what I could")]) as model:
         proc = agent("run", "read the config", "--tool-protocol", "json", "--base-url",
                      model.url, home=agent_home, cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "done: did what I could" in proc.stderr
     assert leaked(model) == []
-    answers = results(model)
+    answers = results(model)[:-1]
     assert len(answers) == len(reads)
     for answer, (path, (_, why)) in zip(answers, SECRETS.items(), strict=False):
         assert answer.startswith(f"ERROR: view {path} was not run: {path} may hold secrets"), \
@@ -123,12 +129,12 @@ def test_lookalikes_read_freely_where_a_secret_is_refused(repo: Path, agent_home
     """Names that only look like secrets (source files, templates, public keys, tracked code
     in a folder named secrets) are read without asking, in the same run that refuses .env."""
     script = [call("view", path=path) for path in LOOKALIKES]
-    script += [call("view", path=".env"), call("final_answer", text="ok")]
+    script += [call("view", path=".env"), WROTE, call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
         proc = agent("run", "look around", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    answers = results(model)
+    answers = results(model)[:-1]
     for answer, text in zip(answers, LOOKALIKES.values(), strict=False):
         assert not answer.startswith("ERROR") and text.strip() in answer, answer
     assert answers[-1].startswith("ERROR: view .env was not run")
@@ -156,22 +162,23 @@ def test_with_a_terminal_the_user_is_asked_with_the_reason_and_decides(
         repo: Path, agent_home: Path, approval: str):
     script = [call("view", path=".env"), call("view", path=GIT_CONFIG),
               call("grep", pattern="LEAK", path="secrets/db.txt"), call("view", path="app.py"),
-              call("final_answer", text="ok")]
+              WROTE, call("final_answer", text="ok")]
     prompts: list[str] = []
     with ScriptedModel(script) as model:
-        chat = session(model, repo, approval, answers=["y", "n", "y"], prompts=prompts)
+        # The fourth answer is for the task's own file, which only "ask" asks about.
+        chat = session(model, repo, approval, answers=["y", "n", "y", "y"], prompts=prompts)
         try:
             assert chat.run_task("read them").reason == "done"
         finally:
             chat.close()
-    # Three asks (app.py reads without one), each naming the read and why it asks.
-    assert len(prompts) == 3, prompts
+    # Three asks of reads (app.py reads without one), each naming the read and why it asks.
+    assert len(prompts) == (4 if approval == "ask" else 3), prompts
     assert prompts[0] == ("view .env\n[.env may hold secrets (an environment file: API keys, "
                           "passwords)]\nAllow view? [y/N or a reason] ")
     assert prompts[1].startswith("view .git/config\n[.git/config is in .git/")
     assert prompts[2].startswith("grep 'LEAK' in secrets/db.txt\n[secrets/db.txt may hold "
                                  "secrets (git ignores it, in a folder named secrets)]")
-    env, config, grep, app = results(model)
+    env, config, grep, app, _ = results(model)
     assert "sk-LEAK-env" in env  # approved: the user chose to send it
     assert config == "ERROR: denied by the user: n"
     assert leaked(model) == ["KEY=sk-LEAK-env", "password=LEAK-secretsdir"]
@@ -201,7 +208,8 @@ def test_full_auto_reads_and_auto_edit_without_a_terminal_does_not(repo: Path,
     a terminal under auto-edit gets the refusal."""
     seen = {}
     for approval in ("full-auto", "auto-edit"):
-        script = [call("view", path=".env"), call("view", path=GIT_CONFIG),
+        wrote = call("create", path=f"answer-{approval}.md", file_text="what I found\n")
+        script = [call("view", path=".env"), call("view", path=GIT_CONFIG), wrote,
                   call("final_answer", text="ok")]
         with ScriptedModel(script) as model:
             chat = session(model, repo, approval)
@@ -209,7 +217,7 @@ def test_full_auto_reads_and_auto_edit_without_a_terminal_does_not(repo: Path,
                 assert chat.run_task("read").reason == "done"
             finally:
                 chat.close()
-        seen[approval] = results(model)
+        seen[approval] = results(model)[:-1]
     env, config = seen["full-auto"]
     assert "sk-LEAK-env" in env and "ghp_LEAK-remote" in config
     assert all("was not run" in answer for answer in seen["auto-edit"]), seen["auto-edit"]
@@ -219,13 +227,13 @@ def test_a_symlink_to_a_secret_is_a_secret(repo: Path, agent_home: Path):
     (repo / "notes.txt").symlink_to(repo / ".env")
     (repo / "cfg").symlink_to(repo / ".git" / "config")
     script = [call("view", path="notes.txt"), call("view", path="cfg"),
-              call("grep", pattern="LEAK"), call("final_answer", text="ok")]
+              call("grep", pattern="LEAK"), WROTE, call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
         proc = agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert leaked(model) == []
-    notes, cfg, grep = results(model)
+    notes, cfg, grep, _ = results(model)
     assert notes.startswith("ERROR: view notes.txt was not run: notes.txt may hold secrets")
     assert cfg.startswith("ERROR: view cfg was not run: cfg is in .git/")
     assert grep.startswith("no matches\n[") and "cfg" in grep and "notes.txt" in grep
@@ -239,13 +247,13 @@ def test_greps_walk_skips_files_that_may_hold_secrets_and_says_so(repo: Path,
     # .env no longer ignored: only its name keeps it out. db.txt (ignored) the walk never reads.
     (repo / ".gitignore").write_text("secrets/db.txt\n")
     script = [call("grep", pattern="LEAK|fine"), call("grep", pattern="LEAK", path="secrets"),
-              call("grep", pattern="LEAK", glob="*.env*"), call("final_answer", text="ok")]
+              call("grep", pattern="LEAK", glob="*.env*"), WROTE, call("final_answer", text="ok")]
     with ScriptedModel(script) as model:
         proc = agent("run", "search", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert leaked(model) == []
-    everything, folder, env = results(model)
+    everything, folder, env, _ = results(model)
     for path in LOOKALIKES:
         assert f"\n{path}:1: " in f"\n{everything}", (path, everything)
     note = everything.splitlines()[-1]

@@ -221,7 +221,10 @@ def test_session_logs_and_the_home_are_private(repo: Path, agent_home: Path):
     (agent_home / "data" / "sessions").chmod(0o755)
     (agent_home / "data" / "sessions" / "index.jsonl").write_text("")
     (agent_home / "data" / "sessions" / "index.jsonl").chmod(0o644)
-    script = [call("view", path="app.py"), call("final_answer", text="done")]
+    # A file written: a final answer stands only after the task changed a file or ran a
+    # command (agent/finish.py).
+    script = [call("view", path="app.py"), call("create", path="notes.txt", file_text="n\n"),
+              call("final_answer", text="done")]
     with ScriptedModel(script) as model:
         proc = agent("run", "look", "--tool-protocol", "json", "--base-url", model.url,
                      home=agent_home, cwd=repo)

@@ -61,6 +61,13 @@ def session(model: ScriptedModel, repo: Path, **kwargs) -> RepoSession:
     return RepoSession(settings, repo, Reporter(json_mode=True), interactive=False, **kwargs)
 
 
+def wrote(name: str) -> dict:
+    """A file of the task's own, written before its final answer (auto-edit asks nothing for
+    it): a final answer stands only after the task changed a file or ran a command
+    (agent/finish.py)."""
+    return call("create", path=name, file_text="notes\n")
+
+
 def results(model: ScriptedModel) -> list[dict]:
     """The messages of the last request after the task (tool results and calls)."""
     return model.requests[-1]["messages"]
@@ -163,7 +170,7 @@ def test_the_skill_folder_is_read_only_and_readable_only_once_active(home: Path,
               call("glob", pattern="**/*.py", path=str(folder)),
               call("activate_skill", name="greeter"),
               call("activate_skill", name="nope"),
-              call("final_answer", text="done")]
+              wrote("skill-notes.md"), call("final_answer", text="done")]
     with ScriptedModel(script) as model:
         s = session(model, repo)
         try:
@@ -204,7 +211,8 @@ def test_compaction_keeps_the_skill_content_verbatim(home: Path, repo: Path):
 
 
 def test_run_with_skill_activates_it_before_the_model_starts(home: Path, repo: Path):
-    with ScriptedModel([call("final_answer", text="ok")]) as model:
+    # The activation is the product's call, not the task's work: a file of its own follows.
+    with ScriptedModel([wrote("hi.md"), call("final_answer", text="ok")]) as model:
         proc = agent_run("say hi", "--skill", "greeter", "--base-url", model.url,
                          "--tool-protocol", "json", home=home, cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -225,7 +233,7 @@ def test_run_with_an_unknown_skill_is_a_usage_error(home: Path, repo: Path):
 
 def test_a_resumed_session_keeps_the_activated_skill_folder_readable(home: Path, repo: Path):
     folder = (home / ".agents" / "skills" / "greeter").resolve()
-    with ScriptedModel([call("activate_skill", name="greeter"),
+    with ScriptedModel([call("activate_skill", name="greeter"), wrote("activated.md"),
                         call("final_answer", text="ok")]) as model:
         s = session(model, repo)
         try:
@@ -233,10 +241,11 @@ def test_a_resumed_session_keeps_the_activated_skill_folder_readable(home: Path,
         finally:
             s.close()
     guide = str(folder / "references" / "guide.md")
-    with ScriptedModel([call("view", path=guide), call("final_answer", text="ok")]) as model:
+    with ScriptedModel([call("view", path=guide), wrote("read.md"),
+                        call("final_answer", text="ok")]) as model:
         s = session(model, repo, resume=s.id)
         try:
             s.run_task("read the guide")
         finally:
             s.close()
-    assert GUIDE in results(model)[-1]["content"]
+    assert GUIDE in model.requests[1]["messages"][-1]["content"]  # the view's result

@@ -100,7 +100,10 @@ def test_view_then_edit_after_edit_works(reg: Registry, ws: Path):
     obs = reg.call("str_replace", {"path": "f.py", "old_str": "b = 2\n", "new_str": "b = 20\n"})
     assert "already present" in obs.text and "changed since" not in obs.text
     ok(reg, "create", path="f.py", file_text="whole\n")
-    ok(reg, "create", path="f.py", file_text="whole\n")  # the same create again
+    # The same create again writes nothing and says so, as nothing would change; not refused
+    # as a change by someone else.
+    obs = reg.call("create", {"path": "f.py", "file_text": "whole\n"})
+    assert "nothing was written" in obs.text and "changed since" not in obs.text, obs.text
     assert (ws / "f.py").read_bytes() == b"whole\n"
     ok(reg, "undo_edit", path="f.py")
     ok(reg, "undo_edit", path="f.py")
@@ -231,7 +234,10 @@ def test_a_resumed_session_has_seen_no_file(tmp_path: Path, agent_home: Path):
     task goes on to view it and edit what is there now."""
     committed_repo(tmp_path / "repo", {"app.py": "x = 1\n"}).close()
     repo = tmp_path / "repo"
-    with ScriptedModel([reply(tool_calls=[("view", {"path": "app.py"})]), reply("done")],
+    # A command before each "done": a final answer stands only after the task changed a file
+    # or ran a command, and after an edit of code once a command ran (agent/finish.py).
+    work = reply(tool_calls=[("bash", {"command": "true"})])
+    with ScriptedModel([reply(tool_calls=[("view", {"path": "app.py"})]), work, reply("done")],
                        supports_tools=True) as model:
         session = _session(model.url, repo)
         try:
@@ -245,7 +251,7 @@ def test_a_resumed_session_has_seen_no_file(tmp_path: Path, agent_home: Path):
               reply(tool_calls=[("view", {"path": "app.py"})]),
               reply(tool_calls=[("str_replace", {"path": "app.py", "old_str": "x = 1",
                                                  "new_str": "x = 2"})]),
-              reply("done")]
+              work, reply("done")]
     with ScriptedModel(script, supports_tools=True) as model:
         session = _session(model.url, repo, resume=log.stem)
         try:
@@ -267,22 +273,25 @@ def test_the_refusal_reaches_the_model_and_the_task_goes_on(tmp_path: Path):
     and makes its change on top of the user's."""
     root = tmp_path / "ws"
     root.mkdir()
-    (root / "f.py").write_bytes(b"v1\n")
+    (root / "f.py").write_bytes(b"v = 1\n")
+    # Python that parses: a final answer is refused while an edited file does not.
+    user_work = b"v = 1\nUSER_WORK = 1\n"
     events: list = []
 
     def emit(event) -> None:
         events.append(event)
         if event.type == "tool_result" and event.name == "view" and len(
                 [e for e in events if e.type == "tool_result"]) == 1:
-            (root / "f.py").write_bytes(USER_WORK)
+            (root / "f.py").write_bytes(user_work)
 
     def call(tool: str, **arguments) -> dict:
         return reply(json.dumps({"tool": tool, "arguments": arguments}))
 
-    script = [call("view", path="f.py"), call("create", path="f.py", file_text="v2\n"),
+    script = [call("view", path="f.py"), call("create", path="f.py", file_text="v = 2\n"),
               call("view", path="f.py"),
-              call("str_replace", path="f.py", old_str="v1", new_str="v2"),
-              call("final_answer", text="v2 in place")]
+              call("str_replace", path="f.py", old_str="v = 1", new_str="v = 2"),
+              # Checked: a final answer after an edit of code no command ran is refused once.
+              call("bash", command="true"), call("final_answer", text="v2 in place")]
     registry = default_registry(Workspace(root))
     with ScriptedModel(script) as model:
         agent = Agent(ServerClient(model.url), registry, session_id="t", protocol="json",
@@ -298,5 +307,5 @@ def test_the_refusal_reaches_the_model_and_the_task_goes_on(tmp_path: Path):
         CHANGED)
     # The model read it as its observation, in the request after the create.
     assert CHANGED in model.requests[2]["messages"][-1]["content"]
-    assert "USER WORK" in results[2].text
-    assert (root / "f.py").read_bytes() == b"v2\nUSER WORK\n"
+    assert "USER_WORK" in results[2].text
+    assert (root / "f.py").read_bytes() == b"v = 2\nUSER_WORK = 1\n"
