@@ -159,7 +159,10 @@ def solving_script(task) -> list[dict]:
             rel = path.relative_to(task.solution_dir).as_posix()
             script += [call("view", path=rel), call("create", path=rel,
                                                     file_text=path.read_text())]
-    return script + [call("final_answer", text="fixed")]
+    # The check a model runs before it is done (the loop takes no final answer after an
+    # unchecked edit of code: agent/finish.py).
+    return script + [call("bash", command="python -m pytest -q -p no:cacheprovider"),
+                     call("final_answer", text="fixed")]
 
 
 def run_scripted(script: list[dict], tmp_path: Path, max_steps: int | None = None,
@@ -177,12 +180,12 @@ def test_a_model_that_writes_the_solution_passes_and_is_recorded(tmp_path: Path)
     assert record["exit_code"] == 0 and record["stop_reason"] == "done"
     assert record["task"] == PAGINATION.id and record["suite"] == "repo-edit"
     assert record["agent"] == "dflash-agent/json" and record["protocol"] == "json"
-    assert record["steps"] == 3
-    assert record["tool_calls"] == {"create": 1, "final_answer": 1, "view": 1}
+    assert record["steps"] == 4
+    assert record["tool_calls"] == {"bash": 1, "create": 1, "final_answer": 1, "view": 1}
     assert record["malformed"] == {"format_errors": 0, "invalid_arguments": 0, "total": 0}
     # the scripted server's timings: prompt_n 10, cache_n 0, 5 tokens in 2 ms per turn
-    assert record["prompt_tokens"] == {"prefilled": 30, "cached": 0}
-    assert record["decode_tokens"] == 15 and record["decode_tok_s"] == 2500.0
+    assert record["prompt_tokens"] == {"prefilled": 40, "cached": 0}
+    assert record["decode_tokens"] == 20 and record["decode_tok_s"] == 2500.0
     assert record["draft"] is None
     assert record["check"]["status"] == "passed" and record["wall_s"] > 0
     assert record["limits"] == {"max_steps": PAGINATION.max_steps, "timeout_s": 120}
@@ -191,8 +194,10 @@ def test_a_model_that_writes_the_solution_passes_and_is_recorded(tmp_path: Path)
 
 
 def test_a_model_that_does_nothing_but_says_done_is_a_false_success(tmp_path: Path):
-    # it looks (the loop takes no final answer before a tool call has worked), then says done
-    script = [call("view", path="pagination.py")] + [call("final_answer", text="all fixed")] * 2
+    # it looks and runs something (the loop takes no final answer from a task that changed
+    # nothing and ran nothing), then says done
+    script = [call("view", path="pagination.py"), call("bash", command="true"),
+              call("final_answer", text="all fixed")]
     [record] = run_scripted(script, tmp_path)
     assert record["exit_code"] == 0 and record["stop_reason"] == "done"
     assert record["pass"] is False and record["false_success"] is True
@@ -208,10 +213,10 @@ def test_a_run_stopped_at_the_step_limit_fails_without_a_false_success(tmp_path:
 
 def test_malformed_replies_and_invalid_arguments_are_counted(tmp_path: Path):
     script = [reply("{not json"), call("view", pathx=1), call("view", path="pagination.py"),
-              call("final_answer", text="x")]
+              call("bash", command="true"), call("final_answer", text="x")]
     [record] = run_scripted(script, tmp_path)
     assert record["malformed"] == {"format_errors": 1, "invalid_arguments": 1, "total": 2}
-    assert record["tool_calls"] == {"final_answer": 1, "view": 2}
+    assert record["tool_calls"] == {"bash": 1, "final_answer": 1, "view": 2}
     assert record["stop_reason"] == "done"
 
 
