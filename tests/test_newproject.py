@@ -113,10 +113,14 @@ def test_new_project_offers_the_skill_catalog_and_activates_a_forced_skill(tmp_p
     env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1",
            "HOME": str(tmp_path / "user")}
     done = reply(json.dumps({"tool": "final_answer", "arguments": {"text": "scaffolded"}}))
-    # A command first (new-project runs in full-auto): the skill's activation is the
-    # product's call, and a final answer stands only after the task's own work.
+    # A test that passes and a command (new-project runs in full-auto): the skill's activation
+    # is the product's call, a final answer stands only after the task's own work, and a run
+    # that found no test would go back to the model.
+    test = reply(json.dumps({"tool": "create", "arguments": {
+        "path": "tests/test_todo_app.py",
+        "file_text": "def test_nothing_yet():\n    assert True\n"}}))
     work = reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}}))
-    with ScriptedModel([work, done]) as model:
+    with ScriptedModel([test, work, done]) as model:
         proc = subprocess.run(
             [sys.executable, "-m", "agent", "new-project", "a todo app", "--dir", str(target),
              "--base-url", model.url, "--tool-protocol", "json", "--skill", "python-project"],
