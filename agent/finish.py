@@ -98,7 +98,8 @@ class Ledger:
             if path not in self.edited:
                 self.edited.append(path)
             self.ran_since_edit, self.check_failed = False, None
-        elif name == "bash":
+        elif name == "bash" and not args.get("background"):
+            # A job started in the background has not run yet: no check.
             self.ran_since_edit, self.check_failed = True, None
 
     def reply_ended(self, ran: int, failed: int) -> None:

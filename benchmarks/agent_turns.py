@@ -351,12 +351,17 @@ class ReplayAgent(Agent):
             self._execute(call)
         return None
 
-    def _execute(self, call: dict[str, Any], note: str = "") -> None:
+    def _final(self, text: str, call: dict[str, Any] | None = None, tell: bool = False
+               ) -> tuple[str, str] | None:
+        # A reply without calls is the fixture's turn as the model wrote it: no refusal of
+        # the product's (agent/finish.py) may enter the replayed conversation.
+        return None
+
+    def _execute(self, call: dict[str, Any], note: str = "") -> int:
         if self._queue:
             tool, result = self._queue.pop(0)
-            self._answer(call["id"], tool, result.text, result.is_error, 0.0)
-        else:
-            self._answer(call["id"], call["name"], NOT_REPLAYED, True, 0.0)
+            return self._answer(call["id"], tool, result.text, result.is_error, 0.0)
+        return self._answer(call["id"], call["name"], NOT_REPLAYED, True, 0.0)
 
     def _format_error(self, turn: Turn, message: str) -> tuple[str, str] | None:
         # The loop stores the malformed reply verbatim, then its feedback: keep the reply,

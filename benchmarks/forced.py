@@ -192,14 +192,15 @@ class ForcedClient(ServerClient):
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict] | None = None,
                  response_format: dict | None = None, sampling: dict[str, Any] | None = None,
                  max_tokens: int = 2048, on_text: Any = None, on_chunk: Any = None,
-                 deadline: float | None = None) -> Turn:
+                 deadline: float | None = None, stop_at: Any = None) -> Turn:
         """As :meth:`ServerClient.complete`, forced when :meth:`force` was called since the
-        last request (then :attr:`last` says how the forcing went)."""
+        last request (then :attr:`last` says how the forcing went; a forced reply is the
+        recorded one whole, so ``stop_at`` applies only to a free one)."""
         summary = bool(messages) and messages[0].get("content") == SUMMARY_SYSTEM
         if self._forced is None or summary:
             return super().complete(messages, tools=tools, response_format=response_format,
                                     sampling=sampling, max_tokens=max_tokens, on_text=on_text,
-                                    on_chunk=on_chunk, deadline=deadline)
+                                    on_chunk=on_chunk, deadline=deadline, stop_at=stop_at)
         text, pieces, call = self._forced
         self._forced = None
         saved = self.request_extra

@@ -303,3 +303,16 @@ def test_a_check_that_ran_no_test_is_no_check(tmp_path: Path):
         result = agent.run("write a.py")
     assert "Ran 0 tests" in results_of(events)[1].text
     assert result.reason == "check_failed"
+
+
+
+def test_a_command_started_in_the_background_is_no_check(tmp_path: Path):
+    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
+    job = "<bash>\n<command>sleep 30</command>\n<background>true</background>\n</bash>"
+    with ScriptedModel([reply(edit), reply(job), reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+        agent.registry.close()
+    refusals = [r.text for r in results_of(events) if r.name == "final_answer"]
+    assert refusals == [UNCHECKED.format(files="a.py")]
+    assert (result.reason, result.steps) == ("done", 4)
