@@ -41,3 +41,11 @@ def test_the_protocol_event_round_trips_through_the_log():
     event = ProtocolChoice(session_id="s", protocol="json", previous="text", step=3,
                            reason="2 malformed replies in a row under text")
     assert parse_event(event.model_dump_json()) == event
+
+
+def test_auto_names_the_coder_measurement_for_qwen2_5_coder():
+    from agent.protocols.choice import CODER_MODELS, decide
+    for name in CODER_MODELS:
+        decision = decide("auto", {"model": name, "supports_tools": True})
+        assert (decision.protocol, decision.fallback) == ("text", "json")
+        assert "Qwen2.5-Coder-1.5B" in decision.reason and "2026-12-07" in decision.reason

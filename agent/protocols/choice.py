@@ -24,6 +24,9 @@ class Rule:
 
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CODER_MODELS = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+"""The coder presets' files (backend/models/presets.toml)."""
 
 AUTO_RULES: tuple[Rule, ...] = (
     Rule("json", None,
@@ -32,6 +35,14 @@ AUTO_RULES: tuple[Rule, ...] = (
          "without a call (3,755 characters, no file written); the json grammar forces a "
          "valid call every turn",
          when={"model": EMBEDDED_MODEL}),
+    *(Rule("text", "json",
+           "measured on Qwen2.5-Coder-1.5B-Instruct Q4_K_M (benchmarks/RESULTS.md, 2026-12-07, "
+           "the task benchmark's 11 repository edits on a 2-core CPU): no protocol solved a "
+           "task; text had no false success and the shortest sessions (70 s a task), json none "
+           "malformed but the longest (220 s) and one false success, native 15 malformed "
+           "replies (JSON fences with Python strings) and a 2,258-token first prompt; text, "
+           "with json after two malformed replies",
+           when={"model": name}) for name in CODER_MODELS),
     Rule("text", "json",
          "text keeps speculation and the prompt cache working inside the agent's turns: "
          "arguments are raw text (a file's content as it is in the file, which n-gram lookup "
