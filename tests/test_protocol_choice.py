@@ -2,7 +2,7 @@
 
 from agent.config import load_settings
 from agent.events import ProtocolChoice, parse_event
-from agent.protocols.choice import AUTO_RULES, Rule, decide
+from agent.protocols.choice import AUTO_RULES, CODER_MODELS, Rule, decide
 
 
 def test_auto_is_text_with_a_json_fallback_whatever_the_template():
@@ -44,7 +44,6 @@ def test_the_protocol_event_round_trips_through_the_log():
 
 
 def test_auto_names_the_coder_measurement_for_qwen2_5_coder():
-    from agent.protocols.choice import CODER_MODELS, decide
     for name in CODER_MODELS:
         decision = decide("auto", {"model": name, "supports_tools": True})
         assert (decision.protocol, decision.fallback) == ("text", "json")
