@@ -167,7 +167,7 @@ def test_a_call_written_the_json_way_is_repaired(tmp_path: Path):
 
 
 def test_repeated_format_errors_fall_back_to_json_keeping_the_prefix(tmp_path: Path):
-    script = [reply("hello"), reply("<view>\n<path>a</path>"),
+    script = [reply("hello"), reply("<view>\n<path>a"),
               reply(json.dumps({"tool": "bash", "arguments": {"command": "true"}})),
               reply(json.dumps({"tool": "final_answer", "arguments": {"text": "ok"}}))]
     with ScriptedModel(script) as model:

@@ -211,7 +211,7 @@ def test_an_unknown_tool_is_a_call_only_where_it_looks_like_one(registry: Regist
 
 def test_a_call_that_is_never_closed_is_a_format_error_with_the_form(schemas):
     with pytest.raises(FormatError) as err:
-        parse_text_calls("ok\n<view>\n<path>a.py</path>\n", schemas)
+        parse_text_calls("ok\n<view>\n<path>a.py\n", schemas)
     message = str(err.value)
     assert message.startswith("line 2:") and "never closed with </view>" in message
     assert message.endswith("<view>\n<path>…</path>\n</view>")
@@ -252,6 +252,10 @@ def test_a_call_left_open_ends_where_the_next_call_opens(schemas):
     # no next call ends stays an error.
     with pytest.raises(FormatError, match="never closed"):
         parse_text_calls("<create>\n<path>a.py</path>\n<file_text>\nx = 1\n", schemas)
+    # At the end of the reply too: the 1.5B's final answer, never closed, after a fixed file.
+    calls = parse_text_calls("<final_answer>\nadd() now returns a + b.\n", schemas)
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("final_answer", {"text": "add() now returns a + b.\n"})]
 
 
 def test_a_parameter_given_twice_is_a_format_error(schemas):
@@ -261,7 +265,7 @@ def test_a_parameter_given_twice_is_a_format_error(schemas):
 
 def test_a_malformed_second_call_fails_the_whole_reply(schemas):
     with pytest.raises(FormatError, match="line 2: the <bash> call is never closed"):
-        parse_text_calls("<view><path>a</path></view>\n<bash><command>ls</command>", schemas)
+        parse_text_calls("<view><path>a</path></view>\n<bash><command>ls", schemas)
 
 
 def test_prose_only_has_no_calls_and_stray_close_tags_in_prose_are_tolerated(schemas):

@@ -53,7 +53,8 @@ The rules (the system prompt teaches 1-5; the others settle the edge cases):
 9. **Repair.** A reply with no tag calls may still hold calls written the json way
    (:func:`agent.protocols.base.calls_in_text`); those run.
 10. **A call left open.** A call with no closing tag anywhere ends where the next call opens
-    at the start of a line, when its parameters up to there parse.
+    at the start of a line, or at the end of the reply, when its parameters up to there parse
+    (a parameter left open still does not: ``<file_text>`` cut short is no content).
 11. **A bare value.** A call whose body holds no tag at all is the value of the tool's one
     required parameter, when it has exactly one and it takes a string, the value cut as in
     rule 3 (``<final_answer>\ndone\n</final_answer>``, ``<view>src/app.py</view>``).
@@ -300,12 +301,13 @@ class _Parser:
         when its parameters up to there parse (a small model left out ``</create>`` before
         its ``<final_answer>``: Qwen2.5-Coder-1.5B, issue 49). The parameters and the calls
         from there, or None."""
-        for m in self._line_call.finditer(self.text, body_start):
+        ends = [m.start() for m in self._line_call.finditer(self.text, body_start)]
+        for end in [*ends, len(self.text)]:
             try:
-                params = self._body(body_start, m.start(), name)
+                params = self._body(body_start, end, name)
             except _BodyError:
                 continue
-            rest = self._from(m.start(), clean) if params else None
+            rest = (self._from(end, clean) if end < len(self.text) else []) if params else None
             if rest is not None:
                 return params, rest
         return None
