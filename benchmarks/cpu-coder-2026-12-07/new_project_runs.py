@@ -1,11 +1,19 @@
-"""new-project with a preset, for several descriptions: exit code, tests, wall time, tok/s."""
-import json, subprocess, sys, time, shutil, os
+"""new-project with a preset, for several descriptions: exit code, tests, wall time, tok/s.
+
+python new_project_runs.py PRESET OUT.jsonl WORKDIR [AGENT]"""
+import json
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
+
 preset, out, root = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 agent = sys.argv[4] if len(sys.argv) > 4 else "agent"
 descs = ["a CLI todo app with tests", "a python function that adds two numbers",
          "a word frequency counter CLI", "a temperature converter between Celsius and Fahrenheit"]
-shutil.rmtree(root, ignore_errors=True); root.mkdir(parents=True)
+shutil.rmtree(root, ignore_errors=True)
+root.mkdir(parents=True)
 for d in descs:
     t0 = time.monotonic()
     p = subprocess.run([agent, "new-project", d, "--preset", preset, "--json"], cwd=root,
