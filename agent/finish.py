@@ -35,6 +35,9 @@ AFTER_CALLS = ("final_answer not taken: it came in the same reply as calls whose
                "is done.")
 AFTER_FAILURES = ("final_answer not taken: {what} failed (see above). Fix what failed and "
                   "check the result; call final_answer again only if the task is done.")
+EMPTY_CHECK = ("final_answer not taken: your last check `{command}` ran no test. Run the "
+               "project's tests with the runner they are written for (test_*.py files with "
+               "plain assert statements: python -m pytest -q), then call final_answer.")
 UNCHECKED = ("final_answer not taken: you changed {files} and ran nothing since. Run the "
              "tests (or the program) with bash to check the change, then call final_answer.")
 UNCHANGED = ("final_answer not taken: this task has changed no file and run no command yet. "
@@ -61,6 +64,8 @@ class Ledger:
     ran_any: bool = False
     """A command ran in this task (its outcome aside)."""
     check_failed: str | None = None
+    check_empty: bool = False
+    """The last command's test runner ran no test."""
     """The last command after the last edit, when it failed."""
     reply_failed: bool = False
     """Every call of the last reply that ran calls failed."""
@@ -84,8 +89,9 @@ class Ledger:
         without tests, read "OK" and ended with exit 0)."""
         args = arguments if isinstance(arguments, dict) else {}
         self.ran_any = self.ran_any or name == "bash"
-        if name == "bash" and not is_error and NO_TESTS.search(text):
-            is_error = True
+        empty = name == "bash" and not is_error and bool(NO_TESTS.search(text))
+        is_error = is_error or empty
+        self.check_empty = empty
         if is_error:
             if name == "bash" and isinstance(args.get("command"), str):
                 self.ran_since_edit, self.check_failed = True, args["command"]
@@ -124,7 +130,9 @@ class Ledger:
             return self._once(UNCHECKED.format(files=", ".join(map(display_given, code))),
                               key=f"#{self.edits}")
         if self.check_failed is not None:
-            text = AFTER_FAILURES.format(what=f"your last check `{self.check_failed[:80]}`")
+            command = self.check_failed.strip()[:80]
+            text = EMPTY_CHECK.format(command=command) if self.check_empty else \
+                AFTER_FAILURES.format(what=f"your last check `{command}`")
             return text, "check_failed"
         if self.reply_failed:
             return self._once(AFTER_FAILURES.format(what="every call of your last reply"))

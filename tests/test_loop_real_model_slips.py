@@ -14,6 +14,7 @@ from agent.finish import (
     AFTER_CALLS,
     AFTER_FAILURES,
     BROKEN,
+    EMPTY_CHECK,
     NOTHING_DONE,
     UNCHANGED,
     UNCHECKED,
@@ -302,6 +303,8 @@ def test_a_check_that_ran_no_test_is_no_check(tmp_path: Path):
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("write a.py")
     assert "Ran 0 tests" in results_of(events)[1].text
+    assert results_of(events)[2].text == EMPTY_CHECK.format(
+        command="python -m unittest discover")
     assert result.reason == "check_failed"
 
 
