@@ -17,6 +17,15 @@ def call(tool: str, **arguments: Any) -> dict[str, Any]:
     return reply(json.dumps({"tool": tool, "arguments": arguments}))
 
 
+def new_adder(model: ScriptedModel, target: Path, home: Path) -> subprocess.CompletedProcess:
+    """``agent new-project "an adder"`` (simple recipe, json protocol) against ``model``."""
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "new-project", "an adder", "--dir", str(target),
+         "--base-url", model.url, "--tool-protocol", "json", "--recipe", "simple"],
+        capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+
+
 def test_a_failed_check_at_the_end_goes_back_to_the_model_and_the_fix_is_committed(
         tmp_path: Path, agent_home: Path):
     target = tmp_path / "adder"
@@ -32,12 +41,8 @@ def test_a_failed_check_at_the_end_goes_back_to_the_model_and_the_fix_is_committ
         call("bash", command="python -m pytest -q"),
         call("final_answer", text="fixed"),
     ]
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
     with ScriptedModel(script) as model:
-        proc = subprocess.run(
-            [sys.executable, "-m", "agent", "new-project", "an adder", "--dir", str(target),
-             "--base-url", model.url, "--tool-protocol", "json", "--recipe", "simple"],
-            capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+        proc = new_adder(model, target, agent_home)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "tests failed: sending dflash-agent's own run back" in proc.stderr
     fix = model.requests[5]["messages"][-1]["content"]
@@ -60,12 +65,8 @@ def test_tests_the_runner_did_not_find_go_back_as_a_task_to_write_them(tmp_path:
         call("bash", command="python -m pytest -q"),
         call("final_answer", text="tests written"),
     ]
-    env = {**os.environ, "DFLASH_AGENT_HOME": str(agent_home), "NO_COLOR": "1"}
     with ScriptedModel(script) as model:
-        proc = subprocess.run(
-            [sys.executable, "-m", "agent", "new-project", "an adder", "--dir", str(target),
-             "--base-url", model.url, "--tool-protocol", "json", "--recipe", "simple"],
-            capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+        proc = new_adder(model, target, agent_home)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     task = model.requests[3]["messages"][-1]["content"]
     assert ": no tests." in task and "files named tests/test_*.py" in task
