@@ -54,19 +54,6 @@ def test_json_protocol_executes_a_real_tool_call_in_the_workspace(real_server, t
     assert all((t.timings.cache_n or 0) > 0 for t in turns[1:])
 
 
-def test_json_protocol_reaches_a_model_issued_final_answer(real_server, tmp_path: Path):
-    server = real_server("ngram")
-    agent, events, _ = _agent(server.base_url, tmp_path / "ws", "json")
-    try:
-        result = agent.run("Create a file named hello.txt containing the word hello. "
-                           "Then call final_answer.")
-    finally:
-        agent.registry.close()
-    assert result.reason == "done" and result.text
-    last_turn = [e for e in events if e.type == "model_turn"][-1]
-    assert last_turn.tool_calls[0].name == "final_answer"
-
-
 def test_native_protocol_with_a_tool_declaring_template(real_server, engine: Engine,
                                                        tmp_path: Path):
     template = engine.templates / "Qwen-Qwen2.5-7B-Instruct.jinja"

@@ -143,3 +143,18 @@ def test_an_mcp_run_task_does_the_asked_edit(coder: str, tmp_path: Path):
                            cwd=root, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout
     assert {d.a_path for d in repo.index.diff(None)} == {"calc.py"}
+
+
+def test_the_json_protocol_reaches_a_model_issued_final_answer(coder: str, shared_home: Path,
+                                                               tmp_path: Path):
+    """Grammar-forced calls end in the model's own final answer (this ran on SmolLM2-135M,
+    which since the final-answer rules of agent/finish.py repeats its calls instead)."""
+    root = Path(committed_repo(tmp_path / "hello", {"README.md": "# hello\n"}).working_tree_dir)
+    proc = agent("run", "Create a file named hello.txt containing the word hello. Then call "
+                 "final_answer.", "--preset", PRESET, "--approval", "full-auto",
+                 "--tool-protocol", "json", "--json", home=shared_home, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "hello" in (root / "hello.txt").read_text()
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    turns = [e for e in events if e.get("type") == "model_turn"]
+    assert turns[-1]["tool_calls"][0]["name"] == "final_answer"
