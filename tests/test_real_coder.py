@@ -98,10 +98,12 @@ def test_a_repository_edit_is_the_asked_one_and_undo_puts_it_back(coder: str,
                  "the test.", "--preset", PRESET, "--approval", "full-auto", "--json",
                  home=shared_home, cwd=root)
     # Exit 0, or 1 where the model's own check of its edit failed or ran no test (the 1.5B
-    # likes `unittest discover`, which finds no pytest-style test): never 0 for undone work.
+    # likes `unittest discover`, which finds no pytest-style test) or it went on rewriting the
+    # fixed file: the outcome below is what counts, and exit 0 only ever comes with it.
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     reason = next(e["reason"] for e in events if e.get("type") == "final_answer")
-    assert (proc.returncode, reason) in {(0, "done"), (1, "check_failed")}, proc.stderr[-2000:]
+    assert (proc.returncode, reason) in {(0, "done"), (1, "check_failed"),
+                                         (1, "repeated_call")}, proc.stderr[-2000:]
     check = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                            cwd=root, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout
@@ -138,7 +140,7 @@ def test_an_mcp_run_task_does_the_asked_edit(coder: str, tmp_path: Path):
     finally:
         jobs.shutdown()
     assert out["result"]["state"] == "done", out
-    assert out["result"]["reason"] in {"done", "check_failed"}, out
+    assert out["result"]["reason"] in {"done", "check_failed", "repeated_call"}, out
     check = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                            cwd=root, capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout
