@@ -25,6 +25,7 @@ from agent.mcp_server.jobs import JobManager
 from agent.mcp_server.server import Roots, build_server
 from backend.models.presets import get_preset
 from backend.models.sources import resolve_model
+from backend.serve.server import running, stop
 from tests.conftest import home_env
 from tests.gitrepo import committed_repo
 
@@ -54,7 +55,12 @@ def coder(shared_home: Path, engine) -> Iterator[str]:
     status = agent("backend", "status", "--json", home=shared_home, cwd=shared_home)
     [state] = [s for s in json.loads(status.stdout) if s["preset"] == PRESET]
     yield state["url"]
-    agent("backend", "down", "--all", home=shared_home, cwd=shared_home)
+    # Only this server: `backend down --all` would also stop the session's shared SmolLM2
+    # servers (``real_server``) that later test modules still use.
+    with home_env(shared_home):
+        for s in running():
+            if s.base_url == state["url"]:
+                stop(s)
 
 
 def test_new_project_ends_with_a_committed_project_whose_tests_pass(coder: str,
