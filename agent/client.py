@@ -336,8 +336,9 @@ class ServerClient:
                                   "max_tokens": max_tokens, "extra_body": extra}
         if sampling.get("temperature") is not None:
             kwargs["temperature"] = sampling["temperature"]
-        if sampling.get("top_p") is not None:
-            kwargs["top_p"] = sampling["top_p"]
+        for key in ("top_p", "seed"):
+            if sampling.get(key) is not None:
+                kwargs[key] = sampling[key]
         if tools:
             kwargs["tools"] = tools
             kwargs["parallel_tool_calls"] = False

@@ -41,7 +41,7 @@ class Settings(BaseModel):
     profile: Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"] | None = Field(
         None, description="Speculation profile; None uses the preset's.")
-    tool_protocol: Literal["auto", "text", "json", "native"] = Field(
+    tool_protocol: Literal["auto", "text", "json", "native", "whole"] = Field(
         description="How tool calls are requested from the model (auto: see "
         "agent/protocols/choice.py).")
     max_steps: int = Field(ge=1, description="Model calls per task.")

@@ -85,6 +85,9 @@ class ModelTurn(_Event):
     ended_early: bool = Field(False, description="The agent ended the reply after its last "
                               "complete tool call, as the model went on past it (text "
                               "protocol); content holds what was kept.")
+    repeated: bool = Field(False, description="The reply repeats an earlier one of the task "
+                           "word for word under greedy decoding: neither run nor kept, the "
+                           "step asked again with sampling (agent/repeats.py).")
 
 
 class ToolCall(_Event):

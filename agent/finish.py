@@ -37,7 +37,9 @@ AFTER_FAILURES = ("final_answer not taken: {what} failed (see above). Fix what f
                   "check the result; call final_answer again only if the task is done.")
 EMPTY_CHECK = ("final_answer not taken: your last check `{command}` ran no test. Run the "
                "project's tests with the runner they are written for (test_*.py files with "
-               "plain assert statements: python -m pytest -q), then call final_answer.")
+               "plain assert statements: python -m pytest -q). If the project has no tests, "
+               "write a short test file for your change (test_NAME.py with plain assert "
+               "statements) and run it, then call final_answer.")
 UNCHECKED = ("final_answer not taken: you changed {files} and ran nothing since. Run the "
              "tests (or the program) with bash to check the change, then call final_answer.")
 UNCHANGED = ("final_answer not taken: this task has changed no file and run no command yet. "
@@ -89,7 +91,8 @@ class Ledger:
         without tests, read "OK" and ended with exit 0)."""
         args = arguments if isinstance(arguments, dict) else {}
         self.ran_any = self.ran_any or name == "bash"
-        empty = name == "bash" and not is_error and bool(NO_TESTS.search(text))
+        # pytest exits 5 when it collected nothing: still "ran no test", not a failed test.
+        empty = name == "bash" and bool(NO_TESTS.search(text))
         is_error = is_error or empty
         self.check_empty = empty
         if is_error:

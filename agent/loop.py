@@ -40,8 +40,9 @@ from agent.events import (
 from agent.finish import AFTER_CALLS, STOPPED_BEFORE_REPLY, STOPS, Ledger
 from agent.prompts import JSON_SWITCH, switch_note
 from agent.protocols.base import FINAL_ANSWER, FormatError, tools_with_final
-from agent.protocols.calls import Call, CallProtocol, Protocol
+from agent.protocols.calls import JOINED, Call, CallProtocol, Protocol, last_speaker
 from agent.protocols.choice import ProtocolDecision
+from agent.repeats import RepeatGuard
 from tools.aliases import renamed_note
 from tools.registry import Registry
 
@@ -109,6 +110,7 @@ class Agent:
         self.steps = 0
         self.timings: list[Timings] = []
         self._loops = LoopDetector()
+        self._repeats = RepeatGuard()
         self._format_errors = 0
         self._pending: list[tuple[str, str]] = []
         self._results: list[tuple[str, bool]] = []
@@ -149,6 +151,7 @@ class Agent:
         had made them (``agent run --skill``), so the history reads like one it wrote."""
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
         self.ledger.reset()
+        self._repeats.reset()
         self._add({"role": "user", "content": task}, why=self._stopped)
         started = time.monotonic()
         self._deadline = started + self.limits.max_time
@@ -190,7 +193,7 @@ class Agent:
         in a row, Mistral's also across tool results and tool-calling assistant messages. A
         message of its own rather than a merge keeps the history append-only (the prompt
         cache, and a resume replays the log)."""
-        if message.get("role") == "user" and _last_speaker(self.messages) == "user":
+        if message.get("role") == "user" and last_speaker(self.messages) == "user":
             bridge = {"role": "assistant", "content": BRIDGE.format(why=why)}
             self.messages.append(bridge)
             self.emit(Message(session_id=self.session_id, message=bridge))
@@ -251,7 +254,9 @@ class Agent:
             on_text, on_chunk = self.ui.stream, self.ui.received
         try:
             return self.client.complete(self.messages, **self.calls.request_fields(),
-                                        sampling=self.sampling, max_tokens=self.max_tokens,
+                                        sampling=self._repeats.sampling(self.sampling,
+                                                                        self.steps),
+                                        max_tokens=self.max_tokens,
                                         on_text=on_text, on_chunk=on_chunk,
                                         deadline=self._deadline,
                                         stop_at=self.calls.stop_at())
@@ -267,7 +272,10 @@ class Agent:
             return self._out_of_time(exc.turn, protocol)
         if turn.timings:
             self.timings.append(turn.timings)
-        if protocol == "text" and turn.finish_reason == "length":
+        if self._repeats.is_repeat(turn.content, turn.tool_calls, self.sampling):
+            self._log_turn(turn, protocol, [], repeated=True)
+            return None
+        if protocol in JOINED and turn.finish_reason == "length":
             # Whatever parsed before the cut is part of a runaway: nothing of it runs.
             self._log_turn(turn, protocol, [])
             return self._cut(turn, self.calls.cut_detail(turn))
@@ -329,8 +337,8 @@ class Agent:
                 failed += self._answer(call["id"], call["name"], f"denied by the user: {denial}",
                                        True, 0.0)
                 continue
-            failed += self._execute(call, NOTE.format(report=self._loops.report)
-                                    if verdict == "warn" else "")
+            failed += self._execute(call, self.calls.own_words(NOTE.format(
+                report=self._loops.report)) if verdict == "warn" else "")
         self.ledger.reply_ended(ran, failed)
         return None
 
@@ -353,7 +361,7 @@ class Agent:
             self._answer(call["id"], call["name"], refusal, True, 0.0, counted=False)
             self._deny_pending("not executed: it came after final_answer")
         elif tell:
-            self._tell(refusal)
+            self._tell(self.calls.own_words(refusal))
         return None
 
     def _inject(self, name: str, arguments: dict[str, Any]) -> None:
@@ -459,7 +467,7 @@ class Agent:
         if counted:
             self.ledger.record(name, arguments, is_error, text)
         message = self.calls.result_message(call_id, name, ("ERROR: " if is_error else "") + text)
-        if self.protocol == "text":
+        if self.protocol in JOINED:
             self._results.append((message["content"], protected))  # sent as one: _flush_results
         else:
             # Compaction keeps flagged messages verbatim (agent.context.PROTECTED).
@@ -478,8 +486,10 @@ class Agent:
         self._results.clear()
         self._add({**message, PROTECTED: True} if protected else message)
 
-    def _log_turn(self, turn: Turn, protocol: str, calls: list[Call]) -> None:
+    def _log_turn(self, turn: Turn, protocol: str, calls: list[Call],
+                  repeated: bool = False) -> None:
         self.emit(ModelTurn(session_id=self.session_id, step=self.steps, protocol=protocol,
+                            repeated=repeated,
                             content=turn.content, reasoning=turn.reasoning,
                             finish_reason=turn.finish_reason,
                             usage=turn.usage, timings=turn.timings,
@@ -487,12 +497,3 @@ class Agent:
                             tool_calls=[ToolCallInfo(id=c["id"], name=c["name"],
                                                      arguments=c["arguments"]) for c in calls]))
 
-
-def _last_speaker(messages: list[dict[str, Any]]) -> str | None:
-    """The role of the last message that counts in a strict template's alternation check:
-    tool results and assistant messages carrying tool calls are left out (Mistral's rule)."""
-    for message in reversed(messages):
-        role = message.get("role")
-        if role != "tool" and not (role == "assistant" and message.get("tool_calls")):
-            return str(role)
-    return None

@@ -47,6 +47,30 @@ Tools (? marks an optional parameter):
 {catalog}
 """
 
+_WHOLE = """You are dflash-agent, a coding agent working in a project folder. Paths are relative \
+to the project's root folder.
+To change a file, or to make a new one, reply with its path on a line of its own and then \
+its entire new content in a fenced block:
+
+calc.py
+```python
+def add(a, b):
+    return a + b
+```
+
+Always write the whole file: never leave parts out and never write "..." for code that \
+stays the same.
+To run a command (the tests, the program), write it in a bash block; its output comes back \
+to you:
+
+```bash
+python -m pytest -q
+```
+
+Check your change by running the project's tests, or a short test you write, before you \
+finish. When the task is done, reply with a short summary and no block.
+"""
+
 _NATIVE = """Call tools to do the work. When the task is done, reply with a short summary \
 and no tool call.
 """
@@ -74,8 +98,11 @@ def _text_signature(spec: dict[str, Any]) -> str:
 
 def system_prompt(protocol: str, tools: list[dict[str, Any]]) -> str:
     """The system prompt for ``protocol``: ``json`` and ``text`` list the tools (``text``
-    adds ``final_answer`` itself when ``tools`` lacks it); ``native`` sends them as ``tools``.
-    ``tools`` are OpenAI tool dicts, including ``final_answer`` for ``json``."""
+    adds ``final_answer`` itself when ``tools`` lacks it); ``native`` sends them as ``tools``;
+    ``whole`` has no tools to list (:mod:`agent.protocols.whole`: file listings and bash
+    blocks). ``tools`` are OpenAI tool dicts, including ``final_answer`` for ``json``."""
+    if protocol == "whole":
+        return _WHOLE
     # No absolute path: a small model copied it, cut short, and was refused as outside the
     # workspace (issue 49); relative paths are all the tools need.
     text = _BASE

@@ -308,6 +308,22 @@ def test_a_check_that_ran_no_test_is_no_check(tmp_path: Path):
     assert result.reason == "check_failed"
 
 
+def test_pytest_collecting_no_test_is_told_to_write_one(tmp_path: Path):
+    """pytest exits 5 when it collects nothing: not a failed test but no check, and the
+    refusal says to write a test (the 1.5B ran pytest in a project without tests, was told
+    its check "failed" and answered that the tests passed)."""
+    (tmp_path / "ws").mkdir()
+    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
+    empty = "<bash>\n<command>python -m pytest -q -p no:cacheprovider</command>\n</bash>"
+    with ScriptedModel([reply(edit), reply(empty), reply(FINISH), reply(FINISH)]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write a.py")
+    assert "no tests ran" in results_of(events)[1].text
+    refusal = results_of(events)[2].text
+    assert refusal == EMPTY_CHECK.format(command="python -m pytest -q -p no:cacheprovider")
+    assert "write a short test file" in refusal
+    assert result.reason == "check_failed"
+
 
 def test_a_command_started_in_the_background_is_no_check(tmp_path: Path):
     edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"

@@ -169,7 +169,8 @@ def new_project_cmd(
                                                  "instead of the managed one.")] = None,
     ctx_size: CtxSize = None,
     tool_protocol: Annotated[str | None, typer.Option(
-        help="auto (text, falling back to json), text, native or json.")] = None,
+        help="auto (see agent/protocols/choice.py), text, native, json or whole (files "
+        "written whole in fences, commands in bash blocks).")] = None,
     max_steps: MaxSteps = None,
     max_time: MaxTime = None,
     force: Annotated[bool, typer.Option(help="Use a non-empty directory: its files are "
@@ -277,7 +278,8 @@ Approval = Annotated[str | None, typer.Option(help="ask, auto-edit (default) or 
 BaseUrl = Annotated[str | None, typer.Option(help="Use this OpenAI-compatible server instead of "
                                              "the managed one.")]
 ToolProtocol = Annotated[str | None, typer.Option(
-    help="auto (text, falling back to json), text, native or json.")]
+    help="auto (see agent/protocols/choice.py), text, native, json or whole (files "
+    "written whole in fences, commands in bash blocks).")]
 NoGit = Annotated[bool, typer.Option("--no-git", help="Work outside git: no checkpoints, "
                                      "no undo.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")]

@@ -1,5 +1,6 @@
-"""What differs per tool-call protocol (``text``, ``json``, ``native``): the request's protocol
-fields, turning a reply into calls, and the messages that record a call and its result.
+"""What differs per tool-call protocol (``text``, ``json``, ``native``, ``whole``): the
+request's protocol fields, turning a reply into calls, and the messages that record a call and
+its result.
 
 :class:`agent.loop.Agent` owns the step loop and asks a :class:`CallProtocol` for everything that
 depends on the protocol, so the loop reads the same for all three.
@@ -29,12 +30,16 @@ from agent.protocols.text import (
     render_call,
     usage,
 )
+from agent.protocols.whole import cut_detail as whole_cut_detail
+from agent.protocols.whole import in_own_words, parse_whole_calls, render_whole_call
 from tools.aliases import canonical_arguments
 from tools.registry import Registry
 
-Protocol = Literal["native", "json", "text"]
+Protocol = Literal["native", "json", "text", "whole"]
 RESULT_PREFIX = "[result of tool {name}]\n"
 """First line of a result sent as a user message (``text``; ``json`` without a tool role)."""
+JOINED = ("text", "whole")
+"""Protocols whose results of one reply go back as one user message."""
 
 Call = dict[str, Any]
 """``{"id": str, "name": str, "arguments": dict}``."""
@@ -77,7 +82,7 @@ class CallProtocol:
         """The calls in ``turn``, in order, their aliased argument names read as the tool's
         (:mod:`tools.aliases`; a call's ``aliased`` lists the renames); raises
         :class:`FormatError` with feedback for the model when it holds none in this protocol's
-        form (prose under ``native`` is an answer: ``[]``)."""
+        form (prose under ``native`` and ``whole`` is an answer: ``[]``)."""
         return [self._canonical(call) for call in self._parse(turn)]
 
     def _canonical(self, call: Call) -> Call:
@@ -91,6 +96,8 @@ class CallProtocol:
         if self.name == "json":
             name, args = parse_json_call(turn.content)
             return [_call(name, args)]
+        if self.name == "whole":
+            return [_call(n, a) for n, a in parse_whole_calls(turn.content)]
         if self.name == "text":
             found = [(c.name, c.arguments) for c in parse_text_calls(turn.content, self.schemas)]
             # A model that writes calls the json way anyway: repaired, not refused.
@@ -122,7 +129,10 @@ class CallProtocol:
         return [_call(n, a) for n, a in written]
 
     def cut_detail(self, turn: Turn) -> str:
-        """Where a ``text`` reply cut by max_tokens stopped (which call was left open)."""
+        """Where a ``text`` or ``whole`` reply cut by max_tokens stopped (which call or file
+        listing was left open)."""
+        if self.name == "whole":
+            return whole_cut_detail(turn.content)
         return cut_detail(turn.content, set(self.schemas))
 
     def assistant_message(self, turn: Turn, calls: list[Call]) -> dict[str, Any]:
@@ -140,10 +150,17 @@ class CallProtocol:
         if self.name == "json":
             return call, {"role": "assistant",
                           "content": json.dumps({"tool": name, "arguments": arguments})}
-        if self.name == "text":
+        written = render_whole_call(name, arguments) if self.name == "whole" else None
+        if written is not None:
+            return call, {"role": "assistant", "content": written}
+        if self.name in JOINED:
             return call, {"role": "assistant",
                           "content": render_call(name, arguments, self.schemas.get(name, {}))}
         return call, {"role": "assistant", "content": None, "tool_calls": [_wire(call)]}
+
+    def own_words(self, text: str) -> str:
+        """A loop message (a refused final answer) in this protocol's terms."""
+        return in_own_words(text) if self.name == "whole" else text
 
     def error_hint(self, call: Call) -> str:
         """Appended to a failed ``text`` call whose arguments do not fit its tool: the form."""
@@ -156,7 +173,7 @@ class CallProtocol:
         """The message that answers a call. Under ``text`` the loop joins a reply's results
         into one user message: templates that insist on alternating roles (Mistral, Gemma 2)
         refuse several user messages in a row."""
-        if self.name == "text" or (self.name == "json" and not self.tool_role):
+        if self.name in JOINED or (self.name == "json" and not self.tool_role):
             return {"role": "user", "content": RESULT_PREFIX.format(name=name) + content}
         return {"role": "tool", "tool_call_id": call_id, "content": content}
 
@@ -170,3 +187,13 @@ def _wire(call: Call) -> dict[str, Any]:
     return {"id": call["id"], "type": "function",
             "function": {"name": call["name"],
                          "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
+
+
+def last_speaker(messages: list[dict[str, Any]]) -> str | None:
+    """The role of the last message that counts in a strict template's alternation check:
+    tool results and assistant messages carrying tool calls are left out (Mistral's rule)."""
+    for message in reversed(messages):
+        role = message.get("role")
+        if role != "tool" and not (role == "assistant" and message.get("tool_calls")):
+            return str(role)
+    return None

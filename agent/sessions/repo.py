@@ -406,7 +406,8 @@ class RepoSession:
         instructions = load_instructions(root, cwd)
         if instructions:
             system += "\nProject instructions (AGENTS.md):\n" + instructions + "\n"
-        if self.skills is not None and self.skills.catalog.text:
+        # Under whole a reply holds files and commands only: no skill could be called.
+        if self.skills is not None and self.skills.catalog.text and protocol != "whole":
             system += "\n" + self.skills.catalog.text
         history = _replay(record) if record is not None else None
         if record is None:
@@ -475,7 +476,8 @@ class RepoSession:
                 client.id_slot = slot
                 first = [(SKILL_TOOL, {"name": n}) for n in self.forced_skills]
                 self.forced_skills = []
-                message = with_named_files(text, self.registry, self.workspace)
+                message = with_named_files(text, self.registry, self.workspace,
+                                           whole_project=self.agent.protocol == "whole")
                 result = self.agent.run(message, first_calls=first)
                 record_speculation(self.backend, result.timings, self.warn)
                 return result

@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
                      "appended)")
     run.add_argument("--resume", action="store_true", help="skip the tasks --out already "
                      "holds for this agent and configuration")
-    run.add_argument("--tool-protocol", choices=["auto", "text", "json", "native"],
+    run.add_argument("--tool-protocol", choices=["auto", "text", "json", "native", "whole"],
                      help="dflash-agent's tool-call protocol (default: its own, auto)")
     run.add_argument("--preset", help="the model preset (agent backend presets)")
     run.add_argument("--profile", help="dflash-agent's server profile")
