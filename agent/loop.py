@@ -1,9 +1,8 @@
 """The agent loop: one step = one model call + the tool calls it asked for.
 
 Stops on a final answer, a step or time limit (also inside a model step: the stream is closed
-when the time runs out), repeated identical calls, too many malformed replies, a reply cut by
-max_tokens, or Ctrl-C. Every tool call gets exactly one result, also on error or interrupt
-(FIELD-CASES.md class 11).
+when the time runs out), repeated calls, too many malformed replies, a reply cut by max_tokens,
+or Ctrl-C. Every tool call gets one result, also on error or interrupt (FIELD-CASES class 11).
 
 Requests are append-only: replies are stored verbatim (a cut reply as a short marker), and a
 protocol fallback appends a note while the request keeps the shape it had (the ``tools`` field
@@ -42,7 +41,7 @@ from agent.prompts import JSON_SWITCH, switch_note
 from agent.protocols.base import FINAL_ANSWER, FormatError, tools_with_final
 from agent.protocols.calls import JOINED, Call, CallProtocol, Protocol, last_speaker
 from agent.protocols.choice import ProtocolDecision
-from agent.repeats import RepeatGuard
+from agent.repeats import REPEATED, RepeatGuard
 from tools.aliases import renamed_note
 from tools.registry import Registry
 
@@ -110,7 +109,7 @@ class Agent:
         self.steps = 0
         self.timings: list[Timings] = []
         self._loops = LoopDetector()
-        self._repeats = RepeatGuard()
+        self.repeats = RepeatGuard()
         self._format_errors = 0
         self._pending: list[tuple[str, str]] = []
         self._results: list[tuple[str, bool]] = []
@@ -151,7 +150,7 @@ class Agent:
         had made them (``agent run --skill``), so the history reads like one it wrote."""
         self.steps, self._loops, self._format_errors = 0, LoopDetector(), 0
         self.ledger.reset()
-        self._repeats.reset()
+        self.repeats.reset()
         self._add({"role": "user", "content": task}, why=self._stopped)
         started = time.monotonic()
         self._deadline = started + self.limits.max_time
@@ -254,7 +253,7 @@ class Agent:
             on_text, on_chunk = self.ui.stream, self.ui.received
         try:
             return self.client.complete(self.messages, **self.calls.request_fields(),
-                                        sampling=self._repeats.sampling(self.sampling,
+                                        sampling=self.repeats.sampling(self.sampling,
                                                                         self.steps),
                                         max_tokens=self.max_tokens,
                                         on_text=on_text, on_chunk=on_chunk,
@@ -272,9 +271,6 @@ class Agent:
             return self._out_of_time(exc.turn, protocol)
         if turn.timings:
             self.timings.append(turn.timings)
-        if self._repeats.is_repeat(turn.content, turn.tool_calls, self.sampling):
-            self._log_turn(turn, protocol, [], repeated=True)
-            return None
         if protocol in JOINED and turn.finish_reason == "length":
             # Whatever parsed before the cut is part of a runaway: nothing of it runs.
             self._log_turn(turn, protocol, [])
@@ -286,6 +282,14 @@ class Agent:
             if turn.finish_reason == "length":
                 return self._cut_or_switch(turn)
             return self._format_error(turn, str(exc))
+        if self.repeats.is_repeat(turn.content, turn.tool_calls, self.sampling, calls):
+            self._log_turn(turn, protocol, [], repeated=True)
+            self._add(self.calls.assistant_message(turn, []))
+            # Held back, yet called: three in a row still stop the task, as before.
+            if "stop" in [self._loops.observe(c["name"], c["arguments"]) for c in calls]:
+                return f"stopped: {self._loops.report}", "repeated_call"
+            self._tell(self.calls.own_words(REPEATED))
+            return None
         self._log_turn(turn, protocol, calls)
         if not calls and turn.finish_reason == "length":
             return self._cut_or_switch(turn)
@@ -376,9 +380,8 @@ class Agent:
 
     def _cut(self, turn: Turn, where: str = "before it called a tool or finished"
              ) -> tuple[str, str]:
-        """Stop on a reply cut by max_tokens: unfinished (often a runaway repetition), so
-        neither an answer nor a format error to retry at the same limit. The history keeps its
-        start and a marker, so a later request does not carry the runaway."""
+        """Stop on a reply cut by max_tokens (unfinished, often a runaway: no answer, no format
+        error to retry); the history keeps its start and a marker, not the runaway."""
         n = self._keep_cut(turn)
         return f"the model's reply was cut at the token limit ({n} characters) {where}", \
             "length"
@@ -392,10 +395,8 @@ class Agent:
 
     def _cut_or_switch(self, turn: Turn) -> tuple[str, str] | None:
         """A reply cut by max_tokens without a call: :meth:`_cut`, except in a native session
-        whose model has never made a native call. That model ran away writing code or a call
-        the template's parser did not take (SmolLM2 under a tool-declaring template, on some
-        CPUs); like one that answers in prose, it does not speak the template's tool format,
-        so the session falls back (once) instead of stopping."""
+        whose model never made a native call: it wrote what the template's parser did not take
+        (SmolLM2, some CPUs), so the session falls back (once) instead of stopping."""
         if not self._never_called_natively():
             return self._cut(turn)
         n = self._keep_cut(turn)

@@ -3,10 +3,12 @@
 At temperature 0 the same history gives the same reply, and a small model shown a failed test
 answers with the reply it wrote before, character for character (Qwen2.5-Coder-1.5B under the
 ``whole`` protocol wrote the same wrong ``pagination.py`` and the same ``pytest`` three times,
-and the task stopped on repeated calls, issue 49). Running the repeat again cannot help and
-keeping it in the history teaches the model to repeat. So the repeat is logged, neither run
-nor kept, and the step is asked again with sampling (:data:`RESAMPLE`, a seed per step so
-that a run repeats on the same machine); the request after it decodes greedily again.
+and the task stopped on repeated calls, issue 49). Running the repeat again cannot help. So the
+repeat is not run: it stays in the history (append-only) with a note saying so
+(:data:`REPEATED`), and the next request samples (:data:`RESAMPLE`, a seed per step so that a
+run repeats on the same machine); the request after it decodes greedily again. Sampling alone
+was not enough: a reply that copies one already in the history comes back the same even at
+temperature 1.0, which also made the 1.5B ramble to the token limit.
 """
 
 from __future__ import annotations
@@ -14,12 +16,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-RESAMPLE = {"temperature": 1.0, "top_p": 0.95}
-"""Sampling wider than the presets' own (Qwen's 0.7 with top_p 0.8 gave the 1.5B's repeat
-back word for word: its top token held more than 0.8 of the mass at every step)."""
+from agent.protocols.base import FINAL_ANSWER
+
+RESAMPLE = {"temperature": 0.7, "top_p": 0.95}
+"""Qwen's temperature for its Coder instruct models with a wider nucleus than its 0.8 (at 0.8
+the 1.5B's top token held the mass at every step and the repeat came back)."""
 MAX_RESAMPLES = 3
-"""Repeats in a row after which the reply is taken as it is (the loop's repeat detector then
+"""Repeats in a row after which the reply is run as it is (the loop's repeat detector then
 stops the task)."""
+REPEATED = ("[Your reply repeats one you wrote earlier in this task, word for word, so it was "
+            "not run: the same calls give the same results. Do something different. If a "
+            "check failed, change the code it checks; if the project has no tests, write a "
+            "test file for your change and run it; if the task is done, call final_answer.]")
 
 
 class RepeatGuard:
@@ -30,20 +38,23 @@ class RepeatGuard:
         self._in_a_row = 0
         self.resample = False
         """The next request samples with :data:`RESAMPLE`."""
+        self.enabled = True
+        """False: every reply is run (a replay of recorded turns, which repeat on purpose)."""
 
     def reset(self) -> None:
         self._seen.clear()
         self._in_a_row, self.resample = 0, False
 
     def is_repeat(self, content: str, tool_calls: list[dict[str, Any]],
-                  sampling: dict[str, Any]) -> bool:
-        """Whether a reply (its text and native ``tool_calls``) repeats an earlier one of the
-        task under greedy decoding (``sampling``'s temperature 0), and is to be asked again;
-        records it otherwise."""
+                  sampling: dict[str, Any], calls: list[dict[str, Any]]) -> bool:
+        """Whether a reply (its text and native ``tool_calls``, parsed into ``calls``) repeats
+        an earlier one of the task under greedy decoding (``sampling``'s temperature 0) and is
+        not to be run; records it otherwise. A final answer is never held back: whether it
+        stands is the ledger's to say (agent/finish.py), and a refusal is given once."""
         key = json.dumps([content.strip(), tool_calls], sort_keys=True, default=str)
-        greedy = sampling.get("temperature") == 0
-        if greedy and key in self._seen and self._in_a_row < MAX_RESAMPLES \
-                and (content.strip() or tool_calls):
+        greedy = self.enabled and sampling.get("temperature") == 0
+        working = bool(calls) and all(c["name"] != FINAL_ANSWER for c in calls)
+        if greedy and working and key in self._seen and self._in_a_row < MAX_RESAMPLES:
             self._in_a_row += 1
             self.resample = True
             return True

@@ -163,9 +163,6 @@ class Reporter:
             t = event.timings
             if t is not None:
                 self._status_line(event, t)
-            if event.repeated:
-                self.console.print(Text("  the model repeated an earlier reply word for word: "
-                                        "not run; asking again with sampling", style="dim"))
         elif isinstance(event, ToolCall):
             self._show_call(event.name, event.arguments, event.preview)
         elif isinstance(event, ToolResult):

@@ -307,6 +307,7 @@ class ReplayAgent(Agent):
                          tool_role=tool_role, context=context,
                          limits=Limits(max_steps=10**6, max_time=10.0**9))
         self._add({"role": "user", "content": session.task})  # as Agent.run starts a task
+        self.repeats.enabled = False  # the fixture's turns repeat calls on purpose
         self._queue: list[tuple[str, FixtureResult]] = []
         self._error: str | None = None
 

@@ -15,7 +15,7 @@ from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
 from agent.protocols.base import FormatError
 from agent.protocols.whole import PATH_BEFORE_FENCE, in_own_words, parse_whole_calls
-from agent.repeats import RESAMPLE
+from agent.repeats import REPEATED, RESAMPLE
 from agent.sessions.named_files import SMALL_PROJECT_FILES, with_named_files
 from tests.scripted import ScriptedModel, reply
 from tools.registry import default_registry
@@ -130,8 +130,10 @@ def test_a_greedy_reply_that_repeats_an_earlier_one_is_not_run_and_asked_again_s
     temps = [(r.get("temperature"), r.get("top_p"), r.get("seed")) for r in model.requests]
     wide = (RESAMPLE["temperature"], RESAMPLE["top_p"], 3)
     assert temps == [(0, None, None), (0, None, None), wide, (0, None, None)]
-    # The repeat is not in the history the model sees next.
-    assert [m["content"] for m in model.requests[2]["messages"]].count(failing) == 1
+    # The repeat stays in the history (append-only), followed by the note that it did not run.
+    sent = [m["content"] for m in model.requests[2]["messages"]]
+    assert sent[-2:] == [failing, in_own_words(REPEATED)]
+    assert "call final_answer" not in sent[-1] and "reply with a short summary" in sent[-1]
 
 
 def test_a_repeat_under_sampling_is_run_as_it_is(tmp_path: Path):
@@ -167,3 +169,25 @@ def test_a_small_project_is_shown_whole_with_the_named_file_first(tmp_path: Path
         (root / f"m{i}.py").write_text("x = 1\n")
     assert "def page" not in with_named_files(task, registry, Workspace(root),
                                               whole_project=True)
+
+
+def test_a_repeated_final_answer_is_the_ledgers_to_judge_not_held_back(tmp_path: Path):
+    listing = f"calc.py\n{F}python\nx = 1\n{F}\n"
+    with ScriptedModel([reply(listing), reply("Done."), reply("Done.")]) as model:
+        agent, events = make_agent(model, tmp_path / "ws", sampling={"temperature": 0})
+        result = agent.run("write calc.py")
+    # Refused once as unchecked, then taken: a repeat of a final answer is no repeated call.
+    assert (result.reason, result.steps) == ("done", 3)
+    assert not any(e.repeated for e in events if e.type == "model_turn")
+    assert all(r.get("temperature") == 0 for r in model.requests)
+
+
+def test_held_back_repeats_still_count_toward_the_repeated_call_stop(tmp_path: Path):
+    same = f"{F}bash\nfalse\n{F}\n"
+    with ScriptedModel([reply(same)] * 3) as model:
+        agent, events = make_agent(model, tmp_path / "ws", sampling={"temperature": 0})
+        result = agent.run("run false")
+    # Run once, held back twice: three in a row stop the task as three runs did before.
+    assert result.reason == "repeated_call" and "3 times in a row" in result.text
+    assert len([e for e in events if e.type == "tool_call"]) == 1
+    assert len(model.requests) == 3

@@ -75,7 +75,7 @@ FIX_TASK = """dflash-agent ran the project's tests itself with `{runner}`: {stat
 
 {detail}
 
-Fix the code (the tests only when they are wrong), run the tests with bash, and finish with a \
+Fix the code (the tests only when they are wrong), run the tests again, and finish with a \
 short summary when they pass."""
 
 
@@ -84,7 +84,7 @@ NO_TESTS_TASK = """dflash-agent ran the project's tests itself with `{runner}`: 
 {detail}
 
 Write the tests where that runner finds them (for pytest: files named tests/test_*.py that \
-import the code), run them with bash, and finish with a short summary when they pass."""
+import the code), run them, and finish with a short summary when they pass."""
 """The fix round's task when the runner found no test (the 1.5B wrote its tests inside its
 module, where pytest does not look)."""
 
@@ -728,7 +728,8 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
     tools = registry.openai_tools()
     listed = tools_with_final(tools) if protocol == "json" else tools
     system = system_prompt(protocol, listed)
-    if offered is not None and offered.catalog.text:
+    # Under whole a reply holds files and commands only: no skill could be called.
+    if offered is not None and offered.catalog.text and protocol != "whole":
         system += "\n" + offered.catalog.text
     first = [*skills]
     eco_skill = ECOSYSTEMS[plan.toolchain].skill

@@ -63,10 +63,12 @@ SIMPLE_TASK = """Create a new project in the current directory: {description}
 
 Use only Python's standard library (nothing gets installed; argparse for a command line).
 Steps:
-1. Use the create tool to write the source code in {module}.py.
-2. Use the create tool to write pytest tests in tests/test_{module}.py.
-3. Run the tests with bash: python -m pytest -q
+1. Write the source code in {module}.py.
+2. Write pytest tests in tests/test_{module}.py (import {module}; plain assert statements).
+3. Run the tests: python -m pytest -q
 4. Fix any failure, then finish with a short summary."""
+"""In words every protocol reads: the tools (``text``, ``json``, ``native``) or file listings
+and bash blocks (``whole``) are the system prompt's to say."""
 
 PLANNER_SYSTEM = """You plan new software projects. Answer with one JSON object and nothing \
 else."""
