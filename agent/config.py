@@ -68,7 +68,7 @@ class Settings(BaseModel):
     checkpoint_max_file_mb: float = Field(
         10.0, gt=0, allow_inf_nan=False, description="An untracked file larger than this "
         "(MiB) is left out of a task's checkpoints, by size and time: undo never writes or "
-        "removes one that was there before the task (agent/sessions/checkpoints.py).")
+        "removes one that was there before the task (agent/sessions/checkpoints/coverage.py).")
     new_project_recipe: Literal["auto", "simple", "full"] = Field(
         "auto", description="new-project's recipe: full (the model plans any toolchain and "
         "the ecosystem's layout), simple (one Python module and its tests, for weak models) "

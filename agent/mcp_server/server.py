@@ -44,7 +44,7 @@ from agent.config import ConfigError, load_settings
 from agent.errors import UserError, host_text
 from agent.events import FinalAnswer
 from agent.mcp_server.jobs import FINISHED, Job, JobManager, NewFolder
-from agent.sessions import checkpoints as cp
+from agent.sessions.checkpoints.plumbing import open_repo
 from agent.sessions.repo import SessionRecord, diff_task, load_record, undo_task
 
 SESSION_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
@@ -356,7 +356,7 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         if not path.is_dir():
             raise ToolError(f"{repo_path} is not a directory")
         try:
-            repo = cp.open_repo(path)
+            repo = open_repo(path)
             roots.confine(str(repo.working_tree_dir))
             mode = approval or load_settings(project=path, cli=jobs.settings).approval
         except (UserError, ConfigError) as exc:
