@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.errors import UsageError
+from backend.errors import StatedError
 from backend.home import home
 from backend.models.configfile import ConfigFileError, read_config_text
 from backend.models.presets import PresetError, load_presets
@@ -24,8 +25,10 @@ from backend.models.presets import PresetError, load_presets
 ENV_PREFIX = "DFLASH_AGENT_"
 
 
-class ConfigError(ValueError):
+class ConfigError(StatedError, ValueError):
     """A config file or variable is invalid; the message names where."""
+
+    plain = True
 
 
 class FlagError(ConfigError, UsageError):
