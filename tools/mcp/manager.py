@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 10.0
 """Seconds a runner gets to close its connection (the SDK bounds its own shutdown at ~5 s)."""
-
-
 CLOSED_STREAM = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
 """anyio's words for a stream whose other end is gone: a call that meets one lost its
 connection."""

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 
 Status = Literal["starting", "ready", "failed", "quarantined", "stopped"]
-
-
 STRAY_KEPT = 3
 """Non-protocol stdout lines kept per server for the warning (the rest are only counted)."""
 

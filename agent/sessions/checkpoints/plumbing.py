@@ -19,30 +19,16 @@ import psutil
 from agent.errors import UserError
 
 REF_PREFIX = "refs/agent/checkpoints"
-
-
 AGENT_NAME = "dflash-agent"
-
-
 AGENT_EMAIL = "dflash-agent@localhost"
-
-
 # Snapshots are private bookkeeping: always the agent's identity, whatever the user configured.
 AGENT_IDENTITY = {
     "GIT_AUTHOR_NAME": AGENT_NAME, "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
     "GIT_COMMITTER_NAME": AGENT_NAME, "GIT_COMMITTER_EMAIL": AGENT_EMAIL,
 }
-
-
 NULL_MODE = "000000"
-
-
 GITLINK_MODE = "160000"
-
-
 _REF_PIECE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
 # (state file or folder in the git dir, what is in progress, how to finish it)
 _IN_PROGRESS = (
     ("rebase-merge", "a rebase", "`git rebase --continue` or `git rebase --abort`"),
@@ -178,8 +164,6 @@ def parent_or_empty(repo: git.Repo, commit: str) -> str:
 
 
 _TEMP_INDEX = "dflash-agent-index-"
-
-
 _STALE_S = 3600.0
 
 
