@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from agent.events import Timings
+from backend.errors import StatedError
 
 if TYPE_CHECKING:
     import openai
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from backend.serve.tuning import DraftCap
 
 
-class ContextOverflow(RuntimeError):
+class ContextOverflow(StatedError, RuntimeError):
     """The request does not fit the server's context (``exceed_context_size_error``)."""
 
     def __init__(self, n_prompt_tokens: int | None, n_ctx: int | None):
@@ -41,7 +42,7 @@ class ContextOverflow(RuntimeError):
                          f"server's context of {n_ctx} tokens")
 
 
-class ServerUnavailable(RuntimeError):
+class ServerUnavailable(StatedError, RuntimeError):
     """The server could not be reached or answered with an error."""
 
 

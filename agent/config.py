@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.errors import UsageError
+from backend.errors import StatedError
 from backend.home import home
 from backend.models.configfile import ConfigFileError, read_config_text
 from backend.models.presets import PresetError, load_presets
@@ -24,8 +25,10 @@ from backend.models.presets import PresetError, load_presets
 ENV_PREFIX = "DFLASH_AGENT_"
 
 
-class ConfigError(ValueError):
+class ConfigError(StatedError, ValueError):
     """A config file or variable is invalid; the message names where."""
+
+    plain = True
 
 
 class FlagError(ConfigError, UsageError):
@@ -68,7 +71,7 @@ class Settings(BaseModel):
     checkpoint_max_file_mb: float = Field(
         10.0, gt=0, allow_inf_nan=False, description="An untracked file larger than this "
         "(MiB) is left out of a task's checkpoints, by size and time: undo never writes or "
-        "removes one that was there before the task (agent/sessions/checkpoints.py).")
+        "removes one that was there before the task (agent/sessions/checkpoints/coverage.py).")
     new_project_recipe: Literal["auto", "simple", "full"] = Field(
         "auto", description="new-project's recipe: full (the model plans any toolchain and "
         "the ecosystem's layout), simple (one Python module and its tests, for weak models) "

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.client import ServerClient
 from agent.protocols.calls import RESULT_PREFIX
+from backend.errors import StatedError
 
 Message = dict[str, Any]
 
@@ -35,8 +36,10 @@ DEFAULT_N_CTX = 4096
 """Context assumed for the skill catalog's share when neither the server nor settings say."""
 
 
-class ContextTooSmall(RuntimeError):
+class ContextTooSmall(StatedError, RuntimeError):
     """Even the smallest request compaction can build does not fit the server's context."""
+
+    plain = True
 
     def __init__(self, n_ctx: int, smallest: int, budget: Budget):
         self.n_ctx, self.smallest = n_ctx, smallest

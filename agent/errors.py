@@ -1,5 +1,7 @@
 """User-facing failures: one line with cause and next step; a crash log where a traceback
-helps (internal errors, build and server failures)."""
+helps (internal errors, build and server failures). Every failure with a stated cause derives
+from :class:`backend.errors.StatedError`, which carries its exit code and whether its line says
+it all."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import secrets
 import time
 import traceback
 
+# The two codes an error carries are defined with its root; the CLI takes them from here, with
+# the others.
+from backend.errors import EXIT_ERROR as EXIT_ERROR
+from backend.errors import EXIT_USAGE as EXIT_USAGE
+from backend.errors import StatedError
 from backend.home import home, private_open
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ERROR = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
 
@@ -40,13 +45,15 @@ def interrupted_by(exc: KeyboardInterrupt) -> str:
     return cause if isinstance(cause, str) and cause.startswith("SIG") else ""
 
 
-class UserError(RuntimeError):
+class UserError(StatedError, RuntimeError):
     """A failure the user can act on; the message says what happened and what to do (no crash
     log: the line says it all).
 
     ``cli_hint`` is advice naming command-line flags (``--no-git``, ``--force``), appended to
     the message; an MCP host, whose tools have no such flags, is told ``mcp_hint`` in its place
     (:func:`host_text`)."""
+
+    plain = True
 
     def __init__(self, *args: object, cli_hint: str = "", mcp_hint: str = ""):
         self.mcp_text = f"{args[0]}{mcp_hint}" if args and cli_hint else None
@@ -61,6 +68,8 @@ def host_text(exc: Exception) -> str:
 
 class UsageError(UserError):
     """The command line asks for something impossible (exit code 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 def write_crash_log(exc: BaseException) -> str:

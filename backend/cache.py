@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.engine.build import list_engines
+from backend.errors import StatedError
 from backend.home import home
 
 USAGE_FILE = "usage.json"
 
 
-class CacheError(ValueError):
+class CacheError(StatedError, ValueError):
     """Unknown cache entry, or one a running server still uses."""
+
+    plain = True
 
 
 @dataclass

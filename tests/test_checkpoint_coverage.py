@@ -16,15 +16,11 @@ import git
 import psutil
 import pytest
 
-from agent.sessions.checkpoints import (
-    RestoreConflict,
-    checkpoint_ref,
-    commit_task,
-    diff,
-    preexisting_changes,
-    restore,
-    snapshot,
-)
+from agent.sessions.checkpoints.commits import commit_task, preexisting_changes
+from agent.sessions.checkpoints.diffs import diff
+from agent.sessions.checkpoints.plumbing import checkpoint_ref
+from agent.sessions.checkpoints.restores import RestoreConflict, restore
+from agent.sessions.checkpoints.snapshots import snapshot
 from tests.scripted import ScriptedModel, wait_for_session_log
 from tests.test_checkpoints import isolated_git, new_repo, run, tree_files, user_state
 from tests.test_cli_ux import AGENT, agent, call

@@ -6,18 +6,12 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.sessions.checkpoints import (
-    RepoStateError,
-    RestoreConflict,
-    changed_paths,
-    checkpoint_ref,
-    commit_task,
-    diff,
-    open_repo,
-    plan_restore,
-    restore,
-    snapshot,
-)
+from agent.sessions.checkpoints.commits import commit_task
+from agent.sessions.checkpoints.diffs import diff
+from agent.sessions.checkpoints.plumbing import RepoStateError, checkpoint_ref, open_repo
+from agent.sessions.checkpoints.restores import RestoreConflict, plan_restore, restore
+from agent.sessions.checkpoints.snapshots import snapshot
+from agent.sessions.checkpoints.tree import changed_paths
 
 
 @pytest.fixture(autouse=True)

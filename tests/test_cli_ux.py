@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.sessions.checkpoints import RepoStateError, open_repo
+from agent.sessions.checkpoints.plumbing import RepoStateError, open_repo
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 

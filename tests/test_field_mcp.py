@@ -19,8 +19,10 @@ from tests.scripted import ScriptedModel, reply
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
 from tools.mcp.config import ServerConfig
-from tools.mcp.manager import McpCallError, McpManager, ServerState
+from tools.mcp.errors import McpCallError
+from tools.mcp.manager import McpManager
 from tools.mcp.setup import add_mcp_tools, start_servers
+from tools.mcp.state import ServerState
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

@@ -99,7 +99,7 @@ def test_corruption_inside_a_log_is_reported_but_undo_still_works(repo: Path,
 
 
 def test_temporary_indexes_left_by_a_killed_run_are_swept(repo: Path):
-    from agent.sessions.checkpoints import open_repo
+    from agent.sessions.checkpoints.plumbing import open_repo
 
     git_dir = repo / ".git"
     dead = git_dir / "dflash-agent-index-999999999-abc"  # no such pid

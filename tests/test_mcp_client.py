@@ -25,8 +25,10 @@ from tests.scripted import ScriptedModel, reply
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
 from tools.mcp.config import ServerConfig
-from tools.mcp.manager import McpCallError, McpManager, read_quarantines
+from tools.mcp.errors import McpCallError
+from tools.mcp.manager import McpManager
 from tools.mcp.setup import add_mcp_tools, start_servers, trusted_configs
+from tools.mcp.state import read_quarantines
 from tools.mcp.tool import openai_name
 from tools.registry import Registry, default_registry
 from tools.workspace import Workspace

@@ -18,8 +18,9 @@ import pytest
 from agent.protocols.base import json_response_format
 from tools.base import ToolContext, ToolError
 from tools.mcp.config import ServerConfig
-from tools.mcp.manager import McpManager, ServerState
+from tools.mcp.manager import McpManager
 from tools.mcp.schema import UnsafeSchema, sanitize
+from tools.mcp.state import ServerState
 from tools.mcp.tool import McpTool, mcp_tools
 from tools.workspace import Workspace
 

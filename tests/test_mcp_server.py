@@ -726,7 +726,7 @@ def test_undo_tells_the_host_which_paths_it_unstaged(repo: Path, root: Path):
 def test_undo_conflict_advice_fits_where_it_is_read():
     """The undo tool has no force argument: its host was told to "rerun with --force"."""
     from agent.errors import host_text
-    from agent.sessions.checkpoints import RestoreConflict
+    from agent.sessions.checkpoints.restores import RestoreConflict
 
     conflict = RestoreConflict(["app.py"], "20261205-101237-1ee431")
     assert str(conflict).endswith("nothing was restored. Review them, then rerun with --force "

@@ -27,7 +27,6 @@ from agent.context import ContextTooSmall
 from agent.errors import (
     CHAT_EXIT_CODES_HELP,
     EXIT_CODES_HELP,
-    EXIT_ERROR,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -37,7 +36,6 @@ from agent.errors import (
     UserError,
     write_crash_log,
 )
-from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project, slugify
 from agent.sessions.checkpoints import RestoreConflict, RestorePlan
 from agent.sessions.log import SessionSummary, list_sessions
@@ -53,8 +51,8 @@ from backend import secret_store
 from backend.cache import list_cache, remove
 from backend.engine import build as engines
 from backend.engine.build import Engine
+from backend.errors import StatedError
 from backend.measure.bench import (
-    BenchUsage,
     default_result_path,
     different_answers,
     parse_profiles,
@@ -63,7 +61,6 @@ from backend.measure.bench import (
     write_result,
 )
 from backend.measure.calibrate import (
-    CalibrationUsage,
     calibrate,
     parse_lengths,
     plot_calibration,
@@ -74,7 +71,7 @@ from backend.measure.prompts import load_prompts
 from backend.measure.report import plot_result, require_matplotlib, result_table
 from backend.models.drafts import swa_quant_warning
 from backend.models.hfdraft import resolve_draft
-from backend.models.presets import PresetError, UnknownPreset, get_preset, parse_workers
+from backend.models.presets import PresetError, get_preset, parse_workers
 from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve import server
@@ -1063,19 +1060,18 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         code = EXIT_INTERRUPTED
-    except KNOWN_ERRORS as exc:
-        usage = isinstance(exc, UsageError | UnknownPreset | BenchUsage | CalibrationUsage)
+    except StatedError as exc:
         err.print(f"error: {exc}", markup=False)
         tail = getattr(exc, "tail", "")
         if tail:
             err.print(tail, markup=False)
-        if not is_plain(exc):
+        if not exc.plain:
             crash = write_crash_log(exc)
             err.print(f"details: {crash}" + ("" if debug else " (run with --debug for the "
                                               "traceback)"), markup=False)
         if debug:
             err.print("".join(traceback.format_exception(exc)), markup=False)
-        code = EXIT_USAGE if usage else EXIT_ERROR
+        code = exc.exit_code
     except Exception as exc:
         crash = write_crash_log(exc)
         err.print(f"internal error: {type(exc).__name__}: {exc}", markup=False)

@@ -15,8 +15,9 @@ from agent.errors import EXIT_ERROR, UsageError, UserError
 from agent.ui import SafeConsole, echo
 from tools.base import ToolContext
 from tools.mcp import config as mcp_config
-from tools.mcp.manager import McpManager, read_quarantines
+from tools.mcp.manager import McpManager
 from tools.mcp.setup import startup_problems, trusted_configs
+from tools.mcp.state import read_quarantines
 from tools.mcp.tool import build_tools
 from tools.registry import default_registry
 from tools.workspace import Workspace

@@ -52,7 +52,8 @@ def serve_cmd(
     session_result, cancel, undo). Starts warming the model server at once. Over stdio, stdout
     carries the protocol and logs go to stderr."""
     # deferred: the MCP server SDK, starlette and uvicorn cost ~1 s of every command's startup
-    from agent.mcp_server.server import Roots, build_server, serve_http
+    from agent.mcp_server.over_http import serve_http
+    from agent.mcp_server.server import Roots, build_server
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="dflash-agent mcp: %(message)s")

@@ -6,15 +6,11 @@ id at once, or with ``wait`` blocks and sends one progress notification per step
 must lie inside the workspace roots fixed at launch. Approval questions go to the host's user
 through MCP elicitation: a server-to-client request on handshake-era connections (2025-11-25),
 an ``InputRequiredResult`` round on 2026-07-28 ones (mcp 2.3 server docs, ``mcp.server.
-mcpserver.resolve``).
-
-Over HTTP (streamable HTTP, path ``/mcp``) the server listens on 127.0.0.1 only, requires
-``Authorization: Bearer <token>`` and refuses a foreign ``Origin`` or ``Host`` (DNS rebinding).
+mcpserver.resolve``). Over HTTP it is served by :mod:`agent.mcp_server.over_http`.
 """
 
 from __future__ import annotations
 
-import hmac
 import inspect
 import json
 import re
@@ -23,11 +19,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
-import uvicorn
 from mcp.server.elicitation import AcceptedElicitation, render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import (
     CallToolResult,
     ElicitRequest,
@@ -38,13 +32,13 @@ from mcp_types import (
     ToolAnnotations,
 )
 from pydantic import BaseModel, Field, ValidationError
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agent.config import ConfigError, load_settings
 from agent.errors import UserError, host_text
 from agent.events import FinalAnswer
-from agent.mcp_server.jobs import FINISHED, Job, JobManager, NewFolder
-from agent.sessions import checkpoints as cp
+from agent.mcp_server.jobs import FINISHED, Job, JobManager
+from agent.mcp_server.unfinished import NewFolder
+from agent.sessions.checkpoints.plumbing import open_repo
 from agent.sessions.repo import SessionRecord, diff_task, load_record, undo_task
 
 SESSION_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
@@ -72,25 +66,6 @@ class ApprovalForm(BaseModel):
 
     allow: bool = Field(description="Allow this call?")
     reason: str = Field("", description="If not: why, or what to do instead (told to the agent).")
-
-
-class BearerGuard:
-    """ASGI wrapper: every HTTP request needs ``Authorization: Bearer <token>`` (401 otherwise)."""
-
-    def __init__(self, app: ASGIApp, token: str):
-        self.app, self.expected = app, f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                body = b"missing or wrong bearer token (printed by `agent mcp serve --http`)"
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"text/plain"),
-                                        (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
 
 
 class Roots:
@@ -356,7 +331,7 @@ def build_server(roots: Roots, jobs: JobManager) -> MCPServer:
         if not path.is_dir():
             raise ToolError(f"{repo_path} is not a directory")
         try:
-            repo = cp.open_repo(path)
+            repo = open_repo(path)
             roots.confine(str(repo.working_tree_dir))
             mode = approval or load_settings(project=path, cli=jobs.settings).approval
         except (UserError, ConfigError) as exc:
@@ -508,20 +483,3 @@ def _ended_state(final: FinalAnswer) -> str:
     (Ctrl-C, a cancel) is ``cancelled``, any other end ``done`` with its reason beside it (an
     interrupted CLI session read "done")."""
     return "cancelled" if final.reason == "interrupted" else "done"
-
-
-def http_app(server: MCPServer, token: str, port: int) -> ASGIApp:
-    """The streamable-HTTP app: bearer token required, Host and Origin limited to loopback."""
-    local = [f"127.0.0.1:{port}", f"localhost:{port}"]
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                         allowed_hosts=local,
-                                         allowed_origins=[f"http://{h}" for h in local])
-    app = server.streamable_http_app(transport_security=security, host="127.0.0.1")
-    return BearerGuard(app, token)
-
-
-def serve_http(server: MCPServer, token: str, port: int) -> None:
-    """Serve on 127.0.0.1:``port`` until interrupted (uvicorn logs go to stderr)."""
-    config = uvicorn.Config(http_app(server, token, port), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on")
-    uvicorn.Server(config).run()

@@ -27,11 +27,11 @@ from pydantic import BaseModel, ValidationError
 from agent.config import load_settings
 from agent.errors import UserError, host_text, write_crash_log
 from agent.events import Event
-from agent.known_errors import KNOWN_ERRORS, is_plain
 from agent.newproject import new_project
 from agent.sessions.repo import RepoSession
 from agent.ui import TICK_S, Reporter, RequestWatch
 from backend import secret_store
+from backend.errors import StatedError
 
 
 class WorkerSpec(BaseModel):
@@ -167,10 +167,10 @@ def main() -> int:
     except KeyboardInterrupt:
         send({"type": "failed", "message": "cancelled before the task started"})
         return 130
-    except KNOWN_ERRORS as exc:
+    except StatedError as exc:
         # As the CLI says them: an unknown preset or an unreachable server is one line, not
         # a crash (a field trial's host read "UnknownPreset: … (crash log: …)").
-        tail = "" if is_plain(exc) else f" (details: {write_crash_log(exc)})"
+        tail = "" if exc.plain else f" (details: {write_crash_log(exc)})"
         send({"type": "failed", "message": f"{host_text(exc)}{tail}"})
         return 3
     except Exception as exc:

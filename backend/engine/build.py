@@ -39,6 +39,7 @@ from pydantic import BaseModel
 from backend import secret_store
 from backend.engine.cpu import CpuTarget, build_target, cpu_features, missing_features
 from backend.engine.untar import UnsafeMember, extract_data
+from backend.errors import StatedError
 from backend.home import home
 
 LLAMA_CPP_VERSION = "11434"
@@ -71,7 +72,7 @@ LOG_STEP = "log"
 """The first progress step of a build; the build log's path follows it after a space."""
 
 
-class BuildError(RuntimeError):
+class BuildError(StatedError, RuntimeError):
     """A build step failed; carries the step name, the log path and the log's last lines."""
 
     def __init__(self, step: str, message: str, log: Path | None = None, tail: str = ""):

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts, detect_flavour
+from backend.errors import EXIT_USAGE, StatedError
 from backend.home import home
 from backend.measure.prompts import BenchPrompt
 from backend.models.presets import Preset
@@ -70,13 +71,16 @@ SCHEMA_VERSION = 1
 REFERENCE_PROFILE = "baseline"
 
 
-class BenchError(RuntimeError):
+class BenchError(StatedError, RuntimeError):
     """The benchmark could not run or a server answered badly; the message says why."""
 
 
 class BenchUsage(BenchError):
     """The command line asks for something impossible (unknown or duplicate profile, a
     profile needing a draft the preset lacks, bad temperatures)."""
+
+    plain = True
+    exit_code = EXIT_USAGE
 
 
 class Sample(BaseModel):

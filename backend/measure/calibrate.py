@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts
+from backend.errors import EXIT_USAGE, StatedError
 from backend.home import home
 from backend.measure.report import save_png
 from backend.models.presets import Preset
@@ -94,14 +95,18 @@ IDLE_ROW = "draft loaded, off"
 """The row of a server holding the draft while its requests draft nothing."""
 
 
-class CalibrationError(RuntimeError):
+class CalibrationError(StatedError, RuntimeError):
     """Calibration could not run (no draft, an unsupported profile or engine, a server that
     failed); the message says why."""
+
+    plain = True
 
 
 class CalibrationUsage(CalibrationError):
     """The command line asks for something calibration cannot do (bad lengths, a profile
     without a draft model, a preset without a draft, a BeeLlama <= 0.3 engine)."""
+
+    exit_code = EXIT_USAGE
 
 
 class Row(BaseModel):

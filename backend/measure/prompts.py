@@ -13,9 +13,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from backend.errors import StatedError
 
-class PromptsError(ValueError):
+
+class PromptsError(StatedError, ValueError):
     """A prompts file is missing, unreadable, malformed or empty; the message says which."""
+
+    plain = True
 
 
 class BenchPrompt(BaseModel):

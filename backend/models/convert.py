@@ -34,6 +34,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from backend.errors import StatedError
+
 # gguf (with numpy, ~0.25 s) is imported by the functions that read or write a file, so that
 # importing this module (ConvertError, for every command's error handler) stays cheap.
 if TYPE_CHECKING:
@@ -52,8 +54,10 @@ _NEW_MASK = "tokenizer.ggml.mask_token_id"
 _TENSORS_TO_NEW = (("dflash_fc.", "fc."), ("dflash_hidden_norm.", "enc.output_norm."))
 
 
-class ConvertError(ValueError):
+class ConvertError(StatedError, ValueError):
     """The input is not a DFlash draft that can be converted, or the output cannot be written."""
+
+    plain = True
 
 
 def _tensor_name(name: str, to: str = NEW_ARCH) -> str:

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backend.engine.flavour import Flavour
+from backend.errors import StatedError
 from backend.home import home
 from backend.models.convert import NEW_ARCH, OLD_ARCH, ConvertError, convert_draft
 from backend.models.ggufinfo import GgufError, gguf_metadata, read_gguf_info
 from backend.models.sources import version_key
 
 
-class DraftError(ValueError):
+class DraftError(StatedError, ValueError):
     """The draft model cannot run on this build; the message gives the cause and the fix."""
 
 

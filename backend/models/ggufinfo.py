@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.errors import StatedError
+
 if TYPE_CHECKING:
     import gguf
 
@@ -41,7 +43,7 @@ SWA_PERIODS: dict[str, tuple[int, bool]] = {
 ``src/models/*.cpp``) used when the file carries no pattern key."""
 
 
-class GgufError(ValueError):
+class GgufError(StatedError, ValueError):
     """The file is missing, not a GGUF, truncated inside its header, or lacks a required key;
     the message names the file and the cause."""
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backend.errors import EXIT_USAGE, StatedError
 from backend.home import home
 from backend.models.chunks import parse_chunked
 from backend.models.configfile import ConfigFileError, read_config_text
@@ -27,12 +28,16 @@ DEFAULT_RPC_PORT = 50052
 """The port ``rpc-server`` listens on unless told otherwise."""
 
 
-class PresetError(ValueError):
+class PresetError(StatedError, ValueError):
     """A preset is unknown or its TOML is invalid; the message names the file and the key."""
+
+    plain = True
 
 
 class UnknownPreset(PresetError):
     """The preset name is not defined in any presets file (a usage mistake)."""
+
+    exit_code = EXIT_USAGE
 
 
 def parse_workers(text: str) -> tuple[str, ...]:

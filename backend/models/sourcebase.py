@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import secret_store
+from backend.errors import StatedError
 from backend.home import home
 
 GGUF_MAGIC = b"GGUF"
 HF_FORM = "hf://OWNER/REPO/PATH/TO/FILE[@REVISION]"
 
 
-class ModelError(RuntimeError):
+class ModelError(StatedError, RuntimeError):
     """A model source is malformed, cannot be fetched, or the file is not a valid GGUF.
 
     ``plain``: the user's own mistake (a missing file, a malformed source), fully said by the

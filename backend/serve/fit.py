@@ -46,6 +46,7 @@ from typing import Literal
 
 import psutil
 
+from backend.errors import StatedError
 from backend.models.ggufinfo import GgufInfo, read_gguf_info
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
@@ -73,8 +74,10 @@ TURBO_MAX_HEAD = 512
 """Heads wider than this keep an f16 cache (the turbo flash-attention kernel's limit)."""
 
 
-class FitError(RuntimeError):
+class FitError(StatedError, RuntimeError):
     """The plan does not fit; ``report`` holds the numbers, the message says what to do."""
+
+    plain = True
 
     def __init__(self, report: FitReport):
         self.report = report

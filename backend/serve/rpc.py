@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.engine.build import read_engine
+from backend.errors import StatedError
 
 """``rpc-server``'s own default port (``tools/rpc/rpc-server.cpp``)."""
 PROBE_TIMEOUT = 5.0
@@ -37,9 +38,11 @@ _MAX_DEVICES = 64
 """More devices than any worker has: a larger count is a reply we do not understand."""
 
 
-class RpcError(RuntimeError):
+class RpcError(StatedError, RuntimeError):
     """A worker cannot serve this launch (unreachable, another protocol, a broken address);
     the message names the worker and what to do."""
+
+    plain = True
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from backend import secret_store
 from backend.cache import record_use
 from backend.engine.flavour import binary_devices, binary_facts, detect_flavour
 from backend.engine.helpfacts import check_argv
+from backend.errors import StatedError
 from backend.home import home, private_open
 from backend.models.ggufinfo import GgufError, gguf_metadata
 from backend.serve.profiles import LaunchPlan, server_argv
@@ -55,7 +56,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
 
 
-class ServerError(RuntimeError):
+class ServerError(StatedError, RuntimeError):
     """The server could not be started or reached; ``diagnosis`` is a plain one-line cause.
 
     ``plain``: refused before anything ran (a flag this build lacks), fully said by the

@@ -98,6 +98,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from backend.engine.build import PER_REQUEST_DRAFT_CAP
 from backend.engine.flavour import detect_flavour
+from backend.errors import StatedError
 from backend.home import home
 from backend.models.presets import NgramLengths
 from backend.serve.fit import FitError, check_fit
@@ -179,7 +180,7 @@ _DEFAULT_RATIOS = {"cpu": {1: 2.3, 2: 2.8, 3: 3.2, 5: 4.8, 7: 5.5, 15: 8.3},
 _DEFAULT_EFFICIENCY = 0.85
 
 
-class TuningError(RuntimeError):
+class TuningError(StatedError, RuntimeError):
     """A stored cost model or acceptance record could not be read or written."""
 
 

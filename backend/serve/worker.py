@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backend.engine.build import Engine
+from backend.errors import StatedError
 from backend.home import home, private_open
 from backend.serve.rpc import WorkerInfo, probe
 from backend.serve.server import meaningful_lines, pick_port, server_env
@@ -32,8 +33,10 @@ START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
 
 
-class WorkerError(RuntimeError):
+class WorkerError(StatedError, RuntimeError):
     """The worker could not start or ended on its own; the message says why in one line."""
+
+    plain = True
 
 
 def is_loopback(host: str) -> bool:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.base import Observation, Tool, ToolContext, ToolError
-from tools.mcp.manager import McpCallError, McpManager
+from tools.mcp.errors import McpCallError
+from tools.mcp.manager import McpManager
 from tools.mcp.schema import UnsafeSchema, drop_null_keywords, sanitize
 
 # mcp_types and jsonschema (~0.6 s together) are imported where a server's tools are used, so a

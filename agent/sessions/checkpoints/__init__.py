@@ -1,0 +1,50 @@
+"""Checkpoints: snapshots of the user's working tree in private refs, so a task can be undone.
+
+A snapshot is a commit of the whole working tree (tracked files, staged or not, and untracked
+files that are not ignored) built through a temporary index file, stored under
+``refs/agent/checkpoints/<session>/<task>``. Taking one never changes HEAD, the branch, the real
+index, the stash or any file. Restoring rewrites only the files the task changed.
+
+The rooms, bottom to top (each imports only those below it):
+
+- ``plumbing`` — refs, the agent's identity, running git, temporary index files, opening the
+  repository (refused mid-merge or mid-rebase).
+- ``coverage`` — what a snapshot leaves out on purpose (ignored, large, unreadable files).
+- ``tree`` — two snapshots compared path by path, following nested repositories' gitlinks.
+- ``snapshots`` — taking a snapshot.
+- ``diffs`` — the diff of a task, and the files it changed.
+- ``restores`` — the restore plan, its conflict checks, and the writes.
+- ``git_state`` — the staged state and the stash entries, kept and put back.
+- ``commits`` — committing a task's files.
+
+A session (``agent/sessions/repo.py``) uses the names below as one face.
+"""
+
+from agent.sessions.checkpoints.commits import commit_task, nested_changes, preexisting_changes
+from agent.sessions.checkpoints.coverage import outside_of
+from agent.sessions.checkpoints.diffs import changed_files, diff
+from agent.sessions.checkpoints.git_state import record_git_state, restore_git_state
+from agent.sessions.checkpoints.plumbing import (
+    RepoStateError,
+    checkpoint_ref,
+    commits_since,
+    open_repo,
+    parent_or_empty,
+)
+from agent.sessions.checkpoints.restores import (
+    Overlap,
+    RestoreConflict,
+    RestorePlan,
+    file_digest,
+    listed,
+    log_path,
+    restore,
+)
+from agent.sessions.checkpoints.snapshots import snapshot
+
+__all__ = [
+    "Overlap", "RepoStateError", "RestoreConflict", "RestorePlan", "changed_files",
+    "checkpoint_ref", "commit_task", "commits_since", "diff", "file_digest", "listed",
+    "log_path", "nested_changes", "open_repo", "outside_of", "parent_or_empty",
+    "preexisting_changes", "record_git_state", "restore", "restore_git_state", "snapshot",
+]
