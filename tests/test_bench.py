@@ -27,6 +27,7 @@ from backend.measure.bench import (
 )
 from backend.measure.prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
 from backend.measure.report import prompt_labels, require_matplotlib, result_table
+from tests.fake_tools import gpu_line
 
 AGENT = [sys.executable, "-m", "agent"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -381,7 +382,7 @@ def _fake_gpu(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
     script.write_text("#!/bin/sh\nif pgrep -f dflash-agent-bench >/dev/null; then\n"
-                      "  echo '100, 24564'\nelse\n  echo '2000, 24564'\nfi\n")
+                      f"  echo '{gpu_line(100)}'\nelse\n  echo '{gpu_line(2000)}'\nfi\n")
     script.chmod(0o755)
     return bin_dir
 

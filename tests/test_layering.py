@@ -10,8 +10,8 @@ only ``backend``, except ``train.agent_requests``, which renders the agent's own
 through ``benchmarks/agent_turns.py`` and so imports ``agent`` and ``tools`` too.
 
 ``backend`` (backend/README.md) has wings, top to bottom: ``doctor`` → ``measure/`` → ``serve/`` →
-``cache`` → ``models/`` → ``engine/`` → the base (``home``, ``secret_store`` and the package face);
-no other file sits at the top of ``backend/``. The tool-call protocols
+``cache`` → ``models/`` → ``engine/`` → the base (``home``, ``machine``, ``secret_store`` and the
+package face); no other file sits at the top of ``backend/``. The tool-call protocols
 (agent/protocols/README.md) are part of ``agent``'s core, ordered among themselves: ``calls`` →
 ``text`` and ``choice`` → ``base``. No import anywhere in the product closes a circle.
 """
@@ -165,9 +165,9 @@ BACKEND_WINGS: list[tuple[str, ...]] = [
     ("backend.cache",),
     ("backend.models",),
     ("backend.engine",),
-    ("backend.home", "backend.secret_store", "backend"),
+    ("backend.home", "backend.machine", "backend.secret_store", "backend"),
 ]
-BACKEND_TOP = {"__init__.py", "home.py", "cache.py", "doctor.py", "secret_store.py"}
+BACKEND_TOP = {"__init__.py", "home.py", "machine.py", "cache.py", "doctor.py", "secret_store.py"}
 PROTOCOLS: list[tuple[str, ...]] = [
     ("agent.protocols.calls",),
     ("agent.protocols.text", "agent.protocols.choice"),
@@ -205,7 +205,7 @@ def test_backend_wings_import_only_downward() -> None:
     assert wing_violations(ROOT, "backend", BACKEND_WINGS) == []
 
 
-def test_only_the_home_the_cache_and_the_doctor_sit_at_the_top_of_backend() -> None:
+def test_only_the_base_the_cache_and_the_doctor_sit_at_the_top_of_backend() -> None:
     assert {p.name for p in (ROOT / "backend").glob("*.py")} == BACKEND_TOP
 
 

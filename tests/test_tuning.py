@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backend import machine
 from backend.engine.build import PER_REQUEST_DRAFT_CAP
 from backend.measure.calibrate import Row, summarize
 from backend.serve import tuning
@@ -432,10 +433,10 @@ def test_engine_keys_and_devices(agent_home: Path, monkeypatch: pytest.MonkeyPat
     system = Path("/usr/bin/llama-server")
     assert tuning.engine_key(built) == "llama.cpp-11434-cpu-avx512-abc"
     assert tuning.engine_key(system).startswith("/usr/bin/llama-server:")  # not "usr" for all
-    monkeypatch.setattr(tuning, "gpu_names", lambda: ["NVIDIA H200, 143771 MiB"])
+    monkeypatch.setattr(machine, "gpu_names", lambda: ["NVIDIA H200, 143771 MiB"])
     assert tuning.device_id(built) == "cpu"  # a CPU build decodes on the CPU, GPU or not
     assert tuning.device_id(cuda) == tuning.device_id(system) == "NVIDIA H200, 143771 MiB"
-    monkeypatch.setattr(tuning, "gpu_names", lambda: [])
+    monkeypatch.setattr(machine, "gpu_names", lambda: [])
     assert tuning.device_id(system) == "cpu"
 
 

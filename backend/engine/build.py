@@ -36,8 +36,8 @@ import git
 from filelock import FileLock
 from pydantic import BaseModel
 
-from backend import secret_store
-from backend.engine.cpu import CpuTarget, build_target, cpu_features, missing_features
+from backend import machine, secret_store
+from backend.engine.cpu import CpuTarget, build_target, missing_features
 from backend.engine.untar import UnsafeMember, extract_data
 from backend.home import home
 
@@ -146,18 +146,15 @@ def rpc_protocol(src: Path) -> str | None:
 
 
 def detect_cuda_arch() -> str | None:
-    """The GPU's compute capability as a CMake arch (``"89"``), or None without nvcc and a GPU.
-
-    Source: ``nvidia-smi --query-gpu=compute_cap --format=csv,noheader`` prints e.g. ``8.9``.
-    """
-    if not shutil.which("nvcc") or not shutil.which("nvidia-smi"):
+    """The GPUs' compute capabilities as a CMake arch (``"89"``), or None without nvcc and a GPU
+    that says its capability (:func:`backend.machine.gpus`: ``8.9`` becomes ``89``)."""
+    if not shutil.which("nvcc"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
+        found = machine.gpus() or ()
+    except machine.GpuQueryError:
         return None
-    caps = sorted({line.strip().replace(".", "") for line in out.splitlines() if line.strip()})
+    caps = sorted({gpu.compute_cap.replace(".", "") for gpu in found if gpu.compute_cap})
     return ";".join(caps) or None
 
 
@@ -192,7 +189,7 @@ def configure_flags(cuda_arch: str | None,
     the GPU (:func:`needs_fa_all_quants`). ``rpc``: ggml's RPC backend (``GGML_RPC=ON``), so the
     server can use ``--rpc`` workers and the build makes ``rpc-server`` too.
     """
-    cpu = cpu or build_target(cpu_features())
+    cpu = cpu or build_target(machine.cpu_features())
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
              "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
              "-DLLAMA_OPENSSL=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN"]
@@ -768,11 +765,11 @@ def _build(name: EngineName, version: str, cuda: bool | None, jobs: int | None,
     ``obtain`` applies) are recorded in the manifest."""
     arch = detect_cuda_arch()
     if cuda and not arch:
-        missing = "nvcc" if not shutil.which("nvcc") else \
-            "nvidia-smi" if not shutil.which("nvidia-smi") else "an NVIDIA GPU nvidia-smi sees"
+        missing = "nvcc" if not shutil.which("nvcc") else machine.NVIDIA_SMI \
+            if machine.nvidia_smi() is None else "an NVIDIA GPU nvidia-smi sees"
         raise BuildError("configure", f"CUDA was requested but {missing} is missing (install "
                          "the CUDA toolkit and driver, or build with --cpu)")
-    cpu = build_target(cpu_features())
+    cpu = build_target(machine.cpu_features())
     flags = configure_flags(arch if cuda is not False else None, build_number, cpu, fa_all_quants,
                             rpc)
     key = engine_key(name, version, flags, cpu.tag, flavour, source_digest)

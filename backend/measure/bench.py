@@ -24,9 +24,7 @@ weigh more than short ones, as they do for a user waiting on them.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import platform
 import subprocess
 from collections.abc import Callable, Sequence
@@ -35,9 +33,9 @@ from pathlib import Path
 from typing import Literal
 
 import httpx2
-import psutil
 from pydantic import BaseModel, Field, ValidationError
 
+from backend import machine
 from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts, detect_flavour
 from backend.home import home
@@ -60,7 +58,6 @@ from backend.serve.tuning import (
     DraftCap,
     TuningError,
     effective_n_max,
-    gpu_names,
     record_turns,
     synth_rates,
     tune,
@@ -243,19 +240,11 @@ def parse_temperatures(spec: str) -> list[float]:
     return list(dict.fromkeys(values))
 
 
-def _cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text("utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def machine_info() -> MachineInfo:
     """OS, CPU model and threads, RAM and GPUs of this machine."""
-    return MachineInfo(platform=platform.platform(), cpu=_cpu_name(),
-                       cpu_threads=os.cpu_count(), ram_bytes=psutil.virtual_memory().total,
-                       gpus=gpu_names())
+    return MachineInfo(platform=platform.platform(), cpu=machine.cpu_name(),
+                       cpu_threads=machine.cpu_threads(), ram_bytes=machine.memory().total,
+                       gpus=machine.gpu_names())
 
 
 def sample_from_response(body: object, *, index: int, profile: str, prompt: str,

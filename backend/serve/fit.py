@@ -37,15 +37,12 @@ the report says so.
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-import psutil
-
+from backend import machine
 from backend.models.ggufinfo import GgufInfo, read_gguf_info
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
@@ -79,10 +76,6 @@ class FitError(RuntimeError):
     def __init__(self, report: FitReport):
         self.report = report
         super().__init__(report.message())
-
-
-class GpuQueryError(RuntimeError):
-    """``nvidia-smi`` exists but failed or printed something unreadable."""
 
 
 @dataclass(frozen=True)
@@ -352,38 +345,14 @@ def compute_bytes(info: GgufInfo, shape: KvShape, outputs: int, n_vocab: int) ->
     return acts + 4 * outputs * n_vocab
 
 
-def query_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run
-               ) -> GpuMemory | None:
-    """Free and total memory of the NVIDIA GPUs from ``nvidia-smi``; None without nvidia-smi.
-
-    Raises :class:`GpuQueryError` when it fails, times out or prints no readable line.
-    """
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
+def gpu_memory() -> GpuMemory | None:
+    """Free and total memory of the NVIDIA GPUs, asked afresh (:func:`backend.machine.gpus`);
+    None without nvidia-smi. Raises :class:`~backend.machine.GpuQueryError` when it fails."""
+    found = machine.gpus(fresh=True)
+    if found is None:
         return None
-    try:
-        proc = run([exe, "--query-gpu=memory.free,memory.total", "--format=csv,noheader,nounits"],
-                   capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise GpuQueryError(f"nvidia-smi could not run: {exc}") from exc
-    if proc.returncode != 0:
-        last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
-        raise GpuQueryError(f"nvidia-smi failed (exit {proc.returncode}): {last}")
-    free = total = 0.0
-    count = 0
-    for line in proc.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if not line.strip():
-            continue
-        try:
-            free += float(parts[0])
-            total += float(parts[1])
-        except (IndexError, ValueError) as exc:
-            raise GpuQueryError(f"nvidia-smi printed an unreadable line: {line!r}") from exc
-        count += 1
-    if count == 0:
-        raise GpuQueryError("nvidia-smi listed no GPU")
-    return GpuMemory(free_mib=free, total_mib=total, count=count)
+    return GpuMemory(free_mib=float(sum(g.free_mib for g in found)),
+                     total_mib=float(sum(g.total_mib for g in found)), count=len(found))
 
 
 def _gpu_fraction(layers: str | None, info: GgufInfo, offload: bool) -> float:
@@ -502,13 +471,13 @@ def gather(target: Path, draft: Path | None, options: ServerOptions, slots: int 
                          f"{info.data_end / MIB:.0f} MiB (incomplete download?); sizes come "
                          "from its header")
     try:
-        gpu = query_gpus()
-    except GpuQueryError as exc:
+        gpu = gpu_memory()
+    except machine.GpuQueryError as exc:
         gpu = None
         notes.append(f"{exc}; counting everything against RAM")
     if gpu is None and not workers and options.gpu_layers not in (None, "0", "auto"):
         notes.append(f"gpu_layers = {options.gpu_layers} but no GPU answered nvidia-smi")
-    ram = psutil.virtual_memory().available / MIB
+    ram = machine.memory().available / MIB
     return FitInputs(target=target_info, draft=draft_info, options=options, slots=slots,
                      gpu=gpu, ram_available_mib=ram, workers=tuple(infos)), notes
 

@@ -83,7 +83,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -96,6 +95,7 @@ import httpx2
 from filelock import FileLock
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from backend import machine
 from backend.engine.build import PER_REQUEST_DRAFT_CAP
 from backend.engine.flavour import detect_flavour
 from backend.home import home
@@ -514,20 +514,6 @@ def choose(costs: CostModel, p: float | None, observations: list[Observation] = 
 
 # --- identity and storage -------------------------------------------------------------------
 
-def gpu_names() -> list[str]:
-    """``nvidia-smi``'s name and memory per GPU; empty without an NVIDIA GPU."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        proc = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] \
-        if proc.returncode == 0 else []
-
-
 def file_id(path: Path) -> str:
     """Name, size and modification time: a retrained draft of the same name and shape (same
     size) must not inherit the old one's record."""
@@ -555,7 +541,7 @@ def device_id(binary: Path) -> str:
     binary the product did not build, when the machine has a GPU), else 'cpu'."""
     if _installed(binary) and "cuda" not in engine_key(binary).lower():
         return "cpu"
-    gpus = gpu_names()
+    gpus = machine.gpu_names()
     return "; ".join(gpus) if gpus else "cpu"
 
 
