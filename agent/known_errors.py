@@ -25,7 +25,7 @@ from backend.models.sources import ModelError
 from backend.serve.fit import FitError
 from backend.serve.rpc import RpcError
 from backend.serve.server import ServerError
-from backend.serve.tuning import TuningError
+from backend.serve.speculation.store import TuningError
 from backend.serve.worker import WorkerError
 
 KNOWN_ERRORS = (UserError, BuildError, ModelError, PresetError, ServerError, ConfigError,

@@ -97,7 +97,6 @@ from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
 from backend.models.sources import ModelError  # noqa: E402
 from backend.serve.fit import FitError  # noqa: E402
 from backend.serve.launch import ensure_engine, plan_for  # noqa: E402
-from backend.serve.ngram_guard import NgramGuard  # noqa: E402
 from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.server import (  # noqa: E402
     ServerError,
@@ -107,7 +106,10 @@ from backend.serve.server import (  # noqa: E402
     keep_current_marker,
     stop,
 )
-from backend.serve.tuning import DraftCap, request_control, tune  # noqa: E402
+from backend.serve.speculation.control import request_control  # noqa: E402
+from backend.serve.speculation.draft_cap import DraftCap  # noqa: E402
+from backend.serve.speculation.ngram_guard import NgramGuard  # noqa: E402
+from backend.serve.tuning import tune  # noqa: E402
 from benchmarks.forced import (  # noqa: E402
     HEADROOM,
     ForcedClient,

@@ -40,7 +40,7 @@ from backend.measure.prompts import load_prompts
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
 from backend.serve.server import ServerState, interrupt_on_termination, pick_port, stop, up
-from backend.serve.tuning import synth_rates
+from backend.serve.speculation.costs import synth_rates
 
 
 def _post(client: httpx2.Client, state: ServerState, body: dict) -> dict:

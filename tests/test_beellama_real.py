@@ -27,7 +27,9 @@ from backend.serve.launch import plan_for
 from backend.serve.profiles import PROFILES, LaunchPlan, server_argv
 from backend.serve.quirks import NEUTRAL_LOGIT_BIAS
 from backend.serve.server import ServerError, ServerState, launch_argv, pick_port, stop, up
-from backend.serve.tuning import PROBE_PROMPTS, load_observations, tune
+from backend.serve.speculation.probe import PROBE_PROMPTS
+from backend.serve.speculation.store import load_observations
+from backend.serve.tuning import tune
 from tests.conftest import BEELLAMA_ARCHIVE, home_env
 
 pytestmark = [pytest.mark.beellama, pytest.mark.server]

@@ -424,7 +424,7 @@ def test_a_temperature_whose_launch_would_start_without_the_draft_is_named(
     which their own launch would not: the bench says so."""
     from backend.measure import bench as bench_mod
     from backend.serve.profiles import LaunchPlan
-    from backend.serve.tuning import Tuning
+    from backend.serve.speculation.costs import Tuning
 
     base = LaunchPlan(binary=tmp_path / "llama-server", model=tmp_path / "m.gguf",
                       profile="dflash", ctx_size=4096, draft=tmp_path / "d.gguf")

@@ -54,14 +54,10 @@ from backend.serve.server import (
     stop,
     up,
 )
-from backend.serve.tuning import (
-    DraftCap,
-    TuningError,
-    effective_n_max,
-    record_turns,
-    synth_rates,
-    tune,
-)
+from backend.serve.speculation.costs import synth_rates
+from backend.serve.speculation.draft_cap import DraftCap
+from backend.serve.speculation.store import TuningError, effective_n_max, record_turns
+from backend.serve.tuning import tune
 
 SCHEMA_VERSION = 1
 REFERENCE_PROFILE = "baseline"
@@ -367,8 +363,8 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
     its draft length per request, the length requests at each temperature carry (else None).
 
     A tuned profile is tuned once per temperature: its acceptance record is read per kind of
-    sampling (:func:`backend.serve.tuning.same_sampling`). A server that takes the length per
-    request serves each temperature its own choice (0 where drafting is off there); another
+    sampling (:func:`backend.serve.speculation.costs.same_sampling`). A server that takes the length
+    per request serves each temperature its own choice (0 where drafting is off there); another
     server is launched with the first temperature's."""
     base = plan_for(preset, engine, profile, ctx_size, note)
     tuned = {t: tune(base, synth_p=synth_accept, timeout=start_timeout, note=note,

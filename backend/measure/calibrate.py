@@ -45,16 +45,9 @@ from backend.serve.server import (
     stop,
     up,
 )
-from backend.serve.tuning import (
-    CostModel,
-    device_id,
-    engine_key,
-    file_id,
-    save_costs,
-    synth_rates,
-    takes_length_per_request,
-    tokens_per_step,
-)
+from backend.serve.speculation.control import takes_length_per_request
+from backend.serve.speculation.costs import CostModel, synth_rates, tokens_per_step
+from backend.serve.speculation.store import device_id, engine_key, file_id, save_costs
 
 DEFAULT_LENGTHS = (1, 2, 3, 5, 7, 15)
 DEFAULT_CHECK_P = 0.75

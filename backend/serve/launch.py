@@ -58,11 +58,11 @@ def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | 
 def unload_draft(serving: ServerState, note: Callable[[str], None], why: str,
                  timeout: float = 600.0) -> ServerState | None:
     """For the session using ``serving`` (a per-request server whose requests turned drafting
-    off while its loaded draft costs: :meth:`backend.serve.tuning.DraftCap.unload_due`): the
-    same server started again without the draft, at the same address where the port is free
-    again, with this session's lease on it. None, after saying why through ``note``, while
-    another live session holds a lease on it: it stays as it is. ``why`` is said before the
-    relaunch, only when there is one.
+    off while its loaded draft costs:
+    :meth:`backend.serve.speculation.draft_cap.DraftCap.unload_due`): the same server started again
+    without the draft, at the same address where the port is free again, with this session's lease
+    on it. None, after saying why through ``note``, while another live session holds a lease on it:
+    it stays as it is. ``why`` is said before the relaunch, only when there is one.
 
     Where the server without the draft fails to start, the one with it is started again in its
     place (the session goes on as before); raises ``ServerError`` when that fails too."""

@@ -89,12 +89,12 @@ class ServerState(BaseModel):
     """Fields every request to this server must carry (a build's known bug worked around:
     :mod:`backend.serve.quirks`); the agent's client and the bench merge them into each request."""
     speculation: str | None = None
-    """The tuned launch's choice and why (:class:`backend.serve.tuning.Tuning`'s line), for
-    ``backend status`` and the session; None for untuned profiles."""
+    """The tuned launch's choice and why (:class:`backend.serve.speculation.costs.Tuning`'s line),
+    for ``backend status`` and the session; None for untuned profiles."""
     ready_s: float | None = None
     """Seconds from its start to answering ``/health``: what launching it again would cost a
-    session (:meth:`backend.serve.tuning.DraftCap.unload_due`); None in records written before
-    it was kept."""
+    session (:meth:`backend.serve.speculation.draft_cap.DraftCap.unload_due`); None in records
+    written before it was kept."""
 
     @property
     def base_url(self) -> str:
