@@ -23,8 +23,8 @@ from backend.models.ggufinfo import GgufError
 from backend.models.presets import PresetError
 from backend.models.sources import ModelError
 from backend.serve.fit import FitError
+from backend.serve.records import ServerError
 from backend.serve.rpc import RpcError
-from backend.serve.server import ServerError
 from backend.serve.speculation.store import TuningError
 from backend.serve.worker import WorkerError
 

@@ -15,9 +15,10 @@ from agent.ui import Reporter
 from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import PresetError, get_preset
+from backend.serve.exits import crash_report
 from backend.serve.launch import ensure_server, profile_for, unload_draft
 from backend.serve.leases import hold
-from backend.serve.server import ServerError, ServerState, crash_report
+from backend.serve.records import ServerError, ServerState
 from backend.serve.speculation.control import request_control
 from backend.serve.speculation.draft_cap import DraftCap
 from backend.serve.speculation.ngram_guard import NgramGuard

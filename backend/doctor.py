@@ -26,18 +26,12 @@ from backend.engine.build import Engine, default_engine, unusable_engines
 from backend.engine.flavour import detect_flavour
 from backend.home import home
 from backend.models.presets import DEFAULT_PRESET, PresetError, get_preset
+from backend.serve.exits import exit_cause, meaningful_lines
 from backend.serve.preset_status import cached_file
+from backend.serve.process import DEFAULT_HOST, pick_port, server_env
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import (
-    DEFAULT_HOST,
-    ServerError,
-    exit_cause,
-    launch_argv,
-    meaningful_lines,
-    pick_port,
-    running,
-    server_env,
-)
+from backend.serve.records import ServerError
+from backend.serve.server import launch_argv, running
 
 Status = Literal["ok", "warn", "fail"]
 MIB = 2**20

@@ -95,17 +95,13 @@ from backend.measure.bench import (  # noqa: E402
 from backend.measure.report import require_matplotlib  # noqa: E402
 from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
 from backend.models.sources import ModelError  # noqa: E402
+from backend.serve.exits import crash_report
 from backend.serve.fit import FitError  # noqa: E402
 from backend.serve.launch import ensure_engine, plan_for  # noqa: E402
+from backend.serve.process import stop
 from backend.serve.profiles import LaunchPlan  # noqa: E402
-from backend.serve.server import (  # noqa: E402
-    ServerError,
-    ServerState,
-    crash_report,
-    interrupt_on_termination,
-    keep_current_marker,
-    stop,
-)
+from backend.serve.records import ServerError, ServerState, keep_current_marker
+from backend.serve.server import interrupt_on_termination
 from backend.serve.speculation.control import request_control  # noqa: E402
 from backend.serve.speculation.draft_cap import DraftCap  # noqa: E402
 from backend.serve.speculation.ngram_guard import NgramGuard  # noqa: E402

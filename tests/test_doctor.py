@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from backend.engine.build import Engine, register_system
+from backend.serve.process import pick_port
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, pick_port
+from backend.serve.records import ServerState
 from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi
 
 

@@ -379,7 +379,8 @@ def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stop
     model may not fit); where that one fails, the one with the draft is started again and the
     session goes on there, without trying again."""
     from backend.serve import launch
-    from backend.serve.server import ServerError, running
+    from backend.serve.records import ServerError
+    from backend.serve.server import running
 
     real_up = launch.up
 

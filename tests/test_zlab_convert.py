@@ -26,8 +26,9 @@ from backend.models.ggufinfo import gguf_metadata
 from backend.models.hfdraft import DraftSourceError, prepare_draft
 from backend.models.presets import get_preset
 from backend.serve.launch import plan_for
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import pick_port, stop, up
+from backend.serve.server import up
 from tests.conftest import greedy_timings, home_env
 from tests.hf_standin import HfStandin
 from tests.zlab_fixture import write_tokenizer_folder, write_zlab_drafter

@@ -43,17 +43,10 @@ from backend.measure.prompts import BenchPrompt
 from backend.models.presets import Preset
 from backend.serve.fit import FitError, check_fit
 from backend.serve.launch import plan_for
+from backend.serve.process import DEFAULT_HOST, get_json, pick_port, stop
 from backend.serve.profiles import LaunchPlan, get_profile
-from backend.serve.server import (
-    DEFAULT_HOST,
-    ServerState,
-    get_json,
-    interrupt_on_termination,
-    keep_current_marker,
-    pick_port,
-    stop,
-    up,
-)
+from backend.serve.records import ServerState, keep_current_marker
+from backend.serve.server import interrupt_on_termination, up
 from backend.serve.speculation.costs import synth_rates
 from backend.serve.speculation.draft_cap import DraftCap
 from backend.serve.speculation.store import TuningError, effective_n_max, record_turns

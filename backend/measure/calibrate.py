@@ -35,16 +35,10 @@ from backend.measure.report import save_png
 from backend.models.presets import Preset
 from backend.serve.fit import check_fit
 from backend.serve.launch import plan_for
+from backend.serve.process import DEFAULT_HOST, pick_port, stop
 from backend.serve.profiles import LaunchPlan, get_profile
-from backend.serve.server import (
-    DEFAULT_HOST,
-    ServerError,
-    ServerState,
-    keep_current_marker,
-    pick_port,
-    stop,
-    up,
-)
+from backend.serve.records import ServerError, ServerState, keep_current_marker
+from backend.serve.server import up
 from backend.serve.speculation.control import takes_length_per_request
 from backend.serve.speculation.costs import CostModel, synth_rates, tokens_per_step
 from backend.serve.speculation.store import device_id, engine_key, file_id, save_costs

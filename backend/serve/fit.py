@@ -46,8 +46,9 @@ from backend import machine
 from backend.models.ggufinfo import GgufInfo, read_gguf_info
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
+from backend.serve.records import config_hash
 from backend.serve.rpc import WorkerInfo, check_workers, engine_protocol, probe_all
-from backend.serve.server import config_hash, running
+from backend.serve.server import running
 
 MIB = 2**20
 GPU_RUNTIME_MIB = 512

@@ -16,17 +16,10 @@ from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
 from backend.serve.leases import hold, holders
+from backend.serve.process import DEFAULT_PORT
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
-from backend.serve.server import (
-    DEFAULT_PORT,
-    ServerError,
-    ServerState,
-    compatible,
-    plan_differences,
-    retire,
-    running,
-    up,
-)
+from backend.serve.records import ServerError, ServerState
+from backend.serve.server import compatible, plan_differences, retire, running, up
 from backend.serve.tuning import loaded_off_speed, stale_note, tune, with_ngram_lengths
 
 

@@ -68,7 +68,7 @@ from backend.engine.flavour import detect_flavour
 from backend.models.presets import NgramLengths
 from backend.serve.fit import FitError, check_fit
 from backend.serve.profiles import LaunchPlan, get_profile
-from backend.serve.server import ServerError
+from backend.serve.records import ServerError
 from backend.serve.speculation.control import per_request_cap
 from backend.serve.speculation.costs import (
     IDLE_FLOOR,

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from backend.engine.build import Engine
 from backend.home import home, private_open
+from backend.serve.exits import meaningful_lines
+from backend.serve.process import pick_port, server_env
 from backend.serve.rpc import WorkerInfo, probe
-from backend.serve.server import meaningful_lines, pick_port, server_env
 
 START_TIMEOUT = 60.0
 """Seconds ``rpc-server`` gets to listen (it initialises its devices first: CUDA takes a few)."""

@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx2
 
+from backend.serve.process import DEFAULT_HOST, pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import DEFAULT_HOST, keep_current_marker, pick_port, stop, up
+from backend.serve.records import keep_current_marker
+from backend.serve.server import up
 from backend.serve.speculation.costs import Observation
 from backend.serve.speculation.store import TuningError
 
