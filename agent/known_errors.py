@@ -13,10 +13,11 @@ from agent.config import ConfigError
 from agent.context import ContextTooSmall
 from agent.errors import UserError
 from backend.cache import CacheError
-from backend.engine.build import BuildError
-from backend.measure.bench import BenchError, BenchUsage
+from backend.engine.registry import BuildError
+from backend.measure.bench import BenchUsage
 from backend.measure.calibrate import CalibrationError
 from backend.measure.prompts import PromptsError
+from backend.measure.results import BenchError
 from backend.models.convert import ConvertError
 from backend.models.drafts import DraftError
 from backend.models.ggufinfo import GgufError

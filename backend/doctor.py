@@ -22,8 +22,9 @@ import httpx2
 
 from backend import machine
 from backend.cache import list_cache
-from backend.engine.build import Engine, default_engine, unusable_engines
+from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
+from backend.engine.registry import Engine, unusable_engines
 from backend.home import home
 from backend.models.presets import DEFAULT_PRESET, PresetError, get_preset
 from backend.serve.exits import exit_cause, meaningful_lines

@@ -76,23 +76,20 @@ from agent.protocols.base import FINAL_ANSWER, tools_with_final  # noqa: E402
 from agent.protocols.calls import RESULT_PREFIX  # noqa: E402
 from agent.runtime import Backend, renders_tool_role, unload_when_due  # noqa: E402
 from agent.ui import reply_misses  # noqa: E402
-from backend.engine.build import BuildError, Engine, default_engine  # noqa: E402
+from backend.engine.build import default_engine  # noqa: E402
 from backend.engine.flavour import detect_flavour  # noqa: E402
+from backend.engine.registry import BuildError, Engine  # noqa: E402
 from backend.home import home  # noqa: E402
-from backend.measure.bench import (  # noqa: E402
+from backend.measure.bench import BenchUsage, _model_file, _server_info, _start, parse_profiles
+from backend.measure.report import require_matplotlib  # noqa: E402
+from backend.measure.results import (
     REFERENCE_PROFILE,
     BenchError,
-    BenchUsage,
     MachineInfo,
     ModelFile,
     ServerInfo,
-    _model_file,
-    _server_info,
-    _start,
     machine_info,
-    parse_profiles,
 )
-from backend.measure.report import require_matplotlib  # noqa: E402
 from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
 from backend.models.sources import ModelError  # noqa: E402
 from backend.serve.exits import crash_report

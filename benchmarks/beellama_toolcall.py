@@ -38,7 +38,7 @@ from typing import Any
 
 from agent.client import ServerClient, ServerUnavailable
 from agent.protocols.base import json_response_format
-from backend.engine.build import Engine, list_engines
+from backend.engine.registry import Engine, list_engines
 from backend.models.drafts import DraftError, draft_for
 from backend.models.presets import PresetError, ServerOptions, get_preset
 from backend.models.sources import ModelError, resolve_model

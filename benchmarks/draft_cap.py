@@ -35,8 +35,8 @@ from pathlib import Path
 
 import httpx2
 
-from backend.measure.bench import Sample, machine_info, sample_from_response
 from backend.measure.prompts import load_prompts
+from backend.measure.results import Sample, machine_info, sample_from_response
 from backend.models.presets import ServerOptions
 from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan

@@ -26,8 +26,8 @@ import httpx2
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.measure.bench import machine_info  # noqa: E402
 from backend.measure.prompts import load_prompts  # noqa: E402
+from backend.measure.results import machine_info  # noqa: E402
 from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.records import ServerState

@@ -28,8 +28,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.engine.build import default_engine  # noqa: E402
-from backend.measure.bench import machine_info  # noqa: E402
 from backend.measure.prompts import load_prompts  # noqa: E402
+from backend.measure.results import machine_info  # noqa: E402
 from backend.serve import worker  # noqa: E402
 from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan  # noqa: E402

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import httpx2
 
-from backend.measure.bench import Sample, sample_from_response
 from backend.measure.prompts import BenchPrompt
+from backend.measure.results import Sample, sample_from_response
 from backend.serve.records import ServerState
 
 

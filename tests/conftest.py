@@ -17,7 +17,8 @@ import httpx2
 import psutil
 import pytest
 
-from backend.engine.build import Engine, build_beellama, build_llama_cpp, list_engines
+from backend.engine.build import build_beellama, build_llama_cpp
+from backend.engine.registry import Engine, list_engines
 from backend.home import HOME_ENV, home
 from backend.models.presets import get_preset
 from backend.models.sources import resolve_model

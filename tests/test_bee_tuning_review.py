@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.speculation.store import load_observations
 from backend.serve.tuning import tune

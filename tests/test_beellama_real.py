@@ -17,9 +17,10 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from backend.engine.build import Engine, build_beellama
+from backend.engine.build import build_beellama
 from backend.engine.flavour import binary_devices, binary_facts, binary_help, detect_flavour
 from backend.engine.helpfacts import check_argv, stored_facts
+from backend.engine.registry import Engine
 from backend.models.drafts import draft_for, gguf_architecture
 from backend.models.presets import ServerOptions, get_preset, load_presets
 from backend.serve.fit import FitError, check_fit

@@ -14,19 +14,18 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from backend.engine.build import Engine
-from backend.measure.bench import (
+from backend.engine.registry import Engine
+from backend.measure.bench import different_answers, parse_temperatures
+from backend.measure.prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
+from backend.measure.report import prompt_labels, require_matplotlib, result_table
+from backend.measure.results import (
     BenchError,
     BenchResult,
     Sample,
-    different_answers,
-    parse_temperatures,
     request_seed,
     sample_from_response,
     summarize,
 )
-from backend.measure.prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
-from backend.measure.report import prompt_labels, require_matplotlib, result_table
 from tests.fake_tools import gpu_line
 
 AGENT = [sys.executable, "-m", "agent"]

@@ -8,7 +8,7 @@ import gguf
 import httpx2
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
 from backend.serve.records import ServerError, ServerState

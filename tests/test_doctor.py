@@ -14,7 +14,7 @@ import git
 import psutil
 import pytest
 
-from backend.engine.build import Engine, register_system
+from backend.engine.registry import Engine, register_system
 from backend.serve.process import pick_port
 from backend.serve.profiles import LaunchPlan
 from backend.serve.records import ServerState

@@ -14,15 +14,10 @@ import httpx2
 import pytest
 
 from backend import machine
-from backend.engine.build import (
-    BuildError,
-    Engine,
-    configure_flags,
-    cpu_mismatch,
-    default_engine,
-    unusable_engines,
-)
+from backend.engine.build import default_engine
+from backend.engine.cmake import configure_flags
 from backend.engine.cpu import build_target, missing_features
+from backend.engine.registry import BuildError, Engine, cpu_mismatch, unusable_engines
 from backend.machine import cpu_features
 from backend.serve.launch import ensure_engine
 
@@ -73,7 +68,7 @@ def test_other_architectures_stay_native_and_need_every_listed_feature(tmp_path:
 
 
 def test_the_cpu_target_is_part_of_the_configure_flags_and_the_key(tmp_path: Path):
-    from backend.engine.build import engine_key
+    from backend.engine.registry import engine_key
 
     amx = build_target(cpu_features(_cpuinfo(tmp_path, SAPPHIRE_RAPIDS)), "x86_64")
     old = build_target(cpu_features(_cpuinfo(tmp_path, HASWELL)), "x86_64")

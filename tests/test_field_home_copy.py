@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.engine.build import Engine, _write_manifest, default_engine, list_engines
+from backend.engine.build import default_engine
+from backend.engine.registry import Engine, list_engines, write_manifest
 from backend.home import home
 from backend.serve import records, server
 from tests.conftest import home_env, recorded_stand_in
@@ -50,7 +51,7 @@ def test_a_copied_home_runs_its_own_engine_binary(tmp_path: Path):
     original = tmp_path / "original"
     binary = _install_engine(original)
     with home_env(original):
-        _write_manifest(_engine(binary))
+        write_manifest(_engine(binary))
     manifest = json.loads((binary.parent.parent / "engine.json").read_text())
     assert manifest["binary"] == "bin/llama-server"  # relative to the engine's folder
     copy = _copy(original, tmp_path / "copy")
@@ -84,8 +85,8 @@ def test_a_system_engine_keeps_its_absolute_path(tmp_path: Path):
     outside.chmod(0o755)
     with home_env(original):
         home().ensure()
-        _write_manifest(Engine(engine="system", version="1", key="system-abc", binary=outside,
-                               installed_at=1.0, cpu_features=[]))
+        write_manifest(Engine(engine="system", version="1", key="system-abc", binary=outside,
+                              installed_at=1.0, cpu_features=[]))
     copy = _copy(original, tmp_path / "copy")
     with home_env(copy):
         assert default_engine().binary == outside

@@ -14,18 +14,9 @@ import pytest
 
 from backend.models.ggufinfo import GgufError, read_gguf_info
 from backend.models.presets import ServerOptions, get_preset
-from backend.serve.fit import (
-    FitError,
-    KvShape,
-    check_fit,
-    estimate,
-    fit_report,
-    gather,
-    gpu_memory,
-    kv_bytes,
-    row_bytes,
-)
+from backend.serve.fit import FitError, check_fit, estimate, fit_report, gather, gpu_memory
 from backend.serve.profiles import LaunchPlan
+from backend.serve.sizes import KvShape, kv_bytes, row_bytes
 from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi, gpu_line
 from tests.synthetic_gguf import (
     GEMMA4_LAYERS,
@@ -294,7 +285,7 @@ def _agent(*args: str, home: Path, path: str) -> subprocess.CompletedProcess:
 
 def test_backend_up_refuses_then_force_launches(engine, gemma_files, agent_home: Path,
                                                 tmp_path: Path):
-    from backend.engine.build import register_system
+    from backend.engine.registry import register_system
 
     register_system(engine.binary)
     target = gemma_files[0]

@@ -11,8 +11,9 @@ import pytest
 
 from backend.models.ggufinfo import read_gguf_info
 from backend.models.presets import ServerOptions, get_preset
-from backend.serve.fit import FitError, KvShape, check_fit, kv_bytes, kv_row_bytes, row_bytes
+from backend.serve.fit import FitError, check_fit
 from backend.serve.profiles import LaunchPlan
+from backend.serve.sizes import KvShape, kv_bytes, kv_row_bytes, row_bytes
 from tests.fake_tools import fake_nvidia_smi, gpu_line
 from tests.synthetic_gguf import write_dflash_draft_header, write_gemma4_31b_header
 

@@ -209,6 +209,16 @@ def test_only_the_base_the_cache_and_the_doctor_sit_at_the_top_of_backend() -> N
     assert {p.name for p in (ROOT / "backend").glob("*.py")} == BACKEND_TOP
 
 
+MAX_LINES = 500
+"""The house rule (backend/README.md): no module of ``backend`` over this many lines."""
+
+
+def test_no_backend_module_is_over_the_house_rule() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "backend").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
 def test_the_protocols_import_only_downward_and_none_is_left_at_the_top_of_agent() -> None:
     assert wing_violations(ROOT, "agent/protocols", PROTOCOLS) == []
     assert not [p.name for p in (ROOT / "agent").glob("*.py") if "protocol" in p.name]

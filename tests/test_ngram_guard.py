@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.client import ServerClient
-from backend.engine.build import PER_REQUEST_DRAFT_CAP, Engine
+from backend.engine.registry import Engine
+from backend.engine.sources import PER_REQUEST_DRAFT_CAP
 from backend.models.presets import NgramLengths, ServerOptions
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan, server_argv

@@ -11,7 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from backend.engine.build import configure_flags, needs_fa_all_quants
+from backend.engine.cmake import configure_flags, needs_fa_all_quants
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
 from backend.serve.quirks import NEUTRAL_LOGIT_BIAS, kv_kernel_note, launch_flags, request_extra

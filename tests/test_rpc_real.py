@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from agent.client import ServerClient, ServerUnavailable
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.serve import rpc
 from backend.serve.exits import crash_report
 from backend.serve.process import pick_port, stop

@@ -11,7 +11,7 @@ import httpx2
 import psutil
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.serve.process import pick_port
 from backend.serve.profiles import LaunchPlan
 from backend.serve.records import ServerError, ServerState, config_hash, current

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.engine.build import Engine, register_system
+from backend.engine.registry import Engine, register_system
 from backend.serve import exits, records
 from backend.serve.exits import exit_cause, explain_exit, meaningful_lines
 from backend.serve.process import pick_port

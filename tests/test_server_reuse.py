@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.engine.build import Engine, register_system
 from backend.engine.probe_model import write_probe_model
+from backend.engine.registry import Engine, register_system
 from backend.models.presets import get_preset
 from backend.serve import process, server
 from backend.serve.launch import ensure_server, plan_for

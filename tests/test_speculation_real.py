@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.home import HOME_ENV
-from backend.measure.bench import BenchResult, different_answers
+from backend.measure.bench import different_answers
 from backend.measure.calibrate import Calibration
+from backend.measure.results import BenchResult
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan
 from backend.serve.speculation.costs import CostModel, Observation

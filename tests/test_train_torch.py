@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 import httpx2  # noqa: E402
 
-from backend.engine.build import Engine  # noqa: E402
+from backend.engine.registry import Engine  # noqa: E402
 from backend.serve.process import pick_port, stop  # noqa: E402
 from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.server import up  # noqa: E402

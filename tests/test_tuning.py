@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from backend import machine
-from backend.engine.build import PER_REQUEST_DRAFT_CAP
+from backend.engine.sources import PER_REQUEST_DRAFT_CAP
 from backend.measure.calibrate import Row, summarize
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan, server_argv

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.models.converter import TORCH_ENV, ensure_python, ensure_tree
 from backend.models.drafts import draft_window
 from backend.models.ggufinfo import gguf_metadata

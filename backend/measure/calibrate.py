@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx2
 from pydantic import BaseModel, Field
 
-from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts
+from backend.engine.registry import Engine
 from backend.home import home
 from backend.measure.report import save_png
 from backend.models.presets import Preset

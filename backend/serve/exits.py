@@ -37,15 +37,14 @@ def diagnose(log_text: str) -> str:
             return message
     return _NO_KNOWN_CAUSE
 
-_NO_KNOWN_CAUSE = "no known cause in its log; read its last lines"
 
+_NO_KNOWN_CAUSE = "no known cause in its log; read its last lines"
 _ERROR_LINE = re.compile(r"(^|\s)error:|^error\b", re.IGNORECASE)
 """A line the engine printed as an error (``error: ...``, ``main: error: ...``), not one of
 the benign ``failed to find ...`` lines every llama.cpp start prints."""
 
 _REBUILD = ("rebuild the engine for this CPU (`agent backend cache list`, `agent backend cache "
             "rm ENGINE`, then `agent backend build`)")
-
 _SIGNAL_CAUSES: dict[int, tuple[str, str]] = {
     signal.SIGSEGV: ("a segmentation fault (a bug in the engine or a kernel it runs; on Intel "
                      "CPUs with AMX, builds made with -march=native crash here at the "
@@ -64,10 +63,8 @@ _SIGNAL_CAUSES: dict[int, tuple[str, str]] = {
     signal.SIGKILL: ("SIGKILL: usually the kernel's out-of-memory killer (or someone ran kill "
                      "-9)", "use a smaller --ctx-size or model, or free memory"),
 }
-
 _NOISE = ("srv ", "slot ", "que ", "main: ", "build_info", "system_info", "print_info",
           "llama_model_loader: - kv", "llama_model_loader: - type")
-
 _ERRORISH = ("error", "failed", "assert", "abort", "terminate", "exception", "fatal")
 
 
@@ -185,6 +182,7 @@ def why_gone(state: ServerState, log_text: str, wait: float = 10.0) -> str:
 
 
 def log_tail(path: Path, lines: int = 12) -> str:
+    """The last ``lines`` lines of the log at ``path`` (empty when it cannot be read)."""
     try:
         return "\n".join(path.read_text("utf-8", errors="replace").splitlines()[-lines:])
     except OSError:

@@ -7,8 +7,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
+from backend.engine.build import build_llama_cpp, default_engine
+from backend.engine.buildlog import Progress
 from backend.engine.flavour import detect_flavour
+from backend.engine.registry import Engine, unusable_engines
 from backend.models.drafts import draft_for, draft_window, swa_quant_warning
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset

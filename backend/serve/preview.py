@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.engine.build import Engine
 from backend.engine.flavour import Flavour, binary_devices, binary_facts, detect_flavour
 from backend.engine.helpfacts import check_argv
+from backend.engine.registry import Engine
 from backend.models.convert import NEW_ARCH, OLD_ARCH
 from backend.models.drafts import DraftError, converted_path, draft_window, gguf_architecture
 from backend.models.hfdraft import is_folder_source

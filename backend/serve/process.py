@@ -32,6 +32,7 @@ def get_json(base_url: str, path: str, timeout: float = 5.0) -> dict:
 
 
 def healthy_same_model(state: ServerState) -> bool:
+    """Whether the server of ``state`` answers ``/props`` naming the model its plan names."""
     try:
         props = get_json(state.base_url, "/props")
     except (httpx2.HTTPError, ValueError):
@@ -75,13 +76,13 @@ def stop(state: ServerState, timeout: float = 15.0, spawned: bool = False) -> No
     except (psutil.Error, ProcessLookupError, PermissionError):
         pass
 
+
 _LAUNCHER = """import subprocess, sys
 with open(sys.argv[2], "ab") as log:
     watcher = subprocess.Popen([sys.executable, "-c", *sys.argv[1:]], stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=log, start_new_session=True)
 print(watcher.stdout.readline().decode().strip() or "the watcher printed nothing", flush=True)
 """
-
 _WATCHER = """import json, os, signal, subprocess, sys
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 def ooms():
@@ -111,7 +112,6 @@ with open(exit_path + ".tmp", "w") as out:
     json.dump({"returncode": code, "oom_killed": oom}, out)
 os.replace(exit_path + ".tmp", exit_path)
 """
-
 _OWNER_ENV = "DFLASH_AGENT_OWNER"
 """``tools.reaper.OWNER_ENV`` (backend does not import tools): the marker of an agent's tool
 processes, which its watchdog kills when the agent ends."""
@@ -152,7 +152,10 @@ def _alive(pid: int) -> bool:
 
 
 def wait_healthy(state: ServerState, timeout: float,
-                  progress: Callable[[str], None] | None) -> None:
+                 progress: Callable[[str], None] | None) -> None:
+    """Wait until the server of ``state`` answers ``/health`` (saying "loading model" through
+    ``progress`` once while it loads); raise :class:`ServerError` with the crash report when it
+    dies first, or when ``timeout`` s pass."""
     deadline = time.monotonic() + timeout
     said_loading = False
     while time.monotonic() < deadline:

@@ -78,6 +78,7 @@ def config_hash(plan: LaunchPlan) -> str:
 
 
 def state_path(digest: str) -> Path:
+    """The record of the server whose plan hashes to ``digest``."""
     return home().servers / f"{digest}.json"
 
 
@@ -93,6 +94,8 @@ def read_state(path: Path) -> ServerState | None:
 
 
 def write_state(state: ServerState) -> None:
+    """Write ``state``'s record atomically, its log named relative to the record's folder, and
+    point ``<servers>/current`` at it."""
     path = state_path(state.config_hash)
     tmp = path.with_suffix(".tmp")
     # The log relative to the record's folder: a copied home reads its own log there.

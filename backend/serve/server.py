@@ -282,6 +282,7 @@ def lost_workers_line(state: ServerState, lost: list[str]) -> str:
             "worker` on that machine), then `agent backend down` and `agent backend up --rpc "
             f"{','.join(state.plan.rpc)}`")
 
+
 SLOT_FIELDS = ("parallel", "idle_timeout", "rpc")
 """Plan fields a session does not care about: any number of slots serves it, asleep or not,
 with the layers on this machine or spread over RPC workers (the same tokens either way)."""

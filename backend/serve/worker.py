@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.home import home, private_open
 from backend.serve.exits import meaningful_lines
 from backend.serve.process import pick_port, server_env

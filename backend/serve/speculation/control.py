@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from backend.engine.build import PER_REQUEST_DRAFT_CAP
+from backend.engine.sources import PER_REQUEST_DRAFT_CAP
 from backend.serve.profiles import LaunchPlan
 from backend.serve.speculation.draft_cap import DraftCap
 from backend.serve.speculation.ngram_guard import NgramGuard
@@ -38,7 +38,7 @@ def per_request_cap(plan: LaunchPlan) -> bool:
     """True when a server of ``plan`` takes its draft length per request: the tuned ``dflash``
     profile with a draft (loaded: not a length of 0), on an engine the product built with the
     per-request draft cap patch: the ``engine.json`` beside its ``bin/`` lists
-    :data:`~backend.engine.build.PER_REQUEST_DRAFT_CAP` (the manifest describes that binary,
+    :data:`~backend.engine.sources.PER_REQUEST_DRAFT_CAP` (the manifest describes that binary,
     also when another home registered it as its ``system`` engine).
 
     Not ``dflash+ngram``: the cap limits every drafter of the request, so a length chosen for
@@ -54,7 +54,7 @@ def per_request_cap(plan: LaunchPlan) -> bool:
 def takes_length_per_request(binary: Path) -> bool:
     """True when ``binary`` was built by the product with the per-request draft cap patch:
     the ``engine.json`` beside its ``bin/`` lists
-    :data:`~backend.engine.build.PER_REQUEST_DRAFT_CAP`."""
+    :data:`~backend.engine.sources.PER_REQUEST_DRAFT_CAP`."""
     try:
         manifest = json.loads((binary.parent.parent / "engine.json").read_text("utf-8"))
     except (OSError, ValueError):

@@ -59,6 +59,7 @@ EXPLORE_TOKENS = 256
 what it measured: about as much text as the launch probe's 2 x :data:`PROBE_TOKENS`, so that
 the session's own weighs about as much (:func:`estimate_p` weights by tokens decoded)."""
 
+
 class CostModel(BaseModel):
     """What a speculative step costs on one engine, target, draft and device.
 

@@ -36,6 +36,7 @@ PROBE_PROMPTS = (
     "handling quoted fields.",
 )
 
+
 def probe_due(observations: list[Observation], now: datetime | None = None) -> bool:
     """True when nothing was observed yet, or the newest observation is older than
     :data:`REPROBE_AFTER` (drafting off produces none, so this is how it comes back)."""
