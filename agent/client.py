@@ -29,8 +29,7 @@ from backend.errors import StatedError
 if TYPE_CHECKING:
     import openai
 
-    from backend.serve.ngram_guard import NgramGuard
-    from backend.serve.tuning import DraftCap
+    from backend.serve.speculation.control import RequestControl
 
 
 class ContextOverflow(StatedError, RuntimeError):
@@ -102,7 +101,7 @@ class ServerClient:
     def __init__(self, base_url: str, idle_timeout: float = 600.0, id_slot: int | None = 0,
                  explain: Callable[[], str | None] | None = None,
                  request_extra: dict[str, Any] | None = None,
-                 draft_cap: DraftCap | NgramGuard | None = None):
+                 draft_cap: RequestControl | None = None):
         """``explain``: called when a request fails; returns why the server is gone (the
         managed server's crash report: signal, fix, log lines) or None. ``request_extra``:
         fields every completion carries (the managed server's workaround for a known bug of
@@ -123,7 +122,7 @@ class ServerClient:
 
     def _open(self, base_url: str, explain: Callable[[], str | None] | None,
               request_extra: dict[str, Any] | None,
-              draft_cap: DraftCap | NgramGuard | None) -> None:
+              draft_cap: RequestControl | None) -> None:
         import openai  # deferred: ~0.75 s, which commands that call no model should not pay
 
         self.explain = explain
@@ -139,7 +138,7 @@ class ServerClient:
 
     def rebind(self, base_url: str, explain: Callable[[], str | None] | None = None,
                request_extra: dict[str, Any] | None = None,
-               draft_cap: DraftCap | NgramGuard | None = None) -> None:
+               draft_cap: RequestControl | None = None) -> None:
         """Talk to the server at ``base_url`` from now on, with these ``explain``,
         ``request_extra`` and ``draft_cap`` (as in the constructor): a server started in
         place of this one for the same session. What was read of the old one is forgotten."""

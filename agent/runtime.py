@@ -15,17 +15,14 @@ from agent.ui import Reporter
 from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import PresetError, get_preset
+from backend.serve.exits import crash_report
 from backend.serve.launch import ensure_server, profile_for, unload_draft
 from backend.serve.leases import hold
-from backend.serve.ngram_guard import NgramGuard
-from backend.serve.server import ServerError, ServerState, crash_report
-from backend.serve.tuning import (
-    DraftCap,
-    TuningError,
-    effective_n_max,
-    record_turns,
-    request_control,
-)
+from backend.serve.records import ServerError, ServerState
+from backend.serve.speculation.control import request_control
+from backend.serve.speculation.draft_cap import DraftCap
+from backend.serve.speculation.ngram_guard import NgramGuard
+from backend.serve.speculation.store import TuningError, effective_n_max, record_turns
 
 _PROBE = "dflash-agent-tool-role-probe"
 
@@ -118,9 +115,9 @@ def unload_when_due(backend: Backend, note: Callable[[str], None], timeout: floa
                     store: bool = True) -> None:
     """Before a request: relaunch the session's server without its draft once its requests
     turned drafting off and the loaded draft has cost what a relaunch does
-    (:meth:`backend.serve.tuning.DraftCap.unload_due`), then point the client at the new server
-    (:func:`backend.serve.launch.unload_draft`). With ``store`` the draft's observations are
-    stored first, as at the end of a task (the agent replay stores none). Raises
+    (:meth:`backend.serve.speculation.draft_cap.DraftCap.unload_due`), then point the client at the
+    new server (:func:`backend.serve.launch.unload_draft`). With ``store`` the draft's observations
+    are stored first, as at the end of a task (the agent replay stores none). Raises
     :class:`ServerUnavailable` when no server could be started again."""
     cap, state = backend.draft_cap, backend.state
     if not isinstance(cap, DraftCap) or state is None or not cap.unload_due(state.ready_s):
@@ -184,8 +181,8 @@ def describe_remote(client: ServerClient, ctx_size: int | None,
 def record_speculation(backend: Backend, timings: list[Any],
                        warn: Any = None) -> None:
     """Record a task's ``timings`` (drafted and accepted tokens per model call) for the tuned
-    launch (:func:`backend.serve.tuning.record_turns`): the next launch chooses its draft length
-    from them. On a server that takes the length per request, the draft cap's own
+    launch (:func:`backend.serve.speculation.store.record_turns`): the next launch chooses its draft
+    length from them. On a server that takes the length per request, the draft cap's own
     observations are stored instead (each at the length its request carried). A record that
     cannot be written is said through ``warn``, never raised."""
     if backend.state is None:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.engine.build import list_engines
+from backend.engine.registry import list_engines
 from backend.errors import StatedError
 from backend.home import home
 

@@ -19,25 +19,20 @@ from pathlib import Path
 from typing import Literal
 
 import httpx2
-import psutil
 
+from backend import machine
 from backend.cache import list_cache
-from backend.engine.build import Engine, default_engine, unusable_engines
+from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
+from backend.engine.registry import Engine, unusable_engines
 from backend.home import home
 from backend.models.presets import DEFAULT_PRESET, PresetError, get_preset
+from backend.serve.exits import exit_cause, meaningful_lines
 from backend.serve.preset_status import cached_file
+from backend.serve.process import DEFAULT_HOST, pick_port, server_env
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import (
-    DEFAULT_HOST,
-    ServerError,
-    exit_cause,
-    launch_argv,
-    meaningful_lines,
-    pick_port,
-    running,
-    server_env,
-)
+from backend.serve.records import ServerError
+from backend.serve.server import launch_argv, running
 
 Status = Literal["ok", "warn", "fail"]
 MIB = 2**20
@@ -68,34 +63,28 @@ def _first_line(proc: subprocess.CompletedProcess) -> str:
     return ((proc.stdout or proc.stderr).strip().splitlines() or ["no output"])[0]
 
 
+GPU_FIXES = {
+    "run": "reinstall or reload the NVIDIA driver (a reboot often helps)",
+    "exit": "the NVIDIA driver is not working: reinstall it or reboot; until then only CPU "
+            "builds run",
+    "output": "check that the GPU is visible to this machine or container",
+}
+"""What to do about each way ``nvidia-smi`` fails (``GpuQueryError.reason``)."""
+
+
 def check_gpu() -> Check:
-    """NVIDIA GPU and driver through ``nvidia-smi``: absent is a warning (CPU only), failing is
-    a failure (a broken driver makes CUDA builds crash at start)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
+    """NVIDIA GPU and driver through :func:`backend.machine.gpus`: absent is a warning (CPU
+    only), failing is a failure (a broken driver makes CUDA builds crash at start)."""
+    try:
+        found = machine.gpus(fresh=True)
+    except machine.GpuQueryError as exc:
+        return Check("gpu", "fail", str(exc), GPU_FIXES[exc.reason])
+    if found is None:
         return Check("gpu", "warn", "no nvidia-smi on PATH: no NVIDIA GPU, CPU inference only",
                      "fine for small models; for 27-31B models use a machine with a 24 GB GPU "
                      "and its NVIDIA driver")
-    try:
-        proc = _run([exe, "--query-gpu=name,driver_version,memory.total,memory.free",
-                     "--format=csv,noheader,nounits"])
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Check("gpu", "fail", f"nvidia-smi could not run: {exc}",
-                     "reinstall or reload the NVIDIA driver (a reboot often helps)")
-    if proc.returncode != 0:
-        last = ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
-        return Check("gpu", "fail", f"nvidia-smi failed (exit {proc.returncode}): {last}",
-                     "the NVIDIA driver is not working: reinstall it or reboot; until then only "
-                     "CPU builds run")
-    gpus = []
-    for line in proc.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4:
-            gpus.append(f"{parts[0]} (driver {parts[1]}, {parts[3]} of {parts[2]} MiB free)")
-    if not gpus:
-        return Check("gpu", "fail", f"nvidia-smi printed no GPU: {_first_line(proc)!r}",
-                     "check that the GPU is visible to this machine or container")
-    return Check("gpu", "ok", "; ".join(gpus))
+    return Check("gpu", "ok", "; ".join(f"{g.name} (driver {g.driver}, {g.free_mib} of "
+                                        f"{g.total_mib} MiB free)" for g in found))
 
 
 def check_cuda(has_gpu: bool) -> Check:
@@ -169,7 +158,7 @@ def check_disk(min_free_mib: float | None = None) -> Check:
 
 def check_ram() -> Check:
     """Total and available RAM."""
-    mem = psutil.virtual_memory()
+    mem = machine.memory()
     detail = f"{mem.available / MIB:.0f} MiB available of {mem.total / MIB:.0f} MiB"
     if mem.available / MIB < WARN_RAM_MIB:
         return Check("ram", "warn", detail, "close other programs; even small models need "

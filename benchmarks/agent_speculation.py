@@ -28,8 +28,9 @@ from backend.engine.build import default_engine
 from backend.models.presets import get_preset
 from backend.models.sources import resolve_model
 from backend.serve.launch import ensure_engine
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import interrupt_on_termination, pick_port, stop, up
+from backend.serve.server import interrupt_on_termination, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

@@ -76,38 +76,33 @@ from agent.protocols.base import FINAL_ANSWER, tools_with_final  # noqa: E402
 from agent.protocols.calls import RESULT_PREFIX  # noqa: E402
 from agent.runtime import Backend, renders_tool_role, unload_when_due  # noqa: E402
 from agent.ui import reply_misses  # noqa: E402
-from backend.engine.build import BuildError, Engine, default_engine  # noqa: E402
+from backend.engine.build import default_engine  # noqa: E402
 from backend.engine.flavour import detect_flavour  # noqa: E402
+from backend.engine.registry import BuildError, Engine  # noqa: E402
 from backend.home import home  # noqa: E402
-from backend.measure.bench import (  # noqa: E402
+from backend.measure.bench import BenchUsage, _model_file, _server_info, _start, parse_profiles
+from backend.measure.report import require_matplotlib  # noqa: E402
+from backend.measure.results import (
     REFERENCE_PROFILE,
     BenchError,
-    BenchUsage,
     MachineInfo,
     ModelFile,
     ServerInfo,
-    _model_file,
-    _server_info,
-    _start,
     machine_info,
-    parse_profiles,
 )
-from backend.measure.report import require_matplotlib  # noqa: E402
 from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
 from backend.models.sources import ModelError  # noqa: E402
+from backend.serve.exits import crash_report
 from backend.serve.fit import FitError  # noqa: E402
 from backend.serve.launch import ensure_engine, plan_for  # noqa: E402
-from backend.serve.ngram_guard import NgramGuard  # noqa: E402
+from backend.serve.process import stop
 from backend.serve.profiles import LaunchPlan  # noqa: E402
-from backend.serve.server import (  # noqa: E402
-    ServerError,
-    ServerState,
-    crash_report,
-    interrupt_on_termination,
-    keep_current_marker,
-    stop,
-)
-from backend.serve.tuning import DraftCap, request_control, tune  # noqa: E402
+from backend.serve.records import ServerError, ServerState, keep_current_marker
+from backend.serve.server import interrupt_on_termination
+from backend.serve.speculation.control import request_control  # noqa: E402
+from backend.serve.speculation.draft_cap import DraftCap  # noqa: E402
+from backend.serve.speculation.ngram_guard import NgramGuard  # noqa: E402
+from backend.serve.tuning import tune  # noqa: E402
 from benchmarks.forced import (  # noqa: E402
     HEADROOM,
     ForcedClient,

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from backend.measure.bench import BenchResult
+from backend.measure.results import BenchResult
 
 PRESET = "smollm2-135m"
 

@@ -38,12 +38,14 @@ from typing import Any
 
 from agent.client import ServerClient, ServerUnavailable
 from agent.protocols.base import json_response_format
-from backend.engine.build import Engine, list_engines
+from backend.engine.registry import Engine, list_engines
 from backend.models.drafts import DraftError, draft_for
 from backend.models.presets import PresetError, ServerOptions, get_preset
 from backend.models.sources import ModelError, resolve_model
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerError, interrupt_on_termination, pick_port, stop, up
+from backend.serve.records import ServerError
+from backend.serve.server import interrupt_on_termination, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

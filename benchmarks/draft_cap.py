@@ -35,12 +35,14 @@ from pathlib import Path
 
 import httpx2
 
-from backend.measure.bench import Sample, machine_info, sample_from_response
 from backend.measure.prompts import load_prompts
+from backend.measure.results import Sample, machine_info, sample_from_response
 from backend.models.presets import ServerOptions
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, interrupt_on_termination, pick_port, stop, up
-from backend.serve.tuning import synth_rates
+from backend.serve.records import ServerState
+from backend.serve.server import interrupt_on_termination, up
+from backend.serve.speculation.costs import synth_rates
 
 
 def _post(client: httpx2.Client, state: ServerState, body: dict) -> dict:

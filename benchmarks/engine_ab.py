@@ -26,16 +26,12 @@ import httpx2
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.measure.bench import machine_info  # noqa: E402
 from backend.measure.prompts import load_prompts  # noqa: E402
+from backend.measure.results import machine_info  # noqa: E402
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan  # noqa: E402
-from backend.serve.server import (  # noqa: E402
-    ServerState,
-    interrupt_on_termination,
-    pick_port,
-    stop,
-    up,
-)
+from backend.serve.records import ServerState
+from backend.serve.server import interrupt_on_termination, up
 from benchmarks.side_by_side import interleaved, summary_rows, warm_up  # noqa: E402
 
 

@@ -32,7 +32,8 @@ from agent.prompts import system_prompt
 from agent.protocols.base import json_response_format, tools_with_final
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_engine, plan_for
-from backend.serve.server import DEFAULT_HOST, pick_port, stop, up
+from backend.serve.process import DEFAULT_HOST, pick_port, stop
+from backend.serve.server import up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

@@ -1,5 +1,5 @@
 """The tuned draft length replayed on recorded H200 data (benchmarks/RESULTS.md, 2026-12-04):
-what ``backend.serve.tuning.choose`` picks from the launch probe of
+what ``backend.serve.speculation.costs.choose`` picks from the launch probe of
 ``h200-first-2026-12-04`` under three calibrations of the same server, and how it re-chooses
 over the edit set's requests drafted at a fixed 3 (``pmin-edit-k3-p0.json``); then, for each
 first launch at temperature 0 of ``h200-first-layers-2026-12-04`` (its own calibration), the
@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.serve.tuning import CostModel, Observation, choose, estimate_p  # noqa: E402
+from backend.serve.speculation.costs import CostModel, Observation, choose, estimate_p  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FIRST = HERE / "h200-first-2026-12-04"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import httpx2
 
-from backend.measure.bench import Sample, sample_from_response
 from backend.measure.prompts import BenchPrompt
-from backend.serve.server import ServerState
+from backend.measure.results import Sample, sample_from_response
+from backend.serve.records import ServerState
 
 
 def post_chat(client: httpx2.Client, state: ServerState, body: dict) -> dict:

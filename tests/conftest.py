@@ -17,13 +17,16 @@ import httpx2
 import psutil
 import pytest
 
-from backend.engine.build import Engine, build_beellama, build_llama_cpp, list_engines
+from backend.engine.build import build_beellama, build_llama_cpp
+from backend.engine.registry import Engine, list_engines
 from backend.home import HOME_ENV, home
 from backend.models.presets import get_preset
 from backend.models.sources import resolve_model
-from backend.serve import server
+from backend.serve import process, records
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, pick_port, stop, up
+from backend.serve.records import ServerState
+from backend.serve.server import up
 from tests.dflash_fixture import (
     write_old_format_draft,
     write_tiny_dflash_draft,
@@ -63,15 +66,15 @@ def recorded_stand_in(root: Path, tmp_path: Path) -> Iterator[ServerState]:
         sleep = Path(shutil.which("sleep") or "/bin/sleep")
         plan = LaunchPlan(binary=sleep, model=tmp_path / "model.gguf", profile="baseline",
                           ctx_size=1024)
-        digest = server.config_hash(plan)
+        digest = records.config_hash(plan)
         log = servers / f"{digest}.log"
         log.write_text("")
-        pid = server._spawn_detached([str(sleep), "300"], log)
+        pid = process.spawn_detached([str(sleep), "300"], log)
         state = ServerState(pid=pid, create_time=psutil.Process(pid).create_time(),
-                            start_ticks=server._start_ticks(pid), host="127.0.0.1", port=1,
+                            start_ticks=records.start_ticks(pid), host="127.0.0.1", port=1,
                             config_hash=digest, plan=plan, argv=[str(sleep), "300"], log=log,
                             started_at=time.time())
-        server._write_state(state)
+        records.write_state(state)
     try:
         yield state
     finally:

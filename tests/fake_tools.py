@@ -6,8 +6,16 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-RTX_4090 = "23800, 24564"
-"""``--query-gpu=memory.free,memory.total --format=csv,noheader,nounits`` of an idle 24 GB card."""
+
+def gpu_line(free: int = 23800, total: int = 24564, name: str = "NVIDIA GeForce RTX 4090",
+             cap: str = "8.9") -> str:
+    """One GPU's line of :data:`backend.machine.GPU_FIELDS` as ``nvidia-smi`` prints it
+    (``--format=csv,noheader,nounits``)."""
+    return f"{name}, 550.54.14, {total}, {free}, {cap}"
+
+
+RTX_4090 = gpu_line()
+"""An idle 24 GB card."""
 DRIVER_FAILURE = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                   "Make sure that the latest NVIDIA driver is installed and running.")
 

@@ -18,8 +18,8 @@ import pytest
 from rich.console import Console
 
 from agent.client import ServerClient
-from backend.engine.build import Engine
-from backend.measure.bench import MachineInfo, ModelFile
+from backend.engine.registry import Engine
+from backend.measure.results import MachineInfo, ModelFile
 from tests.scripted import ScriptedModel, reply
 from tests.test_bench import PNG_MAGIC, make_home
 from tools.registry import default_registry

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.serve.profiles import LaunchPlan, server_argv
-from backend.serve.tuning import load_observations, tune
+from backend.serve.speculation.store import load_observations
+from backend.serve.tuning import tune
 from tests.conftest import home_env
 
 pytestmark = [pytest.mark.beellama]

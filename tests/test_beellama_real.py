@@ -17,17 +17,22 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from backend.engine.build import Engine, build_beellama
+from backend.engine.build import build_beellama
 from backend.engine.flavour import binary_devices, binary_facts, binary_help, detect_flavour
 from backend.engine.helpfacts import check_argv, stored_facts
+from backend.engine.registry import Engine
 from backend.models.drafts import draft_for, gguf_architecture
 from backend.models.presets import ServerOptions, get_preset, load_presets
 from backend.serve.fit import FitError, check_fit
 from backend.serve.launch import plan_for
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import PROFILES, LaunchPlan, server_argv
 from backend.serve.quirks import NEUTRAL_LOGIT_BIAS
-from backend.serve.server import ServerError, ServerState, launch_argv, pick_port, stop, up
-from backend.serve.tuning import PROBE_PROMPTS, load_observations, tune
+from backend.serve.records import ServerError, ServerState
+from backend.serve.server import launch_argv, up
+from backend.serve.speculation.probe import PROBE_PROMPTS
+from backend.serve.speculation.store import load_observations
+from backend.serve.tuning import tune
 from tests.conftest import BEELLAMA_ARCHIVE, home_env
 
 pytestmark = [pytest.mark.beellama, pytest.mark.server]

@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from backend.engine.build import Engine
-from backend.measure.bench import (
+from backend.engine.registry import Engine
+from backend.measure.bench import different_answers, parse_temperatures
+from backend.measure.prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
+from backend.measure.report import prompt_labels, require_matplotlib, result_table
+from backend.measure.results import (
     BenchError,
     BenchResult,
     Sample,
-    different_answers,
-    parse_temperatures,
     request_seed,
     sample_from_response,
     summarize,
 )
-from backend.measure.prompts import EDIT_PROMPTS, SEED_PROMPTS, PromptsError, load_prompts
-from backend.measure.report import prompt_labels, require_matplotlib, result_table
+from tests.fake_tools import gpu_line
 
 AGENT = [sys.executable, "-m", "agent"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -381,7 +381,7 @@ def _fake_gpu(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
     script.write_text("#!/bin/sh\nif pgrep -f dflash-agent-bench >/dev/null; then\n"
-                      "  echo '100, 24564'\nelse\n  echo '2000, 24564'\nfi\n")
+                      f"  echo '{gpu_line(100)}'\nelse\n  echo '{gpu_line(2000)}'\nfi\n")
     script.chmod(0o755)
     return bin_dir
 
@@ -423,7 +423,7 @@ def test_a_temperature_whose_launch_would_start_without_the_draft_is_named(
     which their own launch would not: the bench says so."""
     from backend.measure import bench as bench_mod
     from backend.serve.profiles import LaunchPlan
-    from backend.serve.tuning import Tuning
+    from backend.serve.speculation.costs import Tuning
 
     base = LaunchPlan(binary=tmp_path / "llama-server", model=tmp_path / "m.gguf",
                       profile="dflash", ctx_size=4096, draft=tmp_path / "d.gguf")

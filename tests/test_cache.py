@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend.cache import CacheError, list_cache, record_use, remove
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 
 
 def _fake_engine(home: Path, key: str = "llama.cpp-11434-cpu-abc") -> Path:

@@ -21,7 +21,8 @@ from agent.context import (
     needs_compaction,
     summarise_with_model,
 )
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
+from backend.serve import process
 from backend.serve import server as backend_server
 from backend.serve.profiles import LaunchPlan
 from tests.scripted import ScriptedModel, reply
@@ -108,7 +109,7 @@ def test_the_tool_list_is_counted_once_per_distinct_list(model: ScriptedModel):
 
 
 def test_tokenize_on_a_dead_server_raises_server_unavailable():
-    port = backend_server.pick_port("127.0.0.1", 0)
+    port = process.pick_port("127.0.0.1", 0)
     with pytest.raises(ServerUnavailable, match="cannot reach"):
         ServerClient(f"http://127.0.0.1:{port}").tokenize("hello")
 
@@ -305,7 +306,7 @@ def test_token_counts_agree_with_the_real_servers_tokenizer(real_server):
 def test_compaction_turns_an_overflowing_history_into_a_request_that_completes(
         engine: Engine, smollm2: Path):
     plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=1024)
-    state, _ = backend_server.up(plan, port=backend_server.pick_port("127.0.0.1", 0),
+    state, _ = backend_server.up(plan, port=process.pick_port("127.0.0.1", 0),
                                  timeout=120)
     try:
         client = ServerClient(state.base_url)
@@ -339,7 +340,7 @@ def test_compaction_turns_an_overflowing_history_into_a_request_that_completes(
         turn = client.complete(out, sampling={"temperature": 0.0}, max_tokens=8)
         assert turn.usage is not None and turn.usage["prompt_tokens"] <= budget.limit()
     finally:
-        backend_server.stop(state)
+        process.stop(state)
 
 
 def _long_session(root: Path) -> list[dict]:
@@ -367,7 +368,7 @@ def test_the_loop_compacts_on_a_small_real_context_and_the_task_still_finishes(
     from tools.workspace import Workspace
 
     plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=2048)
-    state, _ = backend_server.up(plan, port=backend_server.pick_port("127.0.0.1", 0),
+    state, _ = backend_server.up(plan, port=process.pick_port("127.0.0.1", 0),
                                  timeout=120)
     try:
         client = ServerClient(state.base_url)
@@ -390,7 +391,7 @@ def test_the_loop_compacts_on_a_small_real_context_and_the_task_still_finishes(
         finally:
             agent.registry.close()
     finally:
-        backend_server.stop(state)
+        process.stop(state)
     compactions = [e for e in events if e.type == "compaction"]
     assert compactions, "no compaction happened"
     assert any(m["content"].startswith("[summary of earlier work]")

@@ -8,9 +8,11 @@ import gguf
 import httpx2
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerError, ServerState, pick_port, stop, up
+from backend.serve.records import ServerError, ServerState
+from backend.serve.server import up
 
 
 def _launch(engine: Engine, model: Path, profile: str,

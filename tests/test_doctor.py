@@ -14,9 +14,10 @@ import git
 import psutil
 import pytest
 
-from backend.engine.build import Engine, register_system
+from backend.engine.registry import Engine, register_system
+from backend.serve.process import pick_port
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, pick_port
+from backend.serve.records import ServerState
 from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi
 
 
@@ -93,7 +94,7 @@ def test_failing_nvidia_smi_is_a_failure(agent_home: Path, tmp_path: Path):
 
 
 def test_working_gpu_is_described(agent_home: Path, tmp_path: Path):
-    fake = fake_nvidia_smi(tmp_path / "bin", "NVIDIA GeForce RTX 4090, 550.54.14, 24564, 23800")
+    fake = fake_nvidia_smi(tmp_path / "bin")
     _, checks, _ = doctor(home=agent_home, path=f"{fake}:{os.environ['PATH']}")
     assert checks["gpu"]["status"] == "ok"
     assert "RTX 4090 (driver 550.54.14, 23800 of 24564 MiB free)" in checks["gpu"]["detail"]

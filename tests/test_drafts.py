@@ -7,7 +7,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.models.drafts import DraftError, draft_for, gguf_architecture
 from backend.models.presets import get_preset
 from backend.serve.launch import plan_for

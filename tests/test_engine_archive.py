@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import (
-    BuildError,
+from backend.engine.build import build_beellama, build_llama_cpp
+from backend.engine.registry import BuildError
+from backend.engine.sources import (
     archive_version,
     beellama_flavour,
-    build_beellama,
-    build_llama_cpp,
     extract_source_archive,
     source_version,
 )

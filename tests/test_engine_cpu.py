@@ -7,21 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import httpx2
 import pytest
 
-from backend.engine import cpu
-from backend.engine.build import (
-    BuildError,
-    Engine,
-    configure_flags,
-    cpu_mismatch,
-    default_engine,
-    unusable_engines,
-)
-from backend.engine.cpu import build_target, cpu_features, missing_features
+from backend import machine
+from backend.engine.build import default_engine
+from backend.engine.cmake import configure_flags
+from backend.engine.cpu import build_target, missing_features
+from backend.engine.registry import BuildError, Engine, cpu_mismatch, unusable_engines
+from backend.machine import cpu_features
 from backend.serve.launch import ensure_engine
 
 SAPPHIRE_RAPIDS = ("fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma bmi2 avx2 avx512f avx512dq "
@@ -31,7 +28,8 @@ HASWELL = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma bmi2 avx2"
 
 
 def _cpuinfo(tmp_path: Path, flags: str) -> Path:
-    path = tmp_path / "cpuinfo"
+    """A cpuinfo file listing ``flags``: one file per set, since each file is read once."""
+    path = tmp_path / f"cpuinfo-{zlib.crc32(flags.encode()):08x}"
     path.write_text(f"processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: {flags}\n\n"
                     f"processor\t: 1\nflags\t\t: {flags}\n")
     return path
@@ -70,7 +68,7 @@ def test_other_architectures_stay_native_and_need_every_listed_feature(tmp_path:
 
 
 def test_the_cpu_target_is_part_of_the_configure_flags_and_the_key(tmp_path: Path):
-    from backend.engine.build import engine_key
+    from backend.engine.registry import engine_key
 
     amx = build_target(cpu_features(_cpuinfo(tmp_path, SAPPHIRE_RAPIDS)), "x86_64")
     old = build_target(cpu_features(_cpuinfo(tmp_path, HASWELL)), "x86_64")
@@ -101,7 +99,7 @@ def test_an_engine_built_for_a_richer_cpu_is_not_run_here_but_rebuilt(
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
     _install_manifest(agent_home, "llama.cpp-11434-cpu-avx512-abc", ["avx2", "avx512f"], binary)
-    monkeypatch.setattr(cpu, "CPUINFO", _cpuinfo(tmp_path, HASWELL))
+    monkeypatch.setattr(machine, "CPUINFO", _cpuinfo(tmp_path, HASWELL))
     assert default_engine() is None
     [(engine, why)] = unusable_engines()
     assert "avx512f" in why and "SIGILL" in why
@@ -112,7 +110,7 @@ def test_an_engine_built_for_a_richer_cpu_is_not_run_here_but_rebuilt(
         ensure_engine(sdist=broken, note=notes.append)
     assert notes and "building one for this CPU" in notes[0] and "avx512f" in notes[0]
     # On the AVX-512 machine it is used as before.
-    monkeypatch.setattr(cpu, "CPUINFO", _cpuinfo(tmp_path, SAPPHIRE_RAPIDS))
+    monkeypatch.setattr(machine, "CPUINFO", _cpuinfo(tmp_path, SAPPHIRE_RAPIDS))
     assert default_engine() == engine
 
 
@@ -134,7 +132,7 @@ def test_the_doctor_names_an_engine_this_cpu_cannot_run(agent_home: Path, tmp_pa
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
     _install_manifest(agent_home, "llama.cpp-11434-cpu-avx512-abc", ["avx512f"], binary)
-    monkeypatch.setattr(cpu, "CPUINFO", _cpuinfo(tmp_path, HASWELL))
+    monkeypatch.setattr(machine, "CPUINFO", _cpuinfo(tmp_path, HASWELL))
     check = check_engine(default_engine())
     assert check.status == "warn" and "avx512f" in check.detail
     assert "agent backend build" in check.fix

@@ -10,7 +10,9 @@ from pathlib import Path
 import git
 import pytest
 
-from backend.engine.build import BuildError, build_beellama, check_source
+from backend.engine.build import build_beellama
+from backend.engine.registry import BuildError
+from backend.engine.sources import check_source
 
 AGENT = [sys.executable, "-m", "agent"]
 TINY_CMAKE = """cmake_minimum_required(VERSION 3.14)

@@ -9,19 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine import build
-from backend.engine.build import (
+from backend.engine import sources
+from backend.engine.build import build_llama_cpp, default_engine
+from backend.engine.cmake import configure_flags
+from backend.engine.registry import BuildError, Engine, engine_key, register_system
+from backend.engine.sources import (
     PER_REQUEST_DRAFT_CAP,
     SDIST_PATCHES,
-    BuildError,
-    Engine,
     apply_patches,
-    build_llama_cpp,
-    configure_flags,
-    default_engine,
-    engine_key,
     patches_digest,
-    register_system,
     unpack_sdist,
 )
 
@@ -149,7 +145,7 @@ def test_patches_apply_to_the_tree_even_inside_another_git_work_tree(
     patches = tmp_path / "patches"
     patches.mkdir()
     (patches / "tiny.patch").write_text(TINY_PATCH)
-    monkeypatch.setattr(build, "PATCHES_DIR", patches)
+    monkeypatch.setattr(sources, "PATCHES_DIR", patches)
     outer = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(outer)], check=True)
     tree = outer / "work" / "llama.cpp"
@@ -169,8 +165,8 @@ def test_the_patches_bytes_are_in_the_digest_and_a_missing_patch_is_a_build_erro
     copy = tmp_path / "patches"
     copy.mkdir()
     for name in SDIST_PATCHES:
-        (copy / name).write_bytes((build.PATCHES_DIR / name).read_bytes() + b"\n")
-    monkeypatch.setattr(build, "PATCHES_DIR", copy)
+        (copy / name).write_bytes((sources.PATCHES_DIR / name).read_bytes() + b"\n")
+    monkeypatch.setattr(sources, "PATCHES_DIR", copy)
     assert patches_digest() != shipped
     with pytest.raises(BuildError, match="the engine patch nope.patch cannot be read"):
         patches_digest(["nope.patch"])

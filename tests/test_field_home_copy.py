@@ -15,9 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.engine.build import Engine, _write_manifest, default_engine, list_engines
+from backend.engine.build import default_engine
+from backend.engine.registry import Engine, list_engines, write_manifest
 from backend.home import home
-from backend.serve import server
+from backend.serve import records, server
 from tests.conftest import home_env, recorded_stand_in
 from tests.test_cli_ux import agent
 
@@ -50,7 +51,7 @@ def test_a_copied_home_runs_its_own_engine_binary(tmp_path: Path):
     original = tmp_path / "original"
     binary = _install_engine(original)
     with home_env(original):
-        _write_manifest(_engine(binary))
+        write_manifest(_engine(binary))
     manifest = json.loads((binary.parent.parent / "engine.json").read_text())
     assert manifest["binary"] == "bin/llama-server"  # relative to the engine's folder
     copy = _copy(original, tmp_path / "copy")
@@ -84,15 +85,15 @@ def test_a_system_engine_keeps_its_absolute_path(tmp_path: Path):
     outside.chmod(0o755)
     with home_env(original):
         home().ensure()
-        _write_manifest(Engine(engine="system", version="1", key="system-abc", binary=outside,
-                               installed_at=1.0, cpu_features=[]))
+        write_manifest(Engine(engine="system", version="1", key="system-abc", binary=outside,
+                              installed_at=1.0, cpu_features=[]))
     copy = _copy(original, tmp_path / "copy")
     with home_env(copy):
         assert default_engine().binary == outside
 
 
 @pytest.fixture
-def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
+def stand_in(tmp_path: Path) -> Iterator[tuple[Path, records.ServerState]]:
     """A live server of the home ``original``, recorded there as ``up`` records it
     (:func:`tests.conftest.recorded_stand_in`)."""
     original = tmp_path / "original"
@@ -101,7 +102,7 @@ def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
 
 
 def test_a_copied_home_neither_lists_adopts_nor_stops_the_servers_of_the_original(
-        stand_in: tuple[Path, server.ServerState], tmp_path: Path):
+        stand_in: tuple[Path, records.ServerState], tmp_path: Path):
     original, state = stand_in
     record = json.loads((original / "state" / "servers" / f"{state.config_hash}.json")
                         .read_text())
@@ -114,7 +115,7 @@ def test_a_copied_home_neither_lists_adopts_nor_stops_the_servers_of_the_origina
         "not this home's server",
         "no managed server is running (start one with `agent backend up`)"], status.stdout
     with home_env(copy):
-        assert server.current() is None
+        assert records.current() is None
         assert server.running() == []
         assert server.down() == [] and server.down(all_servers=True) == []
     proc = agent("backend", "down", "--all", home=copy, cwd=tmp_path)
@@ -123,17 +124,17 @@ def test_a_copied_home_neither_lists_adopts_nor_stops_the_servers_of_the_origina
     # The original still knows its server, and stops it.
     with home_env(original):
         assert [s.pid for s in server.running()] == [state.pid]
-        assert server.current() is not None
+        assert records.current() is not None
         assert [s.pid for s in server.down(all_servers=True)] == [state.pid]
     assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
 
 
 def test_a_record_whose_process_runs_another_binary_is_not_ours(
-        stand_in: tuple[Path, server.ServerState]):
+        stand_in: tuple[Path, records.ServerState]):
     original, state = stand_in
     with home_env(original):
         other = state.model_copy(update={"plan": state.plan.model_copy(
             update={"binary": Path(sys.executable)})})
-        assert server.is_ours(state) and not server.is_ours(other)
+        assert records.is_ours(state) and not records.is_ours(other)
         assert os.path.samefile(state.log, original / "state" / "servers" /
                                 f"{state.config_hash}.log")

@@ -14,19 +14,10 @@ import pytest
 
 from backend.models.ggufinfo import GgufError, read_gguf_info
 from backend.models.presets import ServerOptions, get_preset
-from backend.serve.fit import (
-    FitError,
-    KvShape,
-    check_fit,
-    estimate,
-    fit_report,
-    gather,
-    kv_bytes,
-    query_gpus,
-    row_bytes,
-)
+from backend.serve.fit import FitError, check_fit, estimate, fit_report, gather, gpu_memory
 from backend.serve.profiles import LaunchPlan
-from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi
+from backend.serve.sizes import KvShape, kv_bytes, row_bytes
+from tests.fake_tools import DRIVER_FAILURE, fake_nvidia_smi, gpu_line
 from tests.synthetic_gguf import (
     GEMMA4_LAYERS,
     write_dflash_draft_header,
@@ -46,7 +37,7 @@ def gpu_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     bin_dir = tmp_path / "fakebin"
 
     class Put:
-        def __call__(self, stdout: str = "23800, 24564", exit_code: int = 0,
+        def __call__(self, stdout: str = gpu_line(), exit_code: int = 0,
                      stderr: str = "") -> None:
             fake_nvidia_smi(bin_dir, stdout, exit_code, stderr)
             monkeypatch.setenv("PATH", str(bin_dir))
@@ -239,15 +230,15 @@ def test_failing_nvidia_smi_is_noted_and_ram_used(gemma_files, gpu_path):
 
 def test_unreadable_nvidia_smi_output(gpu_path):
     gpu_path(stdout="No devices were found")
-    from backend.serve.fit import GpuQueryError
+    from backend.machine import GpuQueryError
 
     with pytest.raises(GpuQueryError, match="unreadable line"):
-        query_gpus()
+        gpu_memory()
 
 
 def test_two_gpus_add_up_and_partial_offload_splits(gemma_files, gpu_path):
-    gpu_path(stdout="23800, 24564\n23000, 24564")
-    gpu = query_gpus()
+    gpu_path(stdout=f"{gpu_line()}\n{gpu_line(23000)}")
+    gpu = gpu_memory()
     assert gpu is not None and (gpu.free_mib, gpu.total_mib, gpu.count) == (46800, 49128, 2)
     half = GEMMA.server.model_copy(update={"gpu_layers": "30"})
     report = fit_report(_plan(gemma_files[0], options=half))
@@ -294,7 +285,7 @@ def _agent(*args: str, home: Path, path: str) -> subprocess.CompletedProcess:
 
 def test_backend_up_refuses_then_force_launches(engine, gemma_files, agent_home: Path,
                                                 tmp_path: Path):
-    from backend.engine.build import register_system
+    from backend.engine.registry import register_system
 
     register_system(engine.binary)
     target = gemma_files[0]
@@ -303,7 +294,7 @@ def test_backend_up_refuses_then_force_launches(engine, gemma_files, agent_home:
         f'[big]\nmodel = "{target}"\nprofile = "baseline"\n'
         'ctx_size = 32768\n[big.server]\ngpu_layers = "all"\ncache_type_k = "q5_0"\n'
         'cache_type_v = "q4_1"\nswa_full = true\n')
-    fake = fake_nvidia_smi(tmp_path / "bin", "23800, 24564")
+    fake = fake_nvidia_smi(tmp_path / "bin", gpu_line())
     path = f"{fake}:{os.path.dirname(shutil.which('sh') or '/bin/sh')}"
     refused = _agent("backend", "up", "--preset", "big", home=agent_home, path=path)
     assert refused.returncode == 3, refused.stderr
@@ -321,7 +312,7 @@ def test_a_running_server_for_the_plan_is_not_rechecked(real_server, shared_home
     from tests.conftest import home_env
 
     state = real_server("baseline")
-    gpu_path(stdout="1, 24564")  # a GPU with no free memory: a fresh check would refuse
+    gpu_path(stdout=gpu_line(1))  # a GPU with no free memory: a fresh check would refuse
     with home_env(shared_home):
         assert check_fit(state.plan) is None
         bigger = state.plan.model_copy(update={"ctx_size": state.plan.ctx_size * 2})

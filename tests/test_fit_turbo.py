@@ -11,9 +11,10 @@ import pytest
 
 from backend.models.ggufinfo import read_gguf_info
 from backend.models.presets import ServerOptions, get_preset
-from backend.serve.fit import FitError, KvShape, check_fit, kv_bytes, kv_row_bytes, row_bytes
+from backend.serve.fit import FitError, check_fit
 from backend.serve.profiles import LaunchPlan
-from tests.fake_tools import fake_nvidia_smi
+from backend.serve.sizes import KvShape, kv_bytes, kv_row_bytes, row_bytes
+from tests.fake_tools import fake_nvidia_smi, gpu_line
 from tests.synthetic_gguf import write_dflash_draft_header, write_gemma4_31b_header
 
 MIB = 2**20
@@ -23,7 +24,7 @@ TURBO4 = ServerOptions(cache_type_k="turbo4", cache_type_v="turbo4", flash_attn=
 @pytest.fixture
 def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """``gpu(stdout)`` puts a stand-in nvidia-smi on PATH; ``gpu(None)`` leaves none."""
-    def put(stdout: str | None = "23800, 24564") -> None:
+    def put(stdout: str | None = gpu_line()) -> None:
         bin_dir = tmp_path / "fakebin"
         if stdout is None:
             bin_dir.mkdir(exist_ok=True)
@@ -51,7 +52,7 @@ def test_turbo_rows_pad_each_head_to_128_values():
 
 
 def test_smollm2_turbo4_on_a_gpu_is_priced_below_f16(smollm2: Path, gpu):
-    gpu("23800, 24564")
+    gpu(gpu_line())
     # Heads of 64: only without flash attention (BeeLlama pads them to 128 and turns it on).
     options = TURBO4.model_copy(update={"gpu_layers": "all", "flash_attn": "off"})
     report = check_fit(_plan(smollm2, options))
@@ -65,7 +66,7 @@ def test_smollm2_turbo4_on_a_gpu_is_priced_below_f16(smollm2: Path, gpu):
 
 
 def test_turbo4_with_flash_attention_needs_heads_of_128(smollm2: Path, gpu):
-    gpu("23800, 24564")
+    gpu(gpu_line())
     for fa in ("on", None):  # None: the server's default, auto
         options = TURBO4.model_copy(update={"gpu_layers": "all", "flash_attn": fa})
         with pytest.raises(FitError) as caught:
@@ -89,13 +90,13 @@ def test_turbo_kv_without_a_gpu_is_refused_with_the_reason(smollm2: Path, gpu):
         "GPU" in text and "no GPU answered nvidia-smi" in text
     assert "choose another KV cache type" in text
     assert caught.value.report.suggested_ctx is None
-    gpu("23800, 24564")
+    gpu(gpu_line())
     with pytest.raises(FitError, match="gpu_layers = 10 keeps part of it in host memory"):
         check_fit(_plan(smollm2, no_fa.model_copy(update={"gpu_layers": "10"})))
 
 
 def test_the_turbo4_gemma_preset_fits_more_context_than_q5_0_q4_1(tmp_path: Path, gpu):
-    gpu("23800, 24564")
+    gpu(gpu_line())
     target = write_gemma4_31b_header(tmp_path / "t.gguf")
     draft = write_dflash_draft_header(tmp_path / "d.gguf")
     turbo, seed = get_preset("gemma4-31b-dflash-turbo4"), get_preset("gemma4-31b-dflash")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts, flavour_from_help
 from backend.engine.helpfacts import HelpFacts, check_argv, parse_help, stored_facts
+from backend.engine.registry import Engine
 from backend.models.presets import NgramLengths, ServerOptions, get_preset
 from backend.serve.profiles import LaunchPlan, server_argv
 

@@ -12,7 +12,7 @@ import pytest
 from agent.client import ServerClient, Turn
 from agent.protocols.base import FINAL_ANSWER
 from agent.protocols.calls import CallProtocol
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from benchmarks.forced import (
     ForcedClient,
     Unforceable,

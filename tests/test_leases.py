@@ -13,7 +13,7 @@ import pytest
 
 from backend.serve.leases import hold, holders
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState
+from backend.serve.records import ServerState
 
 
 def _state(tmp_path: Path, profile: str = "dflash") -> ServerState:
@@ -77,7 +77,7 @@ def test_a_server_without_the_draft_that_fails_to_start_gives_the_old_one_back(
     fit beside it); where the server without the draft then fails to start, the one with it is
     started again in its place, and a failure of that too is raised."""
     from backend.serve import launch
-    from backend.serve.server import ServerError
+    from backend.serve.records import ServerError
 
     state = _state(tmp_path).model_copy(update={"port": 8080, "preset": "p",
                                                 "speculation": "draft length 3 per request"})

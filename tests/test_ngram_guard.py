@@ -1,6 +1,6 @@
 """n-gram lookup never slower: its lengths per device (backend.serve.tuning.with_ngram_lengths)
-and the per-request guard (backend.serve.ngram_guard), in logic and on the real patched engine
-with SmolLM2."""
+and the per-request guard (backend.serve.speculation.ngram_guard), in logic and on the real patched
+engine with SmolLM2."""
 
 from __future__ import annotations
 
@@ -13,11 +13,19 @@ from pathlib import Path
 import pytest
 
 from agent.client import ServerClient
-from backend.engine.build import PER_REQUEST_DRAFT_CAP, Engine
+from backend.engine.registry import Engine
+from backend.engine.sources import PER_REQUEST_DRAFT_CAP
 from backend.models.presets import NgramLengths, ServerOptions
-from backend.serve import ngram_guard, tuning
-from backend.serve.ngram_guard import NgramGuard
+from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan, server_argv
+from backend.serve.speculation import ngram_guard
+from backend.serve.speculation.control import (
+    RequestControl,
+    request_control,
+    takes_length_per_request,
+)
+from backend.serve.speculation.draft_cap import DraftCap
+from backend.serve.speculation.ngram_guard import NgramGuard
 from tests.gitrepo import committed_repo
 from tests.test_bench import AGENT, make_home, run
 
@@ -137,12 +145,20 @@ def test_short_replies_and_broken_timings_are_no_evidence(tmp_path: Path):
 
 
 def test_which_requests_are_guarded(tmp_path: Path):
-    assert isinstance(tuning.request_control(_plan(tmp_path)), NgramGuard)
-    assert tuning.request_control(_plan(tmp_path, patched=False)) is None  # a user's build
-    assert tuning.request_control(_plan(tmp_path, "ngram-fixed")) is None  # the reference
-    assert tuning.request_control(_plan(tmp_path, "baseline")) is None
+    assert isinstance(request_control(_plan(tmp_path)), NgramGuard)
+    assert request_control(_plan(tmp_path, patched=False)) is None  # a user's build
+    assert request_control(_plan(tmp_path, "ngram-fixed")) is None  # the reference
+    assert request_control(_plan(tmp_path, "baseline")) is None
     draft = tmp_path / "d.gguf"
-    assert tuning.request_control(_plan(tmp_path, "dflash+ngram", draft=draft)) is None
+    assert request_control(_plan(tmp_path, "dflash+ngram", draft=draft)) is None
+
+
+def test_both_controllers_have_the_face_the_client_types_against(tmp_path: Path):
+    draft = tmp_path / "d.gguf"
+    guard, cap = (request_control(_plan(tmp_path)),
+                  request_control(_plan(tmp_path, "dflash", draft=draft)))
+    assert isinstance(guard, NgramGuard) and isinstance(cap, DraftCap)
+    assert isinstance(guard, RequestControl) and isinstance(cap, RequestControl)
 
 
 def test_ngram_lengths_follow_the_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -172,8 +188,8 @@ def test_ngram_lengths_follow_the_device(tmp_path: Path, monkeypatch: pytest.Mon
 def test_the_guard_sends_off_and_on_requests_to_the_real_patched_engine(
         engine: Engine, real_server, tmp_path: Path):
     state = real_server("ngram")
-    assert tuning.takes_length_per_request(engine.binary)  # the product's own build
-    guard = tuning.request_control(state.plan)
+    assert takes_length_per_request(engine.binary)  # the product's own build
+    guard = request_control(state.plan)
     assert isinstance(guard, NgramGuard)
     client = ServerClient(state.base_url, draft_cap=guard)
     text = "\n".join(f"def step_{i}(x):\n    return x * {i} + {i * i}" for i in range(12))

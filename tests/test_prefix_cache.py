@@ -77,8 +77,9 @@ def test_two_sessions_on_one_server_keep_their_caches(engine, smollm2, tmp_path:
     from agent.config import load_settings
     from agent.sessions.repo import RepoSession
     from agent.ui import Reporter
+    from backend.serve.process import pick_port, stop
     from backend.serve.profiles import LaunchPlan
-    from backend.serve.server import pick_port, stop, up
+    from backend.serve.server import up
 
     plan = LaunchPlan(binary=engine.binary, model=smollm2, profile="baseline", ctx_size=8192,
                       parallel=2)

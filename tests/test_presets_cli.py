@@ -14,7 +14,7 @@ import pytest
 
 from backend.models.presets import get_preset
 from backend.models.sources import parse_hf
-from tests.fake_tools import fake_nvidia_smi
+from tests.fake_tools import fake_nvidia_smi, gpu_line
 from tests.synthetic_gguf import write_dflash_draft_header, write_gemma4_31b_header
 
 MIB = 2**20
@@ -94,10 +94,10 @@ def test_downloaded_gemma_preset_fits_24gb_and_not_20gb(agent_home: Path, tmp_pa
     assert partial["model"]["path"] and partial["draft"]["path"] is None
     assert partial["fit_note"].startswith("unknown until the draft is downloaded")
     hf_cache(agent_home, preset.draft, write_dflash_draft_header(tmp_path / "d.gguf"))
-    card = fake_nvidia_smi(tmp_path / "bin24", "23800, 24564")
+    card = fake_nvidia_smi(tmp_path / "bin24", gpu_line())
     assert listed(agent_home, path=f"{card}:{os.environ['PATH']}")["gemma4-31b-dflash"][
         "fit"]["fits"] is True  # the seed's RTX 3090/4090
-    fake = fake_nvidia_smi(tmp_path / "bin", "19800, 20470")
+    fake = fake_nvidia_smi(tmp_path / "bin", gpu_line(19800, 20470))
     gemma = listed(agent_home, path=f"{fake}:{os.environ['PATH']}")["gemma4-31b-dflash"]
     fit = gemma["fit"]
     assert fit["fits"] is False and fit["gpu_free_mib"] == 19800

@@ -11,10 +11,11 @@ import sys
 import tarfile
 from pathlib import Path
 
-from backend.engine.build import configure_flags, needs_fa_all_quants
+from backend.engine.cmake import configure_flags, needs_fa_all_quants
 from backend.models.presets import ServerOptions
 from backend.serve.profiles import LaunchPlan
 from backend.serve.quirks import NEUTRAL_LOGIT_BIAS, kv_kernel_note, launch_flags, request_extra
+from tests.fake_tools import fake_nvidia_smi, gpu_line
 
 AGENT = [sys.executable, "-m", "agent"]
 
@@ -76,7 +77,7 @@ def test_a_cuda_build_runs_through_the_cli(tmp_path: Path, agent_home: Path):
             tar.addfile(info, io.BytesIO(text.encode()))
     fake = tmp_path / "fakebin"
     fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 9.0\n")
+    fake_nvidia_smi(fake, gpu_line(name="NVIDIA H100", cap="9.0"))
     (fake / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0'\n")
     for tool in fake.iterdir():
         tool.chmod(0o755)

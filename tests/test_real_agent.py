@@ -9,7 +9,7 @@ from agent.loop import Agent, Limits
 from agent.prompts import system_prompt
 from agent.protocols.base import tools_with_final
 from agent.runtime import choose_protocol, renders_tool_role
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from tools.registry import default_registry
 from tools.workspace import Workspace
 

@@ -26,7 +26,8 @@ from agent.mcp_server.jobs import JobManager
 from agent.mcp_server.server import Roots, build_server
 from backend.models.presets import get_preset
 from backend.models.sources import resolve_model
-from backend.serve.server import running, stop
+from backend.serve.process import stop
+from backend.serve.server import running
 from tests.conftest import home_env
 from tests.gitrepo import committed_repo
 

@@ -19,8 +19,10 @@ from agent.prompts import system_prompt
 from agent.protocols.choice import AUTO_RULES, decide
 from agent.runtime import choose_protocol, renders_tool_role
 from agent.ui import TEMPLATE_SLACK
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerState, pick_port, stop, up
+from backend.serve.records import ServerState
+from backend.serve.server import up
 from tests.conftest import home_env
 from tests.test_skills_real import RecordingProxy
 from tools.registry import default_registry

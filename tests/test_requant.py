@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.models.presets import PresetError, get_preset, load_presets
 from backend.models.requant import requantize_file, requantized, requantized_path
 from backend.models.sources import ModelError

@@ -13,16 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import (
-    BuildError,
-    configure_flags,
-    engine_key,
-    rpc_protocol,
-    rpc_server_target,
-)
+from backend.engine.cmake import configure_flags
 from backend.engine.cpu import CpuTarget
+from backend.engine.registry import BuildError, engine_key
+from backend.engine.sources import rpc_protocol, rpc_server_target
 from backend.models.presets import ServerOptions, parse_workers
 from backend.serve.fit import estimate, gather, preset_fit
+from backend.serve.process import port_is_free
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.rpc import (
     RpcError,
@@ -31,7 +28,7 @@ from backend.serve.rpc import (
     probe,
     protocol_refusal,
 )
-from backend.serve.server import plan_differences, port_is_free
+from backend.serve.server import plan_differences
 from backend.serve.worker import WorkerError, exposure_warning, is_loopback, resolve_port
 from tests.rpc_standin import StandinWorker
 

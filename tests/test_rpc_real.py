@@ -25,9 +25,11 @@ import psutil
 import pytest
 
 from agent.client import ServerClient, ServerUnavailable
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.serve import rpc
-from backend.serve.server import ServerState, crash_report, current, pick_port, stop
+from backend.serve.exits import crash_report
+from backend.serve.process import pick_port, stop
+from backend.serve.records import ServerState, current
 from tests.conftest import home_env
 from tests.rpc_standin import StandinWorker
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from backend import secret_store
-from backend.serve.server import _spawn_detached
+from backend.serve.process import spawn_detached
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply
 from tools.mcp.config import expand
@@ -132,7 +132,7 @@ def test_llama_servers_spawn_environment_holds_no_secret_and_no_agent_marker(
     monkeypatch.setenv("HTTPS_PROXY", "http://u:planted-pw@proxy.example.invalid:3128")
     monkeypatch.setenv(OWNER_ENV, "1-2/session/bash-1")
     out = tmp_path / "env.txt"
-    _spawn_detached(["sh", "-c", f"cat /proc/self/environ > {out}.tmp && mv {out}.tmp {out}"],
+    spawn_detached(["sh", "-c", f"cat /proc/self/environ > {out}.tmp && mv {out}.tmp {out}"],
                     tmp_path / "server.log")
     deadline = time.monotonic() + 30
     while not out.exists() and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx2
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from tests.dflash_fixture import write_old_format_draft, write_tiny_target
 from tests.hf_standin import HfStandin
 

@@ -11,19 +11,11 @@ import httpx2
 import psutil
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
+from backend.serve.process import pick_port
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import (
-    ServerError,
-    ServerState,
-    config_hash,
-    current,
-    describe,
-    down,
-    pick_port,
-    running,
-    up,
-)
+from backend.serve.records import ServerError, ServerState, config_hash, current
+from backend.serve.server import describe, down, running, up
 
 
 @pytest.fixture

@@ -15,17 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.engine.build import Engine, register_system
-from backend.serve import server
+from backend.engine.registry import Engine, register_system
+from backend.serve import exits, records
+from backend.serve.exits import exit_cause, explain_exit, meaningful_lines
+from backend.serve.process import pick_port
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import (
-    ServerError,
-    exit_cause,
-    explain_exit,
-    meaningful_lines,
-    pick_port,
-    up,
-)
+from backend.serve.records import ServerError
+from backend.serve.server import up
 from tests.conftest import recorded_stand_in
 from tests.fake_tools import fake_llama_server
 
@@ -105,10 +101,10 @@ def test_a_dying_server_that_is_no_longer_provably_ours_is_not_called_another_ho
     with recorded_stand_in(tmp_path / "home", tmp_path) as state:
         dying = state.model_copy(update={"plan": state.plan.model_copy(
             update={"binary": tmp_path / "llama-server"})})
-        assert not server.is_ours(dying)
+        assert not records.is_ours(dying)
         dying.log.with_suffix(".exit").write_text(
-            server.ExitRecord(returncode=-signal.SIGBUS).model_dump_json())
-        why = server._why_gone(dying, "", wait=1.0)
+            exits.ExitRecord(returncode=-signal.SIGBUS).model_dump_json())
+        why = exits.why_gone(dying, "", wait=1.0)
     assert "another home" not in why and "crashed with SIGBUS" in why, why
 
 

@@ -1,4 +1,4 @@
-"""A live server this home started stays recognised as its own (:func:`server.is_ours`), and a
+"""A live server this home started stays recognised as its own (:func:`records.is_ours`), and a
 record whose process runs is never silently forgotten: forgetting it left a llama-server
 running unrecorded, holding its memory and port, and the next command started a second one
 for the same plan beside it."""
@@ -11,13 +11,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.serve import server
+from backend.serve import records, server
 from tests.conftest import home_env, recorded_stand_in
 from tests.test_cli_ux import agent
 
 
 @pytest.fixture
-def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
+def stand_in(tmp_path: Path) -> Iterator[tuple[Path, records.ServerState]]:
     """A live server of the home ``home``, recorded as ``up`` records it
     (:func:`tests.conftest.recorded_stand_in`)."""
     root = tmp_path / "home"
@@ -26,7 +26,7 @@ def stand_in(tmp_path: Path) -> Iterator[tuple[Path, server.ServerState]]:
 
 
 def test_a_wall_clock_step_does_not_disown_a_running_server(
-        stand_in: tuple[Path, server.ServerState], monkeypatch: pytest.MonkeyPatch):
+        stand_in: tuple[Path, records.ServerState], monkeypatch: pytest.MonkeyPatch):
     """psutil's create time is the boot time (``btime``, whole seconds derived from the wall
     clock) plus the start after boot: a clock step (NTP, a resumed virtual machine) moves the
     create time of a running process by a second or more."""
@@ -35,22 +35,22 @@ def test_a_wall_clock_step_does_not_disown_a_running_server(
     monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
     with home_env(root):
         assert abs(psutil.Process(state.pid).create_time() - state.create_time) >= 1.0
-        assert server.is_ours(state)
+        assert records.is_ours(state)
         assert [s.pid for s in server.running()] == [state.pid]
         assert [s.pid for s in server.down(all_servers=True)] == [state.pid]
     assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
 
 
 def test_a_pid_reused_by_another_process_is_still_not_ours(
-        stand_in: tuple[Path, server.ServerState]):
+        stand_in: tuple[Path, records.ServerState]):
     _, state = stand_in
     other = state.model_copy(update={"start_ticks": state.start_ticks + 100})
-    assert not server.is_ours(other)
-    assert server._start_ticks(state.pid) == state.start_ticks
+    assert not records.is_ours(other)
+    assert records.start_ticks(state.pid) == state.start_ticks
 
 
 def test_a_running_server_that_cannot_be_proven_ours_keeps_its_record(
-        stand_in: tuple[Path, server.ServerState]):
+        stand_in: tuple[Path, records.ServerState]):
     """Its log removed (the process writes to a deleted file): not provably ours, not provably
     another home's either. Its record stays, and ``up`` for its plan refuses to start a second
     server beside it, saying how to stop it."""
@@ -58,10 +58,10 @@ def test_a_running_server_that_cannot_be_proven_ours_keeps_its_record(
     record = root / "state" / "servers" / f"{state.config_hash}.json"
     state.log.unlink()
     with home_env(root):
-        assert not server.is_ours(state)
+        assert not records.is_ours(state)
         assert server.running() == []
         assert record.is_file()
-        with pytest.raises(server.ServerError, match=f"kill {state.pid}"):
+        with pytest.raises(records.ServerError, match=f"kill {state.pid}"):
             server.up(state.plan, port=0, timeout=5)
         assert record.is_file()
     for verb in (("backend", "status"), ("backend", "status", "--json"),

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.engine.build import Engine, register_system
 from backend.engine.probe_model import write_probe_model
+from backend.engine.registry import Engine, register_system
 from backend.models.presets import get_preset
-from backend.serve import server
+from backend.serve import process, server
 from backend.serve.launch import ensure_server, plan_for
 
 
@@ -25,7 +25,7 @@ def test_a_session_uses_the_server_backend_up_started_with_more_slots(
         engine: Engine, agent_home: Path, tmp_path: Path):
     registered = _probe_preset(agent_home, tmp_path, engine)
     plan = plan_for(get_preset("probe"), registered, parallel=2)
-    started, reused = server.up(plan, port=server.pick_port("127.0.0.1", 0), preset="probe")
+    started, reused = server.up(plan, port=process.pick_port("127.0.0.1", 0), preset="probe")
     assert not reused
     try:
         notes: list[str] = []
@@ -40,10 +40,10 @@ def test_a_server_with_another_configuration_is_named_and_left_alone(
         engine: Engine, agent_home: Path, tmp_path: Path):
     registered = _probe_preset(agent_home, tmp_path, engine)
     other = plan_for(get_preset("probe"), registered, ctx_size=512)
-    started, _ = server.up(other, port=server.pick_port("127.0.0.1", 0), preset="probe")
+    started, _ = server.up(other, port=process.pick_port("127.0.0.1", 0), preset="probe")
     try:
         notes: list[str] = []
-        state, reused = ensure_server("probe", port=server.pick_port("127.0.0.1", 0),
+        state, reused = ensure_server("probe", port=process.pick_port("127.0.0.1", 0),
                                       note=notes.append)
         assert not reused and state.pid != started.pid and state.plan.ctx_size == 1024
         assert any(f"at {started.base_url} runs with another ctx_size" in n for n in notes), notes

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.models.presets import get_preset
 from backend.models.sources import ModelError, packaged_file, resolve_model
 from backend.serve.profiles import LaunchPlan

@@ -15,12 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.home import HOME_ENV
-from backend.measure.bench import BenchResult, different_answers
+from backend.measure.bench import different_answers
 from backend.measure.calibrate import Calibration
+from backend.measure.results import BenchResult
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan
+from backend.serve.speculation.costs import CostModel, Observation
+from backend.serve.speculation.draft_cap import DraftCap
+from backend.serve.speculation.store import (
+    TuningError,
+    acceptance_path,
+    load_costs,
+    load_observations,
+    record,
+    save_costs,
+)
 from tests.gitrepo import committed_repo
 from tests.test_bench import AGENT, PNG_MAGIC, make_home, run
 
@@ -47,7 +58,7 @@ def _calibrated(engine: Engine, fixture: dict, tmp_path: Path,
     home = make_home(tmp_path, engine, _presets(fixture))
     monkeypatch.setenv(HOME_ENV, str(home))
     plan = _plan(home, engine, fixture)
-    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+    save_costs(CostModel(source="calibrated", engine="e", model="m", draft="d",
                                        device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0},
                                        idle_ratio=idle_ratio), plan)
     return home, plan
@@ -58,15 +69,15 @@ COUNT = [{"role": "user", "content": "Count from one to twenty."}]
 
 def _drafting_home(engine: Engine, fixture: dict, tmp_path: Path,
                    monkeypatch: pytest.MonkeyPatch
-                   ) -> tuple[Path, LaunchPlan, tuning.Observation]:
+                   ) -> tuple[Path, LaunchPlan, Observation]:
     """:func:`_calibrated` with the loaded draft at 0.80x of plain and one stored 64-token
     observation accepting 0.9 a token: the tuned launch drafts 3 tokens per request, and a
     session's first 256-token request (the random draft accepts next to nothing) outweighs it
     and turns drafting off. Returns the home, the plan and that observation."""
     home, plan = _calibrated(engine, fixture, tmp_path, monkeypatch, idle_ratio=1.25)
-    good = tuning.Observation(source="session", n_max=3, draft_n=60, accepted=54, tokens=64,
+    good = Observation(source="session", n_max=3, draft_n=60, accepted=54, tokens=64,
                               at=datetime.now(UTC), temperature=0.0)
-    tuning.record(plan, [good])
+    record(plan, [good])
     return home, plan, good
 
 
@@ -123,7 +134,7 @@ def test_calibrate_measures_stores_and_charts_the_cost_model(engine: Engine, tin
     assert set(cal.costs.step_ratio) == {1, 3} and cal.costs.source == "calibrated"
     assert cal.costs.synthetic and cal.costs.plain_ms == pytest.approx(plain.step_ms)
     # Stored where a launch of the same engine, target and draft on this device finds it.
-    stored = tuning.load_costs(_plan(home, engine, tiny_dflash), "cpu")
+    stored = load_costs(_plan(home, engine, tiny_dflash), "cpu")
     assert stored.source == "calibrated" and stored.step_ratio == cal.costs.step_ratio
     assert cal.stored is not None and cal.stored.is_file()
     lines = table_lines(cal)
@@ -178,7 +189,8 @@ def test_a_tuned_launch_probes_a_useless_draft_and_starts_without_it(
     free (its features are injected after every batch even when no request drafts: on an H200
     a draft calibrated at 1.01x of plain ran 0.92-0.93x loaded and off, 2026-12-05). Once
     measurements say drafting pays, the next launch keeps the draft loaded on the product's
-    patched engine and each request carries the length (backend.serve.tuning.DraftCap)."""
+    patched engine and each request carries the length
+    (backend.serve.speculation.draft_cap.DraftCap)."""
     home = make_home(tmp_path, engine, _presets(tiny_dflash, ctx=4096))
     monkeypatch.setenv(HOME_ENV, str(home))
     plan = _plan(home, engine, tiny_dflash).model_copy(update={"ctx_size": 4096})
@@ -191,7 +203,7 @@ def test_a_tuned_launch_probes_a_useless_draft_and_starts_without_it(
         assert "--spec-draft-model" not in json.loads(state.read_text("utf-8"))["argv"]
         assert run("backend", "down", "--all", home=home).returncode == 0
         # Calibration measured the loaded draft at plain speed: off still starts without it.
-        tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m",
+        save_costs(CostModel(source="calibrated", engine="e", model="m",
                                            draft="d", device="cpu", plain_ms=5.0,
                                            step_ratio={3: 2.0, 15: 8.0}, idle_ratio=1.0), plan)
         up = run("backend", "up", "--preset", "tinyd", home=home)
@@ -211,18 +223,18 @@ def test_a_tuned_launch_probes_a_useless_draft_and_starts_without_it(
         fixed = run("backend", "up", "--preset", "tinyd", "--profile", "dflash-fixed",
                     "--print-cmd", home=home)
         assert "--spec-type draft-dflash --spec-draft-n-max 15" in fixed.stdout
-        observations = tuning.load_observations(plan)
+        observations = load_observations(plan)
         assert [o.source for o in observations] == ["probe", "probe"]
         assert sum(o.draft_n for o in observations) > 0
         assert sum(o.accepted for o in observations) == 0
         assert run("backend", "down", "--all", home=home).returncode == 0
         # Later measurements say drafting would pay: the next launch loads the draft at its
         # longest, and the next session's requests draft 3 tokens.
-        tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m",
+        save_costs(CostModel(source="calibrated", engine="e", model="m",
                                            draft="d", device="cpu", plain_ms=5.0,
                                            step_ratio={3: 2.0}), plan)
         # (Heavy enough to outweigh the probe's thousand-odd rejected drafts.)
-        tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=30000,
+        record(plan, [Observation(source="session", n_max=3, draft_n=30000,
                                                 accepted=27000, at=datetime.now(UTC))])
         on = run("backend", "up", "--preset", "tinyd", home=home)
         assert on.returncode == 0, on.stderr
@@ -245,7 +257,7 @@ def test_a_tuned_launch_probes_a_useless_draft_and_starts_without_it(
         assert session.returncode in (0, 1), session.stderr
         assert "reusing llama-server" in session.stderr
         assert "· draft length 3" in session.stderr, session.stderr
-        recorded = tuning.load_observations(plan)[len(observations) + 1:]
+        recorded = load_observations(plan)[len(observations) + 1:]
         assert recorded and {(o.source, o.n_max) for o in recorded} == {("session", 3)}
         assert sum(o.draft_n for o in recorded) > 0
     finally:
@@ -264,7 +276,7 @@ def test_a_server_whose_drafting_went_off_is_relaunched_without_its_costly_draft
 
     home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch, idle_ratio=1.09)
     now = datetime.now(UTC)
-    tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=300,
+    record(plan, [Observation(source="session", n_max=3, draft_n=300,
                                             accepted=270, tokens=300, at=now,
                                             temperature=0.0)])
     other = None
@@ -275,7 +287,7 @@ def test_a_server_whose_drafting_went_off_is_relaunched_without_its_costly_draft
         [drafting] = running()
         assert "--spec-draft-model" in drafting.argv
         # Its sessions' requests then accepted nothing: drafting is off now.
-        tuning.record(plan, [tuning.Observation(source="session", n_max=3, draft_n=30000,
+        record(plan, [Observation(source="session", n_max=3, draft_n=30000,
                                                 accepted=0, tokens=30000, at=now,
                                                 temperature=0.0)])
         other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -318,7 +330,7 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         [drafting] = running()
         assert "--spec-draft-model" in drafting.argv and drafting.ready_s is not None
         cap = backend.draft_cap
-        assert isinstance(cap, tuning.DraftCap) and cap.next_n_max() == 3
+        assert isinstance(cap, DraftCap) and cap.next_n_max() == 3
         first = backend.client.complete(COUNT, max_tokens=256)
         assert first.draft_n_max == 3 and cap.next_n_max() == 0, cap.choice
         off = backend.client.complete(COUNT, max_tokens=256)
@@ -335,13 +347,13 @@ def test_a_session_relaunches_its_server_without_a_costly_draft_it_stopped_using
         assert after.content and after.finish_reason  # the conversation goes on there
         assert holders(plain) == [os.getpid()]
         # The session's observations were stored before its draft cap went.
-        stored = tuning.load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
+        stored = load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
         assert [o.n_max for o in stored if o.source == "session"][-1] == 3
         run("backend", "down", "--all", home=home)
 
         # Another session on the server: it stays, and the session stops asking.
-        tuning.acceptance_path(plan).unlink()
-        tuning.record(plan, [good])
+        acceptance_path(plan).unlink()
+        record(plan, [good])
         notes.clear()
         backend = _session(notes)
         [shared] = running()
@@ -368,7 +380,8 @@ def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stop
     model may not fit); where that one fails, the one with the draft is started again and the
     session goes on there, without trying again."""
     from backend.serve import launch
-    from backend.serve.server import ServerError, running
+    from backend.serve.records import ServerError
+    from backend.serve.server import running
 
     real_up = launch.up
 
@@ -391,7 +404,7 @@ def test_a_session_whose_server_without_the_draft_fails_keeps_its_draft_and_stop
         [again] = running()
         assert again.pid != first.pid and "--spec-draft-model" in again.argv
         assert backend.state == again and backend.client.base_url == again.base_url
-        assert isinstance(backend.draft_cap, tuning.DraftCap) and backend.draft_cap.keep_loaded
+        assert isinstance(backend.draft_cap, DraftCap) and backend.draft_cap.keep_loaded
         for _ in range(3):
             backend.client.complete(COUNT, max_tokens=256)
         assert [n for n in notes if "did not start" in n] == [
@@ -436,7 +449,7 @@ def test_the_agent_replay_relaunches_without_the_draft_as_a_session_does(
         [again] = servers
         assert again.profile == "dflash" and again.argv == plain.argv
         assert again.speculation.startswith("relaunched without the draft")
-        stored = tuning.load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
+        stored = load_observations(plan.model_copy(update={"profile": "dflash-fixed"}))
         assert [o.source for o in stored] == ["session"]  # the replay stored none of its own
     finally:
         run("backend", "down", "--all", home=home)
@@ -447,7 +460,7 @@ def test_bench_tuned_against_fixed_with_synthetic_acceptance(engine: Engine, tin
     home = make_home(tmp_path, engine, _presets(tiny_dflash))
     # A stored cost model (as `calibrate` writes it) under which length 3 is best at p = 0.9.
     monkeypatch.setenv(HOME_ENV, str(home))
-    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+    save_costs(CostModel(source="calibrated", engine="e", model="m", draft="d",
                                        device="cpu", plain_ms=5.0,
                                        step_ratio={3: 2.0, 15: 8.0}),
                       _plan(home, engine, tiny_dflash))
@@ -503,7 +516,7 @@ def test_a_session_shows_the_draft_length_and_records_its_drafts(engine: Engine,
     monkeypatch.setenv(HOME_ENV, str(home))
     plan = _plan(home, engine, tiny_dflash).model_copy(update={"profile": "dflash-fixed",
                                                                "ctx_size": 4096})
-    observations = tuning.load_observations(plan)
+    observations = load_observations(plan)
     assert observations and {o.source for o in observations} == {"session"}
     assert all(o.n_max == 15 for o in observations) and sum(o.draft_n for o in observations)
 
@@ -545,7 +558,7 @@ def test_a_failing_probe_leaves_drafting_off_and_is_not_paid_for_again(
 
     def failing(plan: LaunchPlan, n_max: int, *args: object, **kwargs: object) -> list:
         calls.append(n_max)
-        raise tuning.TuningError("a probe request got HTTP 500 without timings\n(log: x)")
+        raise TuningError("a probe request got HTTP 500 without timings\n(log: x)")
 
     monkeypatch.setattr(tuning, "probe", failing)
     plan = _plan(tmp_path, engine, tiny_dflash)
@@ -569,10 +582,10 @@ def test_bench_serves_each_temperature_the_length_its_own_acceptance_chose(
     edit set at 1.42x at temperature 0 and 0.84x at 0.7 with the same length)."""
     home, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch)
     now = datetime.now(UTC)
-    tuning.record(plan, [
-        tuning.Observation(source="bench", n_max=3, draft_n=30000, accepted=27000, at=now,
+    record(plan, [
+        Observation(source="bench", n_max=3, draft_n=30000, accepted=27000, at=now,
                            temperature=0.0),
-        tuning.Observation(source="bench", n_max=3, draft_n=30000, accepted=0, at=now,
+        Observation(source="bench", n_max=3, draft_n=30000, accepted=0, at=now,
                            temperature=0.7)])
     out = tmp_path / "bench.json"
     proc = run("backend", "bench", "--preset", "tinyd", "--profiles", "baseline,dflash",
@@ -591,7 +604,7 @@ def test_bench_serves_each_temperature_the_length_its_own_acceptance_chose(
     assert {s.temperature for s in tuned} == {0.0, 0.7}
     assert all(s.draft_n > 0 for s in tuned if s.temperature == 0.0)
     assert all(s.draft_n == 0 for s in tuned if s.temperature == 0.7)
-    recorded = tuning.load_observations(plan)[2:]
+    recorded = load_observations(plan)[2:]
     assert recorded and {(o.source, o.n_max, o.temperature) for o in recorded} == {
         ("bench", 3, 0.0)}
     # Every profile's request at one prompt and repeat carries the same sampling seed: at 0.7,
@@ -619,7 +632,7 @@ def test_bench_warms_each_server_at_the_length_its_first_requests_draft(
     from backend.models.presets import get_preset
 
     _, plan = _calibrated(engine, tiny_dflash, tmp_path, monkeypatch)
-    tuning.record(plan, [tuning.Observation(source="bench", n_max=3, draft_n=30000,
+    record(plan, [Observation(source="bench", n_max=3, draft_n=30000,
                                             accepted=27000, at=datetime.now(UTC),
                                             temperature=0.0)])
     sent: list[tuple[str, str, dict]] = []
@@ -641,7 +654,7 @@ def test_bench_warms_each_server_at_the_length_its_first_requests_draft(
     assert [(p, b["speculative.n_max"]) for p, n, b in sent if n != "warm-up" and p == "dflash"
             ] == [("dflash", 3)]
     assert len(result.samples) == 2 and {s.prompt for s in result.samples} == {prompts[0].name}
-    assert len(tuning.load_observations(plan)) == 2  # the stored one and the timed request
+    assert len(load_observations(plan)) == 2  # the stored one and the timed request
 
 
 def test_bench_explores_a_draft_near_break_even_then_follows_what_its_requests_measured(
@@ -649,15 +662,15 @@ def test_bench_explores_a_draft_near_break_even_then_follows_what_its_requests_m
     """A stored probe that read acceptance just under paying: the tuned server keeps the draft
     loaded (a loaded draft was never measured free here), its first request drafts the best
     length, and the requests' own acceptance (the random draft accepts nothing) turns drafting
-    off for the rest, as in a session (tuning.DraftCap). On an H200 the two-request probe read
+    off for the rest, as in a session (DraftCap). On an H200 the two-request probe read
     v4 at 0.58 and kept drafting off, where the bench's requests then accepted 0.71."""
     home = make_home(tmp_path, engine, _presets(tiny_dflash))
     monkeypatch.setenv(HOME_ENV, str(home))
     plan = _plan(home, engine, tiny_dflash)
-    tuning.save_costs(tuning.CostModel(source="calibrated", engine="e", model="m", draft="d",
+    save_costs(CostModel(source="calibrated", engine="e", model="m", draft="d",
                                        device="cpu", plain_ms=5.0, step_ratio={3: 2.0, 15: 8.0}),
                       plan)
-    tuning.record(plan, [tuning.Observation(source="probe", n_max=3, draft_n=300, accepted=105,
+    record(plan, [Observation(source="probe", n_max=3, draft_n=300, accepted=105,
                                             tokens=48, at=datetime.now(UTC), temperature=0.0)])
     out = tmp_path / "bench.json"
     proc = run("backend", "bench", "--preset", "tinyd", "--profiles", "baseline,dflash",
@@ -672,5 +685,5 @@ def test_bench_explores_a_draft_near_break_even_then_follows_what_its_requests_m
     assert len(tuned) == 3 and tuned[0].draft_n > 0  # explored
     assert tuned[0].draft_accepted * 10 < tuned[0].draft_n  # the random draft: ~nothing
     assert all(s.draft_n == 0 for s in tuned[1:])  # then off, from what it measured
-    recorded = tuning.load_observations(plan)[1:]
+    recorded = load_observations(plan)[1:]
     assert [(o.source, o.n_max, o.temperature) for o in recorded] == [("bench", 3, 0.0)]

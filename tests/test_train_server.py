@@ -13,9 +13,10 @@ import gguf
 import httpx2
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import pick_port, stop, up
+from backend.serve.server import up
 from train import llama
 from train.config import draft_config
 from train.export import save_weights, weights_from_gguf

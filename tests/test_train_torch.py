@@ -20,9 +20,10 @@ pytest.importorskip("transformers")
 
 import httpx2  # noqa: E402
 
-from backend.engine.build import Engine  # noqa: E402
+from backend.engine.registry import Engine  # noqa: E402
+from backend.serve.process import pick_port, stop  # noqa: E402
 from backend.serve.profiles import LaunchPlan  # noqa: E402
-from backend.serve.server import pick_port, stop, up  # noqa: E402
+from backend.serve.server import up  # noqa: E402
 from train import fast_decode, hf_gen, llama  # noqa: E402
 from train.accept import acceptance  # noqa: E402
 from train.batches import IGNORE, make_batch, padded_ids  # noqa: E402

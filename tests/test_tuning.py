@@ -12,17 +12,39 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import PER_REQUEST_DRAFT_CAP
+from backend import machine
+from backend.engine.sources import PER_REQUEST_DRAFT_CAP
 from backend.measure.calibrate import Row, summarize
 from backend.serve import tuning
 from backend.serve.profiles import LaunchPlan, server_argv
-from backend.serve.tuning import (
+from backend.serve.speculation.control import per_request_cap
+from backend.serve.speculation.costs import (
+    EXPLORE_TOKENS,
     MARGIN,
     CostModel,
     Observation,
+    Tuning,
+    _measured_speedups,
+    acceptance_from_ratio,
+    at_temperature,
     choose,
     estimate_p,
+    length_estimates,
     tokens_per_step,
+)
+from backend.serve.speculation.draft_cap import TURN_PROBE_LENGTH, DraftCap
+from backend.serve.speculation.probe import probe_due
+from backend.serve.speculation.store import (
+    MAX_OBSERVATIONS,
+    acceptance_path,
+    default_costs,
+    device_id,
+    engine_key,
+    load_costs,
+    load_observations,
+    record,
+    record_turns,
+    save_costs,
 )
 
 
@@ -53,7 +75,7 @@ def test_tokens_per_step_and_acceptance_round_trip() -> None:
     for p in (0.05, 0.5, 0.75, 0.93):
         for k in (1, 3, 15):
             share = (tokens_per_step(p, k) - 1.0) / k
-            assert tuning.acceptance_from_ratio(share, k) == pytest.approx(p, abs=1e-6)
+            assert acceptance_from_ratio(share, k) == pytest.approx(p, abs=1e-6)
 
 
 def test_the_speculation_costs_tables_are_reproduced() -> None:
@@ -126,7 +148,7 @@ def test_estimate_p_weights_each_observation_by_the_text_it_decoded() -> None:
     assert p == pytest.approx((96 * estimate_p(probe) + 1200 * estimate_p([turn])) / 1296)
     assert 0.88 < p < 0.9
     # One observation without tokens (a hand-edited record): all weigh by tokens drafted.
-    each = [(o.draft_n, tuning.acceptance_from_ratio(o.accepted / o.draft_n, o.n_max))
+    each = [(o.draft_n, acceptance_from_ratio(o.accepted / o.draft_n, o.n_max))
             for o in (*probe, turn)]
     assert estimate_p([*probe, turn.model_copy(update={"tokens": 0})]) == pytest.approx(
         sum(n * q for n, q in each) / 1734)
@@ -155,8 +177,8 @@ def _served_after_probe(tmp_path: Path, costs: CostModel,
     """A per-request server's plan whose stored record holds only a greedy launch probe at
     length 15, one (drafted, accepted, tokens) a request, and ``costs``."""
     served = _capped(tmp_path, draft_n_max=15)
-    tuning.save_costs(costs, served)
-    tuning.record(served.model_copy(update={"profile": "dflash-fixed"}), [
+    save_costs(costs, served)
+    record(served.model_copy(update={"profile": "dflash-fixed"}), [
         Observation(source="probe", n_max=15, draft_n=drafted, accepted=accepted, tokens=tokens,
                     at=datetime.now(UTC), temperature=0.0)
         for drafted, accepted, tokens in probes])
@@ -170,13 +192,13 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
     plan, sent = tuning._launch(_capped(tmp_path), near, 15)
     assert plan.draft_n_max == 15 and sent.per_request and sent.n_max == 0
     assert sent.line().startswith("drafting off per request")
-    assert f"first {tuning.EXPLORE_TOKENS} tokens draft 3 a step" in sent.line()
+    assert f"first {EXPLORE_TOKENS} tokens draft 3 a step" in sent.line()
     far = choose(costs, 0.45)
     plan, sent = tuning._launch(_capped(tmp_path), far, 15)
     assert plan.draft_n_max == 0 and "first" not in sent.line()
 
     served = _served_after_probe(tmp_path, costs, [(318, 22, 48), (197, 31, 48)])
-    cap = tuning.DraftCap(served, temperature=0.0)
+    cap = DraftCap(served, temperature=0.0)
     assert cap.choice.n_max == 0 and cap.choice.explores()
     assert cap.next_n_max() == 3  # the session's first request measures at the best length
     # A short answer, still under the margin: 100 of 256 tokens, so the next one explores too.
@@ -188,10 +210,10 @@ def test_off_near_break_even_keeps_the_draft_loaded_and_the_session_measures_it(
                     "predicted_ms": 600.0})
     assert cap.choice.n_max >= 5 and cap.next_n_max() == cap.choice.n_max
     cap.save()
-    assert [o.source for o in tuning.load_observations(served)][-2:] == ["session"] * 2
+    assert [o.source for o in load_observations(served)][-2:] == ["session"] * 2
 
     # The same probe, then turns that accept little: off, and no more exploring.
-    poor = tuning.DraftCap(served, temperature=0.0)
+    poor = DraftCap(served, temperature=0.0)
     poor._stored = poor._stored[:2]  # only the probe, as at the first launch
     poor.choice = poor._choose()
     poor.observe(3, {"draft_n": 660, "draft_n_accepted": 80, "predicted_n": 300,
@@ -214,14 +236,14 @@ def test_on_a_server_whose_loaded_draft_costs_drafting_is_measured_against_that(
     assert gone.n_max == 0 and "under the 0.89x it must beat that by" in gone.reason
 
     served = _served_after_probe(tmp_path, costs, [(720, 68, 117), (698, 109, 160)])
-    cap = tuning.DraftCap(served, temperature=0.0)
+    cap = DraftCap(served, temperature=0.0)
     assert cap.off_speed == pytest.approx(1 / 1.178) and cap.next_n_max() == 3
     for _ in range(2):  # rename-small's answer at length 3 (2026-12-04), twice
         cap.observe(3, {"draft_n": 84, "draft_n_accepted": 37, "predicted_n": 66,
                         "predicted_ms": 82.0})
     assert cap.next_n_max() == 3
-    tuning.save_costs(costs.model_copy(update={"idle_ratio": 0.98}), served)
-    assert tuning.DraftCap(served, temperature=0.0).off_speed == 1.0  # never above plain
+    save_costs(costs.model_copy(update={"idle_ratio": 0.98}), served)
+    assert DraftCap(served, temperature=0.0).off_speed == 1.0  # never above plain
 
 
 def test_a_session_unloads_a_costly_idle_draft_once_it_has_cost_a_relaunch(
@@ -232,7 +254,7 @@ def test_a_session_unloads_a_costly_idle_draft_once_it_has_cost_a_relaunch(
     draft is free or the relaunch's price is unknown."""
     costs = _h200_v4().model_copy(update={"idle_ratio": 1.25})  # loaded and off: 0.80x
     served = _served_after_probe(tmp_path, costs, [(720, 68, 117), (698, 109, 160)])
-    cap = tuning.DraftCap(served, temperature=0.0)
+    cap = DraftCap(served, temperature=0.0)
     assert cap.next_n_max() > 0
     cap.observe(cap.next_n_max(), {"draft_n": 3000, "draft_n_accepted": 0,
                                    "predicted_n": 1000, "predicted_ms": 3000.0})
@@ -262,8 +284,8 @@ def test_a_session_unloads_a_costly_idle_draft_once_it_has_cost_a_relaunch(
     cap.keep_loaded = True  # another session uses the server
     assert not cap.unload_due(0.0)
 
-    tuning.save_costs(costs.model_copy(update={"idle_ratio": 1.0}), served)  # free when idle
-    free = tuning.DraftCap(served, temperature=0.0)
+    save_costs(costs.model_copy(update={"idle_ratio": 1.0}), served)  # free when idle
+    free = DraftCap(served, temperature=0.0)
     free.observe(3, {"draft_n": 3000, "draft_n_accepted": 0, "predicted_n": 1000,
                      "predicted_ms": 3000.0})
     free.observe(0, {"predicted_n": 10_000, "predicted_ms": 100_000.0})
@@ -284,16 +306,16 @@ def test_a_length_measured_on_its_own_is_predicted_by_its_own_acceptance() -> No
                                   15: 0.929}, idle_ratio=1.089)
     seen = [_obs(15, 720, 68, 117, 294.1), _obs(15, 698, 109, 160, 335.8),
             _obs(2, 389, 316, 512, 485.0), _obs(7, 1029, 364, 512, 527.6)]
-    own = tuning.length_estimates(seen)
+    own = length_estimates(seen)
     assert sorted(own) == [2, 7, 15] and own[2] > own[7] > own[15]
-    assert tuning.length_estimates(seen[:1]) == {}  # 117 tokens at 15: too little alone
+    assert length_estimates(seen[:1]) == {}  # 117 tokens at 15: too little alone
     p = estimate_p(seen)
     choice = choose(costs, p, seen, off_speed=1 / 1.089)
     assert choice.n_max == 2 and f"({own[2]:.2f} at length 2 itself)" in choice.reason
     pooled = costs.speedup(5, p)
-    assert pooled > min(costs.speedup(2, p), tuning._measured_speedups(costs, seen)[2])
+    assert pooled > min(costs.speedup(2, p), _measured_speedups(costs, seen)[2])
     # 5 on the pooled figure beats 2 on its own, but not by the margin: 2 stays
-    assert choice.predicted < pooled < tuning.MARGIN * choice.predicted
+    assert choice.predicted < pooled < MARGIN * choice.predicted
     bolder = choose(costs, p, seen[:3])  # length 2 measured alone, 7 never: 7 by the margin
     assert bolder.n_max == 7
 
@@ -337,9 +359,9 @@ def test_an_untried_length_is_held_to_the_share_of_its_prediction_a_tried_one_ra
             _obs(3, 258, 123, 210, 274.6), _obs(3, 258, 123, 210, 270.7),
             _obs(3, 1386, 737, 1200, 1285.6)]
     p = estimate_p(seen)
-    measured = tuning._measured_speedups(costs, seen)[3]
+    measured = _measured_speedups(costs, seen)[3]
     assert measured == pytest.approx(1.148, abs=0.002)
-    at_3 = costs.speedup(3, tuning.length_estimates(seen)[3])
+    at_3 = costs.speedup(3, length_estimates(seen)[3])
     assert costs.speedup(5, p) > MARGIN * measured  # what moved the choice to 5
     choice = choose(costs, p, seen)
     assert choice.n_max == 3 and "measured 1.15x at length 3" in choice.reason
@@ -387,14 +409,14 @@ def test_off_means_no_draft_pass(tmp_path: Path) -> None:
 def test_costs_are_stored_per_plan_and_a_damaged_file_falls_back(agent_home: Path,
                                                                    tmp_path: Path) -> None:
     plan = _plan(tmp_path)
-    assert tuning.load_costs(plan, "cpu").source == "default"
+    assert load_costs(plan, "cpu").source == "default"
     stored = _costs({3: 2.2}).model_copy(update={"measured_at": datetime.now(UTC)})
-    path = tuning.save_costs(stored, plan)
-    assert tuning.load_costs(plan, "cpu").step_ratio == {3: 2.2}
-    assert tuning.load_costs(plan, "NVIDIA H200").source == "default"  # another device
+    path = save_costs(stored, plan)
+    assert load_costs(plan, "cpu").step_ratio == {3: 2.2}
+    assert load_costs(plan, "NVIDIA H200").source == "default"  # another device
     path.write_text("{not json", "utf-8")
     notes: list[str] = []
-    assert tuning.load_costs(plan, "cpu", notes.append).source == "default"
+    assert load_costs(plan, "cpu", notes.append).source == "default"
     assert "damaged cost model" in notes[0]
 
 
@@ -404,25 +426,25 @@ def test_observations_are_recorded_capped_and_survive_damage(agent_home: Path,
     timings = [{"draft_n": 70, "draft_n_accepted": 7, "predicted_n": 80, "predicted_ms": 900.0},
                {"predicted_n": 10, "predicted_ms": 100.0},  # drafted nothing: still evidence
                {"draft_n": "many"}]  # malformed: skipped
-    assert tuning.record_turns(plan, timings) == 1
-    obs = tuning.load_observations(plan)
+    assert record_turns(plan, timings) == 1
+    obs = load_observations(plan)
     assert [(o.n_max, o.draft_n, o.accepted, o.tokens) for o in obs] == [(7, 70, 7, 80),
                                                                          (7, 0, 0, 10)]
-    for _ in range(tuning.MAX_OBSERVATIONS):
-        tuning.record_turns(plan, timings[:1])
-    assert len(tuning.load_observations(plan)) == tuning.MAX_OBSERVATIONS
-    assert tuning.record_turns(_plan(tmp_path, draft_n_max=0), timings) == 0  # off: nothing
-    tuning.acceptance_path(plan).write_bytes(b"\x00garbage")
+    for _ in range(MAX_OBSERVATIONS):
+        record_turns(plan, timings[:1])
+    assert len(load_observations(plan)) == MAX_OBSERVATIONS
+    assert record_turns(_plan(tmp_path, draft_n_max=0), timings) == 0  # off: nothing
+    acceptance_path(plan).write_bytes(b"\x00garbage")
     notes: list[str] = []
-    assert tuning.load_observations(plan, notes.append) == []
+    assert load_observations(plan, notes.append) == []
     assert "damaged acceptance record" in notes[0]
 
 
 def test_a_probe_is_due_first_and_again_after_a_day() -> None:
     now = datetime.now(UTC)
-    assert tuning.probe_due([])
-    assert not tuning.probe_due([_obs(15, 10, 0, at=now)], now)
-    assert tuning.probe_due([_obs(15, 10, 0, at=now - timedelta(hours=25))], now)
+    assert probe_due([])
+    assert not probe_due([_obs(15, 10, 0, at=now)], now)
+    assert probe_due([_obs(15, 10, 0, at=now - timedelta(hours=25))], now)
 
 
 def test_engine_keys_and_devices(agent_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -430,13 +452,13 @@ def test_engine_keys_and_devices(agent_home: Path, monkeypatch: pytest.MonkeyPat
     built = home().engines / "llama.cpp-11434-cpu-avx512-abc" / "bin" / "llama-server"
     cuda = home().engines / "llama.cpp-11434-cuda-avx512-abc" / "bin" / "llama-server"
     system = Path("/usr/bin/llama-server")
-    assert tuning.engine_key(built) == "llama.cpp-11434-cpu-avx512-abc"
-    assert tuning.engine_key(system).startswith("/usr/bin/llama-server:")  # not "usr" for all
-    monkeypatch.setattr(tuning, "gpu_names", lambda: ["NVIDIA H200, 143771 MiB"])
-    assert tuning.device_id(built) == "cpu"  # a CPU build decodes on the CPU, GPU or not
-    assert tuning.device_id(cuda) == tuning.device_id(system) == "NVIDIA H200, 143771 MiB"
-    monkeypatch.setattr(tuning, "gpu_names", lambda: [])
-    assert tuning.device_id(system) == "cpu"
+    assert engine_key(built) == "llama.cpp-11434-cpu-avx512-abc"
+    assert engine_key(system).startswith("/usr/bin/llama-server:")  # not "usr" for all
+    monkeypatch.setattr(machine, "gpu_names", lambda: ["NVIDIA H200, 143771 MiB"])
+    assert device_id(built) == "cpu"  # a CPU build decodes on the CPU, GPU or not
+    assert device_id(cuda) == device_id(system) == "NVIDIA H200, 143771 MiB"
+    monkeypatch.setattr(machine, "gpu_names", lambda: [])
+    assert device_id(system) == "cpu"
 
 
 def test_damaged_stores_are_refused_by_their_models_not_by_a_crash() -> None:
@@ -447,18 +469,18 @@ def test_damaged_stores_are_refused_by_their_models_not_by_a_crash() -> None:
         _costs({3: 2.0}, efficiency={3: float("inf")})
     naive = Observation.model_validate({"source": "probe", "n_max": 15, "draft_n": 3,
                                         "accepted": 0, "at": "2026-11-01T10:00:00"})
-    assert naive.at.tzinfo is not None and tuning.probe_due([naive])
+    assert naive.at.tzinfo is not None and probe_due([naive])
 
 
 def test_the_choice_is_one_line_and_says_what_off_means() -> None:
-    off = tuning.Tuning(n_max=0, costs="default", reason="the probe failed (x\n  y)",
+    off = Tuning(n_max=0, costs="default", reason="the probe failed (x\n  y)",
                         off_label="draft model off (n-gram lookup only)")
     assert off.line() == "draft model off (n-gram lookup only): the probe failed (x y)"
 
 
 def test_default_costs_draft_only_when_a_draft_is_nearly_always_right(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
-    cpu, gpu = tuning.default_costs(plan, "cpu"), tuning.default_costs(plan, "NVIDIA H200")
+    cpu, gpu = default_costs(plan, "cpu"), default_costs(plan, "NVIDIA H200")
     assert cpu.source == gpu.source == "default"
     assert choose(cpu, 0.14).n_max == choose(gpu, 0.14).n_max == 0  # v1 on SmolLM2
     assert choose(cpu, 0.9).n_max == 0  # the 2-core CPU's measured steps: nothing pays
@@ -502,16 +524,16 @@ def _capped(tmp_path: Path, patches: tuple[str, ...] = (PER_REQUEST_DRAFT_CAP,),
 
 def test_only_the_dflash_profile_on_a_patched_engine_takes_its_length_per_request(
         agent_home: Path, tmp_path: Path) -> None:
-    assert tuning.per_request_cap(_capped(tmp_path))
-    assert tuning.per_request_cap(_capped(tmp_path, draft_n_max=15))
-    assert not tuning.per_request_cap(_capped(tmp_path, draft_n_max=0))  # no draft loaded
-    assert not tuning.per_request_cap(_capped(tmp_path, profile="dflash+ngram"))  # n-gram too
-    assert not tuning.per_request_cap(_capped(tmp_path, profile="dflash-fixed"))
-    assert not tuning.per_request_cap(_capped(tmp_path, patches=()))  # built before the patch
-    assert not tuning.per_request_cap(_plan(tmp_path))  # not an engine the product built
+    assert per_request_cap(_capped(tmp_path))
+    assert per_request_cap(_capped(tmp_path, draft_n_max=15))
+    assert not per_request_cap(_capped(tmp_path, draft_n_max=0))  # no draft loaded
+    assert not per_request_cap(_capped(tmp_path, profile="dflash+ngram"))  # n-gram too
+    assert not per_request_cap(_capped(tmp_path, profile="dflash-fixed"))
+    assert not per_request_cap(_capped(tmp_path, patches=()))  # built before the patch
+    assert not per_request_cap(_plan(tmp_path))  # not an engine the product built
     plan = _capped(tmp_path)
     (plan.binary.parent.parent / "engine.json").write_text("{broken", "utf-8")
-    assert not tuning.per_request_cap(plan)
+    assert not per_request_cap(plan)
 
 
 def test_a_per_request_launch_keeps_the_draft_at_its_longest_and_sends_the_choice(
@@ -558,18 +580,18 @@ def test_a_reused_server_loaded_with_a_draft_that_costs_while_off_says_so(
     serving = _capped(tmp_path, draft_n_max=15)
     wanted = _capped(tmp_path)
     cheap = _costs({2: 1.76, 15: 4.49}, efficiency={2: 0.95, 15: 0.93})
-    tuning.save_costs(cheap.model_copy(update={"idle_ratio": 1.089}), serving)
+    save_costs(cheap.model_copy(update={"idle_ratio": 1.089}), serving)
     draft_only = wanted.model_copy(update={"profile": "dflash-fixed"})
-    tuning.record(draft_only, [_obs(15, 1234, 30, 512, 700.0)])  # accepts next to nothing
+    record(draft_only, [_obs(15, 1234, 30, 512, 700.0)])  # accepts next to nothing
     note = tuning.stale_note(serving, wanted, 0.0)
     assert note is not None and "keeps the draft loaded" in note and "0.92x" in note
     assert "agent backend down" in note
-    tuning.save_costs(cheap.model_copy(update={"idle_ratio": 1.005}), serving)  # free
+    save_costs(cheap.model_copy(update={"idle_ratio": 1.005}), serving)  # free
     assert tuning.stale_note(serving, wanted, 0.0) is None
-    tuning.save_costs(cheap, serving)  # never measured
+    save_costs(cheap, serving)  # never measured
     assert tuning.stale_note(serving, wanted, 0.0) is None
-    tuning.save_costs(cheap.model_copy(update={"idle_ratio": 1.089}), serving)
-    tuning.record(draft_only, [_obs(2, 3000, 2700, 2000, 1500.0)] * 3)  # now it pays
+    save_costs(cheap.model_copy(update={"idle_ratio": 1.089}), serving)
+    record(draft_only, [_obs(2, 3000, 2700, 2000, 1500.0)] * 3)  # now it pays
     assert tuning.stale_note(serving, wanted, 0.0) is None
 
 
@@ -582,11 +604,11 @@ def test_a_broken_idle_cost_is_refused() -> None:
 def test_the_draft_cap_turns_drafting_off_and_on_between_requests(
         agent_home: Path, tmp_path: Path) -> None:
     plan = _capped(tmp_path, draft_n_max=15)
-    tuning.save_costs(_costs({3: 2.0, 15: 8.0}, plain_ms=5.0), plan)
-    cap = tuning.DraftCap(plan)
+    save_costs(_costs({3: 2.0, 15: 8.0}, plain_ms=5.0), plan)
+    cap = DraftCap(plan)
     assert cap.longest == 15 and cap.choice.n_max == 0 and cap.choice.per_request
     # Nothing known about the draft: the next request is the probe, at a short length.
-    assert cap.next_n_max() == tuning.TURN_PROBE_LENGTH
+    assert cap.next_n_max() == TURN_PROBE_LENGTH
     good = {"draft_n": 300, "draft_n_accepted": 270, "predicted_n": 400,
             "predicted_ms": 600.0}
     cap.observe(3, good)
@@ -601,12 +623,12 @@ def test_the_draft_cap_turns_drafting_off_and_on_between_requests(
     cap.observe(3, None)
     cap.observe(3, {"draft_n": "many"})
     cap.save()
-    stored = tuning.load_observations(plan)  # the record dflash and dflash-fixed share
+    stored = load_observations(plan)  # the record dflash and dflash-fixed share
     assert [(o.source, o.n_max, o.draft_n) for o in stored] == [("session", 3, 300),
                                                                 ("session", 3, 3000)]
     cap.save()  # nothing new: nothing stored twice
-    assert len(tuning.load_observations(plan)) == 2
-    again = tuning.DraftCap(plan)  # the next session starts from what was stored
+    assert len(load_observations(plan)) == 2
+    again = DraftCap(plan)  # the next session starts from what was stored
     assert again.choice.n_max == 0 and again.next_n_max() == 0
 
 
@@ -617,22 +639,22 @@ def test_acceptance_is_read_per_kind_of_sampling(agent_home: Path, tmp_path: Pat
     sampled ones for sampled requests; records from before temperatures were kept are read as
     greedy."""
     plan = _plan(tmp_path)
-    tuning.save_costs(_costs({3: 2.0, 15: 8.0}), plan)
+    save_costs(_costs({3: 2.0, 15: 8.0}), plan)
     now = datetime.now(UTC)
     greedy = Observation(source="bench", n_max=3, draft_n=3000, accepted=2700, at=now,
                          temperature=0.0)
     sampled = Observation(source="bench", n_max=3, draft_n=3000, accepted=300, at=now,
                           temperature=0.7)
-    tuning.record(plan, [greedy, sampled])
+    record(plan, [greedy, sampled])
     chosen = {t: tuning.tune(plan, allow_probe=False, temperature=t)[1] for t in (0.0, 0.7, 1.2)}
     assert chosen[0.0].n_max == 3 and chosen[0.0].p > 0.9
     assert chosen[0.7].n_max == 0 and chosen[0.7].p < 0.3 and chosen[1.2].n_max == 0
     assert tuning.tune(plan, allow_probe=False)[1].p == pytest.approx(
         estimate_p([greedy, sampled]))  # no temperature asked: everything observed
-    assert [o.temperature for o in tuning.at_temperature([greedy, sampled], 0.3)] == [0.7]
+    assert [o.temperature for o in at_temperature([greedy, sampled], 0.3)] == [0.7]
     # A record written before temperatures were kept (its probes ran at 0): read as greedy,
     # so sampled requests have nothing measured and probe anew.
-    path = tuning.acceptance_path(plan)
+    path = acceptance_path(plan)
     old = json.loads(path.read_text("utf-8"))
     for o in old["observations"]:
         del o["temperature"]
@@ -651,21 +673,21 @@ def test_acceptance_is_read_per_kind_of_sampling(agent_home: Path, tmp_path: Pat
 def test_turns_and_the_draft_cap_record_their_temperature(agent_home: Path,
                                                           tmp_path: Path) -> None:
     plan = _capped(tmp_path, draft_n_max=15)
-    tuning.save_costs(_costs({3: 2.0, 15: 8.0}, plain_ms=5.0), plan)
+    save_costs(_costs({3: 2.0, 15: 8.0}, plain_ms=5.0), plan)
     good = {"draft_n": 300, "draft_n_accepted": 270, "predicted_n": 400, "predicted_ms": 600.0}
-    assert tuning.record_turns(plan.model_copy(update={"profile": "dflash-fixed",
+    assert record_turns(plan.model_copy(update={"profile": "dflash-fixed",
                                                        "draft_n_max": 3}),
                                [good], source="bench", temperature=0.0) == 1
-    assert tuning.DraftCap(plan, temperature=0.0).choice.n_max == 3
-    sampled = tuning.DraftCap(plan, temperature=0.8)
+    assert DraftCap(plan, temperature=0.0).choice.n_max == 3
+    sampled = DraftCap(plan, temperature=0.8)
     assert sampled.choice.n_max == 0  # nothing known of sampled requests yet: they probe
-    assert sampled.next_n_max() == tuning.TURN_PROBE_LENGTH
+    assert sampled.next_n_max() == TURN_PROBE_LENGTH
     sampled.observe(3, {**good, "draft_n_accepted": 0})
     sampled.save()
-    assert [(o.source, o.temperature) for o in tuning.load_observations(plan)] == [
+    assert [(o.source, o.temperature) for o in load_observations(plan)] == [
         ("bench", 0.0), ("session", 0.8)]
-    assert tuning.DraftCap(plan, temperature=0.0).choice.n_max == 3  # greedy still drafts
-    assert tuning.DraftCap(plan, temperature=0.8).choice.n_max == 0
+    assert DraftCap(plan, temperature=0.0).choice.n_max == 3  # greedy still drafts
+    assert DraftCap(plan, temperature=0.8).choice.n_max == 0
 
 
 def _fake_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

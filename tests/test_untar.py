@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.build import BuildError, unpack_sdist
+from backend.engine.registry import BuildError
+from backend.engine.sources import unpack_sdist
 from backend.engine.untar import UnsafeMember, extract_data
 
 

@@ -19,15 +19,16 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.models.converter import TORCH_ENV, ensure_python, ensure_tree
 from backend.models.drafts import draft_window
 from backend.models.ggufinfo import gguf_metadata
 from backend.models.hfdraft import DraftSourceError, prepare_draft
 from backend.models.presets import get_preset
 from backend.serve.launch import plan_for
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import pick_port, stop, up
+from backend.serve.server import up
 from tests.conftest import greedy_timings, home_env
 from tests.hf_standin import HfStandin
 from tests.zlab_fixture import write_tokenizer_folder, write_zlab_drafter

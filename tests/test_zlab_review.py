@@ -222,7 +222,8 @@ def test_the_engine_sdist_fetch_never_gives_pip_the_hf_token(
     import io
     import tarfile
 
-    from backend.engine.build import SDIST_DIST, SDIST_VERSION, BuildError, fetch_sdist
+    from backend.engine.registry import BuildError
+    from backend.engine.sources import SDIST_DIST, SDIST_VERSION, fetch_sdist
 
     links = tmp_path / "links"
     links.mkdir()

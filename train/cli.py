@@ -168,7 +168,7 @@ def cmd_prompts(a: argparse.Namespace) -> int:
 def _server_bin(a: argparse.Namespace) -> Path:
     if a.server_bin:
         return a.server_bin
-    from backend.engine.build import list_engines
+    from backend.engine.registry import list_engines
 
     engines = [e for e in list_engines() if e.engine == "llama.cpp" and e.binary.is_file()]
     if not engines:

@@ -21,8 +21,10 @@ from typing import Any
 import httpx2
 
 from backend.models.presets import ServerOptions
+from backend.serve.process import pick_port, stop
 from backend.serve.profiles import LaunchPlan
-from backend.serve.server import ServerError, pick_port, stop, up
+from backend.serve.records import ServerError
+from backend.serve.server import up
 from train.errors import TrainError
 from train.requests import ChatRequest
 

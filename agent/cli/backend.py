@@ -15,6 +15,7 @@ from agent.errors import EXIT_ERROR, UsageError
 from agent.ui import Reporter, echo
 from backend.doctor import run_checks
 from backend.engine import build as engines
+from backend.engine import registry, sources
 from backend.models.chunks import describe
 from backend.models.convert import NEW_ARCH, OLD_ARCH, convert_draft
 from backend.models.hfdraft import OUTTYPES, convert_folder
@@ -109,7 +110,7 @@ def build_cmd(
                                         "or --source), beellama (BeeLlama.cpp cloned at --ref, "
                                         "or --source) or system (--server-bin).")] = "llama.cpp",
     ref: Annotated[str | None, typer.Option(help="Git tag to clone: BeeLlama defaults to "
-                                            f"{engines.BEELLAMA_DEFAULT_REF} (a v0.3.x tag "
+                                            f"{sources.BEELLAMA_DEFAULT_REF} (a v0.3.x tag "
                                             "loads old-format drafts); for llama.cpp, an "
                                             "upstream tag instead of the sdist.")] = None,
     source: Annotated[Path | None, typer.Option(
@@ -151,7 +152,7 @@ def build_cmd(
             raise UsageError("--rpc builds an engine, and a system llama-server is "
                              "registered as it is; for workers build one: `agent backend "
                              "build --rpc`")
-        found = engines.register_system(server_bin)
+        found = registry.register_system(server_bin)
     elif engine in ("llama.cpp", "beellama"):
         if engine == "beellama" and sdist is not None:
             raise UsageError("--sdist is the upstream llama.cpp sdist; BeeLlama builds from "
@@ -162,14 +163,14 @@ def build_cmd(
         try:
             if engine == "beellama":
                 found = engines.build_beellama(
-                    ref or engines.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
+                    ref or sources.BEELLAMA_DEFAULT_REF, cuda=cuda, jobs=jobs,
                     progress=reporter.build_progress, source=source,
-                    git_url=git_url or engines.BEELLAMA_GIT, fa_all_quants=fa_all_quants,
+                    git_url=git_url or sources.BEELLAMA_GIT, fa_all_quants=fa_all_quants,
                     rpc=bool(rpc))
             else:
                 found = engines.build_llama_cpp(
                     sdist=sdist, cuda=cuda, jobs=jobs, progress=reporter.build_progress,
-                    source=source, ref=ref, git_url=git_url or engines.LLAMA_CPP_GIT,
+                    source=source, ref=ref, git_url=git_url or sources.LLAMA_CPP_GIT,
                     fa_all_quants=fa_all_quants, rpc=rpc)
         finally:
             reporter.close()

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
-from pathlib import Path
 
-CPUINFO = Path("/proc/cpuinfo")
-"""Where Linux lists the CPU's features (the ``flags`` line on x86, ``Features`` on ARM)."""
+from backend.machine import cpu_features
 
 _AVX512 = ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")
 X86_OPTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -49,20 +47,6 @@ compiles in (``-mavx512f -mavx512cd ...`` for ``GGML_AVX512``: ``ggml-cpu/CMakeL
 AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 """Always off: see the module docstring."""
 X86_MACHINES = {"x86_64", "amd64", "i386", "i686"}
-
-
-def cpu_features(cpuinfo: Path | None = None) -> frozenset[str]:
-    """The CPU's feature flags (lower case) from ``cpuinfo`` (default :data:`CPUINFO`); empty
-    when the file is missing or unreadable (not Linux)."""
-    try:
-        text = (cpuinfo or CPUINFO).read_text("utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() in {"flags", "features"}:
-            return frozenset(value.lower().split())
-    return frozenset()
 
 
 @dataclass(frozen=True)

@@ -28,34 +28,21 @@ from pathlib import Path
 import httpx2
 from pydantic import BaseModel, Field
 
-from backend.engine.build import Engine
 from backend.engine.flavour import binary_facts
+from backend.engine.registry import Engine
 from backend.errors import EXIT_USAGE, StatedError
 from backend.home import home
 from backend.measure.report import save_png
 from backend.models.presets import Preset
 from backend.serve.fit import check_fit
 from backend.serve.launch import plan_for
+from backend.serve.process import DEFAULT_HOST, pick_port, stop
 from backend.serve.profiles import LaunchPlan, get_profile
-from backend.serve.server import (
-    DEFAULT_HOST,
-    ServerError,
-    ServerState,
-    keep_current_marker,
-    pick_port,
-    stop,
-    up,
-)
-from backend.serve.tuning import (
-    CostModel,
-    device_id,
-    engine_key,
-    file_id,
-    save_costs,
-    synth_rates,
-    takes_length_per_request,
-    tokens_per_step,
-)
+from backend.serve.records import ServerError, ServerState, keep_current_marker
+from backend.serve.server import up
+from backend.serve.speculation.control import takes_length_per_request
+from backend.serve.speculation.costs import CostModel, synth_rates, tokens_per_step
+from backend.serve.speculation.store import device_id, engine_key, file_id, save_costs
 
 DEFAULT_LENGTHS = (1, 2, 3, 5, 7, 15)
 DEFAULT_CHECK_P = 0.75

@@ -1,4 +1,4 @@
-"""Showing a :class:`~backend.measure.bench.BenchResult`: a rich table and a PNG bar chart.
+"""Showing a :class:`~backend.measure.results.BenchResult`: a rich table and a PNG bar chart.
 
 The chart needs matplotlib, which comes with the ``plot`` extra
 (``pip install 'dflash-agent[plot]'``); nothing else here does.
@@ -13,7 +13,7 @@ from types import ModuleType
 from rich import box
 from rich.table import Table
 
-from backend.measure.bench import BenchError, BenchResult, Stats
+from backend.measure.results import BenchError, BenchResult, Stats
 
 PLOT_EXTRA_HINT = "pip install 'dflash-agent[plot]'"
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from backend import secret_store
-from backend.engine.build import LLAMA_CPP_VERSION, SDIST_DIST, SDIST_VERSION, fetch_sdist
+from backend.engine.sources import LLAMA_CPP_VERSION, SDIST_DIST, SDIST_VERSION, fetch_sdist
 from backend.home import home
 from backend.models.sources import ModelError
 
@@ -173,7 +173,7 @@ def _venv_path(reqs: list[str]) -> Path:
     return converter_root() / f"venv-{key[:12]}"
 
 
-def _tail(log: Path, lines: int = 1) -> str:
+def log_tail(log: Path, lines: int = 1) -> str:
     try:
         text = [x for x in log.read_text("utf-8", "replace").splitlines() if x.strip()]
     except OSError:
@@ -218,11 +218,11 @@ def ensure_python(tree: Path, note: Note | None = None) -> Path:
                                          f"({exc}); log: {log}") from exc
                 if proc.returncode != 0 and cmd is steps[0]:
                     raise ConverterError(
-                        f"`python -m venv` failed for the DFlash converter ({_tail(log)}); "
+                        f"`python -m venv` failed for the DFlash converter ({log_tail(log)}); "
                         f"install Python's venv module (Debian: python3-venv); log: {log}")
                 if proc.returncode != 0:
                     raise ConverterError(
-                        f"installing the DFlash converter's packages failed ({_tail(log)}); "
+                        f"installing the DFlash converter's packages failed ({log_tail(log)}); "
                         f"offline? run it once online, or set {TORCH_ENV} to a torch wheel "
                         f"file; log: {log}")
         (venv / READY).write_text("\n".join(reqs) + "\n")

@@ -35,7 +35,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from backend.engine.build import LLAMA_CPP_VERSION, SDIST_DIST, SDIST_VERSION
+from backend.engine.sources import LLAMA_CPP_VERSION, SDIST_DIST, SDIST_VERSION
 from backend.home import home
 from backend.models.converter import ensure_python, ensure_tree, installed_versions, run_converter
 from backend.models.ggufinfo import GgufError, gguf_metadata, string_array_digest

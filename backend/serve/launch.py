@@ -7,8 +7,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.engine.build import Engine, Progress, build_llama_cpp, default_engine, unusable_engines
+from backend.engine.build import build_llama_cpp, default_engine
+from backend.engine.buildlog import Progress
 from backend.engine.flavour import detect_flavour
+from backend.engine.registry import Engine, unusable_engines
 from backend.models.drafts import draft_for, draft_window, swa_quant_warning
 from backend.models.hfdraft import resolve_draft
 from backend.models.presets import Preset, PresetError, get_preset
@@ -16,17 +18,10 @@ from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve.fit import check_fit
 from backend.serve.leases import hold, holders
+from backend.serve.process import DEFAULT_PORT
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
-from backend.serve.server import (
-    DEFAULT_PORT,
-    ServerError,
-    ServerState,
-    compatible,
-    plan_differences,
-    retire,
-    running,
-    up,
-)
+from backend.serve.records import ServerError, ServerState
+from backend.serve.server import compatible, plan_differences, retire, running, up
 from backend.serve.tuning import loaded_off_speed, stale_note, tune, with_ngram_lengths
 
 
@@ -58,11 +53,11 @@ def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | 
 def unload_draft(serving: ServerState, note: Callable[[str], None], why: str,
                  timeout: float = 600.0) -> ServerState | None:
     """For the session using ``serving`` (a per-request server whose requests turned drafting
-    off while its loaded draft costs: :meth:`backend.serve.tuning.DraftCap.unload_due`): the
-    same server started again without the draft, at the same address where the port is free
-    again, with this session's lease on it. None, after saying why through ``note``, while
-    another live session holds a lease on it: it stays as it is. ``why`` is said before the
-    relaunch, only when there is one.
+    off while its loaded draft costs:
+    :meth:`backend.serve.speculation.draft_cap.DraftCap.unload_due`): the same server started again
+    without the draft, at the same address where the port is free again, with this session's lease
+    on it. None, after saying why through ``note``, while another live session holds a lease on it:
+    it stays as it is. ``why`` is said before the relaunch, only when there is one.
 
     Where the server without the draft fails to start, the one with it is started again in its
     place (the session goes on as before); raises ``ServerError`` when that fails too."""

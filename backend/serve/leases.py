@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from backend.home import home
-from backend.serve.server import ServerState
+from backend.serve.records import ServerState
 
 _TOLERANCE_S = 0.01
 """psutil reports a process's start time in seconds with ~10 ms resolution."""

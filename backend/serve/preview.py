@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.engine.build import Engine
 from backend.engine.flavour import Flavour, binary_devices, binary_facts, detect_flavour
 from backend.engine.helpfacts import check_argv
+from backend.engine.registry import Engine
 from backend.models.convert import NEW_ARCH, OLD_ARCH
 from backend.models.drafts import DraftError, converted_path, draft_window, gguf_architecture
 from backend.models.hfdraft import is_folder_source
@@ -25,9 +25,9 @@ from backend.models.presets import Preset
 from backend.models.requant import requantized_path
 from backend.serve.launch import draft_context_note, preset_workers, profile_for
 from backend.serve.preset_status import ModelFile, cached_file, draft_file
+from backend.serve.process import port_is_free
 from backend.serve.profiles import LaunchPlan, server_argv
 from backend.serve.quirks import launch_flags
-from backend.serve.server import port_is_free
 from backend.serve.tuning import tune, with_ngram_lengths
 
 _PLACEHOLDER = "/dflash-agent-not-downloaded"

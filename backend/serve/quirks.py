@@ -74,7 +74,7 @@ def launch_flags(plan: LaunchPlan, flavour: Flavour, devices: list[str]) -> tupl
 def kv_kernel_note(plan: LaunchPlan, configure_flags: list[str]) -> str | None:
     """A warning when ``plan``'s KV cache types need CUDA flash-attention kernels that the engine
     (its CMake ``configure_flags``) was built without (``--no-fa-all-quants``), else None."""
-    from backend.engine.build import needs_fa_all_quants
+    from backend.engine.cmake import needs_fa_all_quants
 
     o = plan.options
     if "-DGGML_CUDA=ON" not in configure_flags or "-DGGML_CUDA_FA_ALL_QUANTS=OFF" not in \

@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.engine.build import read_engine
+from backend.engine.registry import read_engine
 from backend.errors import StatedError
 
 """``rpc-server``'s own default port (``tools/rpc/rpc-server.cpp``)."""

@@ -22,11 +22,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.errors import StatedError
 from backend.home import home, private_open
+from backend.serve.exits import meaningful_lines
+from backend.serve.process import pick_port, server_env
 from backend.serve.rpc import WorkerInfo, probe
-from backend.serve.server import meaningful_lines, pick_port, server_env
 
 START_TIMEOUT = 60.0
 """Seconds ``rpc-server`` gets to listen (it initialises its devices first: CUDA takes a few)."""

@@ -14,7 +14,8 @@ import httpx2
 
 from backend.models.presets import get_preset
 from backend.serve.launch import ensure_engine, plan_for
-from backend.serve.server import DEFAULT_HOST, pick_port, stop, up
+from backend.serve.process import DEFAULT_HOST, pick_port, stop
+from backend.serve.server import up
 
 preset = get_preset(os.environ.get("IDLE_PRESET", "smollm2-135m-dflash"))
 spec = plan_for(preset, ensure_engine(), "dflash-fixed", 4096, None)

@@ -84,9 +84,10 @@ class NgramGuard:
     """The draft length of each request to an n-gram lookup server that takes it per request:
     the server's own (``longest``) while drafting pays, 0 while it does not.
 
-    Same face as :class:`backend.serve.tuning.DraftCap` (``next_n_max``, ``observe``, ``save``,
-    ``label``), so the agent's client carries either. ``note`` is told when drafting turns off
-    or on, with the speedup that decided it.
+    The face of :class:`~backend.serve.speculation.control.RequestControl`, as
+    :class:`~backend.serve.speculation.draft_cap.DraftCap` (``next_n_max``, ``observe``,
+    ``save``), plus ``label`` for the agent's step lines. ``note`` is told when drafting turns
+    off or on, with the speedup that decided it.
     """
 
     def __init__(self, plan: LaunchPlan, note: Callable[[str], None] | None = None):
