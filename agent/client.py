@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from agent.events import Timings
+from agent.usage import usage_timings
 from backend.errors import StatedError
 
 if TYPE_CHECKING:
@@ -464,26 +465,6 @@ class ServerClient:
         """The error for a failed request, with the server's crash report when it died."""
         report = self.explain() if self.explain else None
         return ServerUnavailable(f"{message}\n{report}" if report else message)
-
-
-def usage_timings(usage: dict[str, Any], first_token: float | None) -> Timings | None:
-    """Timings for a server without llama-server's ``timings`` (vLLM, SGLang), from the
-    stream's ``usage``: ``prompt_n`` is the prompt tokens not served from cache, ``cache_n``
-    the cached ones when the server reports them (``prompt_tokens_details.cached_tokens``;
-    None when it does not say), ``predicted_per_second`` measured here from the first token
-    to the end of the stream. ``source`` is ``usage``. None when ``usage`` holds no counts."""
-    prompt, decoded = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if not isinstance(prompt, int) or not isinstance(decoded, int):
-        return None
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    cached = cached if isinstance(cached, int) and 0 <= cached <= prompt else None
-    elapsed = time.monotonic() - first_token if first_token is not None else 0.0
-    timed = elapsed > 0 and decoded > 0
-    return Timings(prompt_n=prompt - (cached or 0), cache_n=cached, predicted_n=decoded,
-                   predicted_ms=elapsed * 1000 if timed else None,
-                   predicted_per_second=decoded / elapsed if timed else None,
-                   source="usage")
 
 
 _CONTEXT_WORDS = re.compile(r"maximum context length (?:is|of) (\d+) tokens")

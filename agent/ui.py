@@ -23,7 +23,7 @@ from rich.text import Text
 
 from agent.acceptance import collapse_note
 from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolResult
-from backend.engine.build import LOG_STEP
+from backend.engine.buildlog import LOG_STEP
 from tools.create import lines_label
 
 _SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}

@@ -13,8 +13,8 @@ through ``benchmarks/agent_turns.py`` and so imports ``agent`` and ``tools`` too
 ``cache`` → ``models/`` → ``engine/`` → the base (``home``, ``machine``, ``secret_store``,
 ``errors`` and the package face); no other file sits at the top of ``backend/``. The
 tool-call protocols (agent/protocols/README.md) are part of ``agent``'s core, ordered among
-themselves: ``calls`` → ``text`` and ``choice`` → ``base``. No import anywhere in the product
-closes a circle.
+themselves: ``calls`` → ``text``, ``choice`` and ``whole`` → ``base``. No import anywhere in
+the product closes a circle.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ BACKEND_TOP = {"__init__.py", "home.py", "machine.py", "cache.py", "doctor.py", 
                "errors.py"}
 PROTOCOLS: list[tuple[str, ...]] = [
     ("agent.protocols.calls",),
-    ("agent.protocols.text", "agent.protocols.choice"),
+    ("agent.protocols.text", "agent.protocols.choice", "agent.protocols.whole"),
     ("agent.protocols.base", "agent.protocols"),
 ]
 

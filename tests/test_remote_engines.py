@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent.client import ContextOverflow, ServerClient, ServerUnavailable, usage_timings
+from agent.client import ContextOverflow, ServerClient, ServerUnavailable
 from agent.sessions.slots import hold_slot, server_slot
+from agent.usage import usage_timings
 from tests.scripted import ScriptedModel
 from tests.test_repo_session import agent
 from tests.vllm_standin import MAX_MODEL_LEN, SERVED

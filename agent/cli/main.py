@@ -50,7 +50,7 @@ from agent.ui import Reporter, SafeConsole, echo
 from backend import secret_store
 from backend.cache import list_cache, remove
 from backend.engine import build as engines
-from backend.engine.build import Engine
+from backend.engine.registry import Engine
 from backend.errors import StatedError
 from backend.measure.bench import (
     default_result_path,
@@ -84,6 +84,8 @@ from backend.serve.launch import (
     profile_for,
 )
 from backend.serve.preview import preview_command
+from backend.serve.process import DEFAULT_HOST
+from backend.serve.records import ServerState, is_ours
 from backend.serve.tuning import tune
 from tools import reaper
 from tools.workspace import display_name
@@ -261,10 +263,10 @@ def new_project_cmd(
     raise typer.Exit(EXIT_OK if ok else EXIT_TASK_FAILED)
 
 
-def _left_running(state: server.ServerState | None) -> dict[str, object] | None:
+def _left_running(state: ServerState | None) -> dict[str, object] | None:
     """The summary's ``server``: pid and URL of the managed server a session used, when it is
     still running after the session (None with ``--base-url`` or once it has exited)."""
-    if state is None or not server.is_ours(state):
+    if state is None or not is_ours(state):
         return None
     return {"pid": state.pid, "url": state.base_url, "stop": "agent backend down"}
 
@@ -779,7 +781,7 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
         raise UsageError(str(exc)) from exc
     if print_cmd:
         try:
-            preview = preview_command(chosen, engines.default_engine(), server.DEFAULT_HOST,
+            preview = preview_command(chosen, engines.default_engine(), DEFAULT_HOST,
                                       settings.port, settings.profile, settings.ctx_size,
                                       parallel, idle_timeout, workers)
         except ValueError as exc:

@@ -54,7 +54,7 @@ from agent.runtime import Backend, choose_protocol, connect, record_speculation,
 from agent.sessions.log import SessionLog, new_session_id
 from agent.sessions.slots import server_slot
 from agent.ui import Reporter
-from backend.serve.server import ServerState
+from backend.serve.records import ServerState
 from skills.activation import TOOL_NAME as SKILL_TOOL
 from skills.loader import Discovery
 from skills.session import UnknownSkill, attach_skills, find_skills
