@@ -191,3 +191,21 @@ def test_held_back_repeats_still_count_toward_the_repeated_call_stop(tmp_path: P
     assert result.reason == "repeated_call" and "3 times in a row" in result.text
     assert len([e for e in events if e.type == "tool_call"]) == 1
     assert len(model.requests) == 3
+
+
+def test_a_reply_ends_after_its_first_command_and_the_real_output_comes_back(tmp_path: Path):
+    """The 1.5B wrote its files, a pytest run with made-up failures and a fix for them, until
+    max_tokens cut the reply and nothing ran: the reply now ends after the command."""
+    listing = f"calc.py\n{F}python\ndef add(a, b):\n    return a + b\n{F}\n\n"
+    command = f"{F}bash\npython -c 'import calc; print(calc.add(2, 3))'\n{F}\n"
+    imagined = f"{F}\n==== 1 failed ====\n{F}\nFix it:\ncalc.py\n{F}python\nbroken(\n{F}\n" * 20
+    with ScriptedModel([reply(listing + command + imagined), reply("Added add(); it prints 5."),
+                        ]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write calc.py with add(a, b) and run it")
+    first = next(e for e in events if e.type == "model_turn")
+    assert first.ended_early and first.content == listing + command
+    assert (tmp_path / "ws" / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    ran = [e for e in events if e.type == "tool_result" and e.name == "bash"]
+    assert [r.text.split()[0] for r in ran] == ["5"]
+    assert result.reason == "done"

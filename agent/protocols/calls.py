@@ -30,8 +30,13 @@ from agent.protocols.text import (
     render_call,
     usage,
 )
+from agent.protocols.whole import (
+    CommandBlockEnd,
+    in_own_words,
+    parse_whole_calls,
+    render_whole_call,
+)
 from agent.protocols.whole import cut_detail as whole_cut_detail
-from agent.protocols.whole import in_own_words, parse_whole_calls, render_whole_call
 from tools.aliases import canonical_arguments
 from tools.registry import Registry
 
@@ -75,7 +80,10 @@ class CallProtocol:
 
     def stop_at(self) -> CallBlockEnd | None:
         """For the next request: where a streaming reply ends (``text``: after its last call,
-        :class:`agent.protocols.text.CallBlockEnd`), or None (the server ends it)."""
+        :class:`agent.protocols.text.CallBlockEnd`; ``whole``: after its first command,
+        :class:`agent.protocols.whole.CommandBlockEnd`), or None (the server ends it)."""
+        if self.name == "whole":
+            return CommandBlockEnd()
         return CallBlockEnd(self.schemas) if self.name == "text" else None
 
     def parse(self, turn: Turn) -> list[Call]:

@@ -132,6 +132,40 @@ def parse_whole_calls(content: str) -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
+class CommandBlockEnd:
+    """Where a ``whole`` reply that is still streaming should end: right after its first
+    complete command block. What a small model writes after its command is the output it
+    imagines (Qwen2.5-Coder-1.5B wrote its files, a ``pytest`` run with made-up failures and a
+    fix for them, 8,000 characters cut at max_tokens, so nothing ran); the command's real
+    output comes back instead. Called with the whole reply so far after each streamed piece;
+    returns the length to keep, or None to go on."""
+
+    def __call__(self, content: str) -> int | None:
+        fence: str | None = None
+        shell = False
+        before: str | None = None
+        pos = 0
+        for line in content.splitlines(keepends=True):
+            end = pos + len(line)
+            complete = line.endswith("\n")
+            if fence is None:
+                opening = _OPEN.match(line.rstrip("\r\n")) if complete else None
+                if opening is not None:
+                    fence = opening.group("ticks")
+                    info = opening.group("info").strip()
+                    lang = info.split()[0].split(":")[0].lower() if info else ""
+                    has_path = _info_path(info) or (before is not None and _line_path(before))
+                    shell = lang in SHELL_LANGS and not has_path
+                elif line.strip():
+                    before = line
+            elif complete and _closes(line, fence):
+                if shell:
+                    return end
+                fence, before = None, None
+            pos = end
+        return None
+
+
 def render_whole_call(name: str, arguments: dict[str, Any]) -> str | None:
     """A call as a ``whole`` reply would write it (for calls the product makes as if the
     model had); None for a tool the protocol has no form for."""
