@@ -209,3 +209,19 @@ def test_a_reply_ends_after_its_first_command_and_the_real_output_comes_back(tmp
     ran = [e for e in events if e.type == "tool_result" and e.name == "bash"]
     assert [r.text.split()[0] for r in ran] == ["5"]
     assert result.reason == "done"
+
+
+def test_a_reply_ends_before_made_up_output_after_its_files(tmp_path: Path):
+    """The 1.5B wrote its two files, ``python -m pytest -q`` on a line, then a fence of
+    made-up pytest output that ran to 240,000 characters: the reply now ends before that fence
+    and the files are written."""
+    files = (f"add.py\n{F}python\ndef add(a, b):\n    return a + b\n{F}\n\n"
+             f"tests/test_add.py\n{F}python\nimport add\n\n\ndef test_add():\n"
+             f"    assert add.add(1, 2) == 3\n{F}\n\npython -m pytest -q\n")
+    made_up = f"{F}\n==== test session starts ====\n" + "." * 400 + "\n"
+    with ScriptedModel([reply(files + made_up), reply("Wrote add.py and its test.")]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        agent.run("write add.py with a test")
+    first = next(e for e in events if e.type == "model_turn")
+    assert first.ended_early and first.content == files
+    assert (tmp_path / "ws" / "tests" / "test_add.py").is_file()

@@ -137,12 +137,15 @@ class CommandBlockEnd:
     complete command block. What a small model writes after its command is the output it
     imagines (Qwen2.5-Coder-1.5B wrote its files, a ``pytest`` run with made-up failures and a
     fix for them, 8,000 characters cut at max_tokens, so nothing ran); the command's real
-    output comes back instead. Called with the whole reply so far after each streamed piece;
-    returns the length to keep, or None to go on."""
+    output comes back instead. For the same reason the reply ends before an output block (a
+    fence with no path and no language, or ``text``/``output``) that follows a complete file
+    listing: the 1.5B wrote ``python -m pytest -q`` on a line, then 240,000 characters of
+    made-up output. Called with the whole reply so far after each streamed piece; returns the
+    length to keep, or None to go on."""
 
     def __call__(self, content: str) -> int | None:
         fence: str | None = None
-        shell = False
+        shell = done = False
         before: str | None = None
         pos = 0
         for line in content.splitlines(keepends=True):
@@ -151,17 +154,18 @@ class CommandBlockEnd:
             if fence is None:
                 opening = _OPEN.match(line.rstrip("\r\n")) if complete else None
                 if opening is not None:
-                    fence = opening.group("ticks")
                     info = opening.group("info").strip()
                     lang = info.split()[0].split(":")[0].lower() if info else ""
                     has_path = _info_path(info) or (before is not None and _line_path(before))
-                    shell = lang in SHELL_LANGS and not has_path
+                    if done and lang in OUTPUT_LANGS and not has_path:
+                        return pos
+                    fence, shell = opening.group("ticks"), lang in SHELL_LANGS and not has_path
                 elif line.strip():
                     before = line
             elif complete and _closes(line, fence):
                 if shell:
                     return end
-                fence, before = None, None
+                fence, before, done = None, None, True
             pos = end
         return None
 
