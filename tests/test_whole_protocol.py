@@ -219,9 +219,12 @@ def test_a_reply_ends_before_made_up_output_after_its_files(tmp_path: Path):
              f"tests/test_add.py\n{F}python\nimport add\n\n\ndef test_add():\n"
              f"    assert add.add(1, 2) == 3\n{F}\n\npython -m pytest -q\n")
     made_up = f"{F}\n==== test session starts ====\n" + "." * 400 + "\n"
-    with ScriptedModel([reply(files + made_up), reply("Wrote add.py and its test.")]) as model:
+    check = f"{F}bash\npython -c 'import add; assert add.add(1, 2) == 3'\n{F}\n"
+    with ScriptedModel([reply(files + made_up), reply(check),
+                        reply("Wrote add.py and its test.")]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
-        agent.run("write add.py with a test")
+        result = agent.run("write add.py with a test")
+    assert result.reason == "done"
     first = next(e for e in events if e.type == "model_turn")
     assert first.ended_early and first.content == files
     assert (tmp_path / "ws" / "tests" / "test_add.py").is_file()
