@@ -228,3 +228,16 @@ def test_a_reply_ends_before_made_up_output_after_its_files(tmp_path: Path):
     first = next(e for e in events if e.type == "model_turn")
     assert first.ended_early and first.content == files
     assert (tmp_path / "ws" / "tests" / "test_add.py").is_file()
+
+
+def test_a_long_command_block_after_the_files_is_made_up_output_and_ends_the_reply(
+        tmp_path: Path):
+    files = f"t.py\n{F}python\nx = 1\n{F}\n\npython -m pytest -q\n"
+    made_up = f"{F}bash\n==== test session starts ====\n" + "    assert x == 1\n" * 40
+    check = f"{F}bash\npython t.py\n{F}\n"
+    with ScriptedModel([reply(files + made_up), reply(check), reply("Done.")]) as model:
+        agent, events = make_agent(model, tmp_path / "ws")
+        result = agent.run("write t.py")
+    first = next(e for e in events if e.type == "model_turn")
+    assert first.ended_early and first.content == files
+    assert result.reason == "done" and (tmp_path / "ws" / "t.py").read_text() == "x = 1\n"

@@ -28,6 +28,8 @@ from typing import Any
 from agent.protocols.base import FormatError
 
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "console", "terminal", "zsh", "shell-session"})
+MAX_COMMAND_LINES = 20
+"""Lines a command block holds at most; a longer one after a file listing is made-up output."""
 OUTPUT_LANGS = frozenset({"", "text", "txt", "output", "plaintext", "log"})
 """Fences that show output or prose, never an edit (with no path before them)."""
 _OPEN = re.compile(r"^(?P<ticks>`{3,}|~{3,})[ \t]*(?P<info>[^`]*?)[ \t]*$")
@@ -140,14 +142,17 @@ class CommandBlockEnd:
     output comes back instead. For the same reason the reply ends before an output block (a
     fence with no path and no language, or ``text``/``output``) that follows a complete file
     listing: the 1.5B wrote ``python -m pytest -q`` on a line, then 240,000 characters of
-    made-up output. Called with the whole reply so far after each streamed piece; returns the
-    length to keep, or None to go on."""
+    made-up output. And a command block after a listing that runs past
+    :data:`MAX_COMMAND_LINES` is output too (the 1.5B opened a ``bash`` fence after its files
+    and wrote test results into it until the token limit): the reply ends before it. Called
+    with the whole reply so far after each streamed piece; returns the length to keep, or None
+    to go on."""
 
     def __call__(self, content: str) -> int | None:
         fence: str | None = None
         shell = done = False
         before: str | None = None
-        pos = 0
+        pos = start = body = 0
         for line in content.splitlines(keepends=True):
             end = pos + len(line)
             complete = line.endswith("\n")
@@ -160,12 +165,15 @@ class CommandBlockEnd:
                     if done and lang in OUTPUT_LANGS and not has_path:
                         return pos
                     fence, shell = opening.group("ticks"), lang in SHELL_LANGS and not has_path
+                    start, body = pos, 0
                 elif line.strip():
                     before = line
             elif complete and _closes(line, fence):
                 if shell:
                     return end
                 fence, before, done = None, None, True
+            elif shell and done and (body := body + 1) > MAX_COMMAND_LINES:
+                return start
             pos = end
         return None
 
