@@ -46,5 +46,5 @@ def test_the_protocol_event_round_trips_through_the_log():
 def test_auto_names_the_coder_measurement_for_qwen2_5_coder():
     for name in CODER_MODELS:
         decision = decide("auto", {"model": name, "supports_tools": True})
-        assert (decision.protocol, decision.fallback) == ("text", "json")
+        assert (decision.protocol, decision.fallback) == ("whole", None)
         assert "Qwen2.5-Coder-1.5B" in decision.reason and "2026-12-07" in decision.reason

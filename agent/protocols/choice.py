@@ -35,13 +35,14 @@ AUTO_RULES: tuple[Rule, ...] = (
          "without a call (3,755 characters, no file written); the json grammar forces a "
          "valid call every turn",
          when={"model": EMBEDDED_MODEL}),
-    *(Rule("text", "json",
+    *(Rule("whole", None,
            "measured on Qwen2.5-Coder-1.5B-Instruct Q4_K_M (benchmarks/RESULTS.md, 2026-12-07, "
-           "the task benchmark's 11 repository edits on a 2-core CPU): no protocol solved a "
-           "task; text had no false success and the shortest sessions (70 s a task), json none "
-           "malformed but the longest (220 s) and one false success, native 15 malformed "
-           "replies (JSON fences with Python strings) and a 2,258-token first prompt; text, "
-           "with json after two malformed replies",
+           "a 2-core CPU): the task benchmark's 11 repository edits, solved 1 under whole and "
+           "none under text, json or native, with no false success under whole; the first "
+           "command (new-project, 4 descriptions) 3 of 4 under whole against 2 and 1 of 4 "
+           "under text. Files are written whole, as the model has seen code in answers; "
+           "commands come in bash blocks; no fallback (a malformed reply is told where the "
+           "path goes)",
            when={"model": name}) for name in CODER_MODELS),
     Rule("text", "json",
          "text keeps speculation and the prompt cache working inside the agent's turns: "
