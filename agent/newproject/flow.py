@@ -39,11 +39,11 @@ from agent.newproject.plan import Plan, parse_plan, refusal, simple_plan
 from agent.newproject.recipe import (
     PLAN_FORMAT,
     PLANNER_SYSTEM,
-    SIMPLE_TASK,
     Recipe,
     choose_recipe,
     full_task,
     plan_request,
+    simple_task,
 )
 from agent.newproject.runners import TIMEOUT_S, TestReport, run_project_tests
 from agent.newproject.toolchains import ECOSYSTEMS, available
@@ -75,7 +75,7 @@ FIX_TASK = """dflash-agent ran the project's tests itself with `{runner}`: {stat
 
 {detail}
 
-Fix the code (the tests only when they are wrong), run the tests again, and finish with a \
+Fix the code (the tests only when they are wrong), run the tests with bash, and finish with a \
 short summary when they pass."""
 
 
@@ -84,7 +84,7 @@ NO_TESTS_TASK = """dflash-agent ran the project's tests itself with `{runner}`: 
 {detail}
 
 Write the tests where that runner finds them (for pytest: files named tests/test_*.py that \
-import the code), run them, and finish with a short summary when they pass."""
+import the code), run them with bash, and finish with a short summary when they pass."""
 """The fix round's task when the runner found no test (the 1.5B wrote its tests inside its
 module, where pytest does not look)."""
 
@@ -609,8 +609,8 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
                         f"model ({steps_left} steps left)")
         agent.limits = Limits(steps_left, time_left)
         template = NO_TESTS_TASK if tests.status == "no tests" else FIX_TASK
-        result = agent.run(template.format(runner=tests.runner or "(none)",
-                                           status=tests.status, detail=tests.detail))
+        result = agent.run(agent.calls.own_words(template.format(
+            runner=tests.runner or "(none)", status=tests.status, detail=tests.detail)))
         steps += result.steps
     # The agent's timings list grows over its runs: the last result holds them all.
     return LoopResult(result.text, result.reason, steps, result.timings), tests
@@ -736,7 +736,7 @@ def _make(s: _Accepted, progress: _Progress) -> ProjectResult:
     if recipe.name == "full" and offered is not None and eco_skill not in first \
             and eco_skill in offered.catalog.names:
         first.append(eco_skill)
-    task = (SIMPLE_TASK.format(description=description, module=s.module)
+    task = (simple_task(description, s.module, protocol)
             if recipe.name == "simple" else full_task(description, plan))
     agent = Agent(client, registry, session_id=session_id, protocol=protocol,
                   system=system, emit=emit,

@@ -63,12 +63,28 @@ SIMPLE_TASK = """Create a new project in the current directory: {description}
 
 Use only Python's standard library (nothing gets installed; argparse for a command line).
 Steps:
+1. Use the create tool to write the source code in {module}.py.
+2. Use the create tool to write pytest tests in tests/test_{module}.py.
+3. Run the tests with bash: python -m pytest -q
+4. Fix any failure, then finish with a short summary."""
+
+SIMPLE_TASK_WHOLE = """Create a new project in the current directory: {description}
+
+Use only Python's standard library (nothing gets installed; argparse for a command line).
+Steps:
 1. Write the source code in {module}.py.
 2. Write pytest tests in tests/test_{module}.py (import {module}; plain assert statements).
 3. Run the tests: python -m pytest -q
 4. Fix any failure, then finish with a short summary."""
-"""In words every protocol reads: the tools (``text``, ``json``, ``native``) or file listings
-and bash blocks (``whole``) are the system prompt's to say."""
+"""The simple recipe's task under ``whole``, which has no tools to name (files are written as
+listings, commands as bash blocks). The tools' words stay for the other protocols: SmolLM2
+under ``json``, told only to "write" the files, called ``final_answer`` at once."""
+
+
+def simple_task(description: str, module: str, protocol: str) -> str:
+    """The simple recipe's task for ``protocol``."""
+    template = SIMPLE_TASK_WHOLE if protocol == "whole" else SIMPLE_TASK
+    return template.format(description=description, module=module)
 
 PLANNER_SYSTEM = """You plan new software projects. Answer with one JSON object and nothing \
 else."""

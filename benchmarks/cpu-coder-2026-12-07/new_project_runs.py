@@ -26,8 +26,8 @@ for d in descs:
         summary = json.loads(p.stdout.strip().splitlines()[-1])
     except Exception:
         summary = {"raw": p.stdout[-500:]}
-    rec = {"description": d, "flags": flags, "exit": p.returncode, "wall_s": round(wall, 1), "summary": summary,
-           "stderr_tail": p.stderr[-600:]}
+    rec = {"description": d, "flags": flags, "exit": p.returncode, "wall_s": round(wall, 1),
+           "summary": summary, "stderr_tail": p.stderr[-600:]}
     with out.open("a") as f:
         f.write(json.dumps(rec) + "\n")
     print(d, p.returncode, summary.get("tests"), round(wall), flush=True)
