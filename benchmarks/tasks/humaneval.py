@@ -120,10 +120,12 @@ def _problem(line: str, where: str) -> Problem:
     return Problem(number=int(match.group(1)), **{f: row[f] for f in FIELDS})
 
 
-def read_problems(wheel: Path, sha256: str = SHA256) -> list[Problem]:
+def read_problems(wheel: Path, sha256: str | None = None) -> list[Problem]:
     """The problems in ``wheel``'s HumanEval member, in the data set's order. Refuses (a
     one-line :class:`TaskError`) a file that is not a wheel, a wheel without the member, a
-    member whose sha256 is not ``sha256``, and a line that is not a problem (naming it)."""
+    member whose sha256 is not ``sha256`` (default: the pinned :data:`SHA256`), and a line
+    that is not a problem (naming it)."""
+    sha256 = sha256 or SHA256
     try:
         with zipfile.ZipFile(wheel) as archive:
             data = archive.read(MEMBER)
@@ -212,7 +214,8 @@ def make_task(problem: Problem, folder: Path) -> Task:
                 check_timeout_s=CHECK_TIMEOUT_S, tags=("humaneval", "python"))
 
 
-def tasks(sample: bool = True, data: Path | None = None, sha256: str = SHA256) -> list[Task]:
+def tasks(sample: bool = True, data: Path | None = None,
+          sha256: str | None = None) -> list[Task]:
     """The suite's tasks: every ``SAMPLE_STEP``-th problem (``sample``) or all of them. The
     wheel is fetched into ``<data>/humaneval/`` when it is not there (``data``: default
     :func:`data_dir`), and the task folders written to ``<data>/humaneval/tasks/``."""
