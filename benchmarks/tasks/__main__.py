@@ -46,8 +46,9 @@ def parser() -> argparse.ArgumentParser:
                                 description="Coding agents on small repository-edit tasks, "
                                 "judged by hidden checks.")
     sub = p.add_subparsers(dest="command", required=True)
-    tasks_help = ("a suite (repo-edit), task ids or suite/id keys, or globs, comma-separated "
-                  "(default: every suite)")
+    tasks_help = ("a suite (repo-edit; humaneval: every 8th HumanEval problem, humaneval-all: "
+                  "all 164, fetched once with pip), task ids or suite/id keys, or globs, "
+                  "comma-separated (default: every folder suite)")
     run = sub.add_parser("run", help="run the tasks with one agent; one JSON line per task")
     run.add_argument("--agent", choices=sorted(ADAPTERS), default="dflash-agent")
     run.add_argument("--tasks", help=tasks_help)

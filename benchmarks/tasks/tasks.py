@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import importlib
 import os
 import shlex
 import shutil
@@ -159,16 +160,50 @@ def suites(root: Path) -> dict[str, list[Path]]:
     return found
 
 
+GENERATED_SUITES: dict[str, str] = {"humaneval": "benchmarks.tasks.humaneval:tasks"}
+"""Suites made on the fly rather than kept as folders: name → ``module:function`` returning
+the tasks (``sample=True``: the suite's default sample; ``False``: all of them). One is made
+only when a spec names it: ``<name>`` (the sample), ``<name>-all``, or an id, key or glob
+beginning with ``<name>`` (over all of them); "all" stays the folder suites."""
+
+
+def generated(name: str, sample: bool) -> list[Task]:
+    """The tasks of the generated suite ``name`` (see :data:`GENERATED_SUITES`)."""
+    module, _, function = GENERATED_SUITES[name].partition(":")
+    return getattr(importlib.import_module(module), function)(sample=sample)
+
+
+def _generated_hits(item: str) -> list[Task] | None:
+    """The generated tasks ``item`` names, or None when it names no generated suite."""
+    for name in GENERATED_SUITES:
+        if item == name:
+            return generated(name, sample=True)
+        if item == f"{name}-all":
+            return generated(name, sample=False)
+        if item.startswith(name):
+            return [t for t in generated(name, sample=False)
+                    if fnmatch.fnmatchcase(t.id, item) or fnmatch.fnmatchcase(t.key, item)]
+    return None
+
+
 def select(root: Path, spec: str | None) -> list[Task]:
-    """The tasks ``spec`` names, loaded: None or "all" (every suite), a suite name, task ids
-    or ``suite/id`` keys, globs over either (``repo-edit/fix-*``), comma-separated. Every
-    task is loaded before any runs, so a broken one stops the run before it starts."""
+    """The tasks ``spec`` names, loaded: None or "all" (every folder suite), a suite name, task
+    ids or ``suite/id`` keys, globs over either (``repo-edit/fix-*``), comma-separated; a
+    generated suite (:data:`GENERATED_SUITES`) only when named. Every task is loaded before
+    any runs, so a broken one stops the run before it starts."""
     found = suites(root)
-    if not found:
-        raise TaskError(f"{root}: no suites (folders of task folders) here")
     every = [(suite, p) for suite, paths in found.items() for p in paths]
-    chosen: list[tuple[str, Path]] = []
+    chosen: list[Task | tuple[str, Path]] = []
     for item in [s.strip() for s in (spec or "all").split(",") if s.strip()]:
+        made = None if item in found else _generated_hits(item)
+        if made is not None:
+            if not made:
+                raise TaskError(f"no task of a generated suite matches {item!r}")
+            chosen += [t for t in made if t.key not in {c.key for c in chosen
+                                                        if isinstance(c, Task)}]
+            continue
+        if not found:
+            raise TaskError(f"{root}: no suites (folders of task folders) here")
         if item == "all":
             hits = every
         elif item in found:
@@ -178,10 +213,11 @@ def select(root: Path, spec: str | None) -> list[Task]:
                     if fnmatch.fnmatchcase(p.name, item) or fnmatch.fnmatchcase(f"{s}/{p.name}",
                                                                                  item)]
         if not hits:
-            raise TaskError(f"no task or suite matches {item!r} (suites: "
-                            f"{', '.join(found)}; `list` shows the tasks)")
+            names = ", ".join([*found, *GENERATED_SUITES])
+            raise TaskError(f"no task or suite matches {item!r} (suites: {names}; `list` "
+                            "shows the tasks)")
         chosen += [h for h in hits if h not in chosen]
-    return [load_task(path, suite) for suite, path in chosen]
+    return [c if isinstance(c, Task) else load_task(c[1], c[0]) for c in chosen]
 
 
 def _git(repo: Path, *args: str) -> None:
