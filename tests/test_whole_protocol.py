@@ -241,3 +241,17 @@ def test_a_long_command_block_after_the_files_is_made_up_output_and_ends_the_rep
     first = next(e for e in events if e.type == "model_turn")
     assert first.ended_early and first.content == files
     assert result.reason == "done" and (tmp_path / "ws" / "t.py").read_text() == "x = 1\n"
+
+
+def test_the_same_check_after_an_edit_is_a_new_check_not_a_repeat(tmp_path: Path):
+    check = f"{F}bash\npython t.py\n{F}\n"
+    broken = f"t.py\n{F}python\nassert 1 == 2\n{F}\n"
+    fixed = f"t.py\n{F}python\nassert 1 == 1\n{F}\n"
+    with ScriptedModel([reply(broken), reply(check), reply(fixed), reply(check),
+                        reply("Fixed t.py; it runs.")]) as model:
+        agent, events = make_agent(model, tmp_path / "ws", sampling={"temperature": 0})
+        result = agent.run("make t.py pass")
+    assert result.reason == "done"
+    runs = [e for e in events if e.type == "tool_result" and e.name == "bash"]
+    assert [r.is_error for r in runs] == [True, False]
+    assert not any(e.repeated for e in events if e.type == "model_turn")
