@@ -9,6 +9,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.client import ServerClient
 from agent.finish import (
     AFTER_CALLS,
@@ -295,32 +297,23 @@ def test_a_native_reply_calling_a_tool_that_does_not_exist_is_no_final_answer(tm
     assert (result.reason, result.steps) == ("done", 4)
 
 
-def test_a_check_that_ran_no_test_is_no_check(tmp_path: Path):
+@pytest.mark.parametrize(("command", "said"), [
+    ("python -m unittest discover", "Ran 0 tests"),
+    # pytest exits 5 when it collects nothing: not a failed test but no check (the 1.5B ran
+    # pytest in a project without tests, was told its check "failed" and said they passed).
+    ("python -m pytest -q -p no:cacheprovider", "no tests ran"),
+])
+def test_a_check_that_ran_no_test_is_no_check_and_told_to_write_one(tmp_path: Path,
+                                                                    command: str, said: str):
     (tmp_path / "ws").mkdir()
     edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
-    empty = "<bash>\n<command>python -m unittest discover</command>\n</bash>"
+    empty = f"<bash>\n<command>{command}</command>\n</bash>"
     with ScriptedModel([reply(edit), reply(empty), reply(FINISH), reply(FINISH)]) as model:
         agent, events = make_agent(model, tmp_path / "ws")
         result = agent.run("write a.py")
-    assert "Ran 0 tests" in results_of(events)[1].text
-    assert results_of(events)[2].text == EMPTY_CHECK.format(
-        command="python -m unittest discover")
-    assert result.reason == "check_failed"
-
-
-def test_pytest_collecting_no_test_is_told_to_write_one(tmp_path: Path):
-    """pytest exits 5 when it collects nothing: not a failed test but no check, and the
-    refusal says to write a test (the 1.5B ran pytest in a project without tests, was told
-    its check "failed" and answered that the tests passed)."""
-    (tmp_path / "ws").mkdir()
-    edit = "<create>\n<path>a.py</path>\n<file_text>\nx = 1\n</file_text>\n</create>"
-    empty = "<bash>\n<command>python -m pytest -q -p no:cacheprovider</command>\n</bash>"
-    with ScriptedModel([reply(edit), reply(empty), reply(FINISH), reply(FINISH)]) as model:
-        agent, events = make_agent(model, tmp_path / "ws")
-        result = agent.run("write a.py")
-    assert "no tests ran" in results_of(events)[1].text
+    assert said in results_of(events)[1].text
     refusal = results_of(events)[2].text
-    assert refusal == EMPTY_CHECK.format(command="python -m pytest -q -p no:cacheprovider")
+    assert refusal == EMPTY_CHECK.format(command=command)
     assert "write a short test file" in refusal
     assert result.reason == "check_failed"
 
