@@ -255,3 +255,20 @@ def test_the_same_check_after_an_edit_is_a_new_check_not_a_repeat(tmp_path: Path
     runs = [e for e in events if e.type == "tool_result" and e.name == "bash"]
     assert [r.is_error for r in runs] == [True, False]
     assert not any(e.repeated for e in events if e.type == "model_turn")
+
+
+def test_a_listing_cannot_write_outside_the_workspace_or_under_git(tmp_path: Path):
+    """A file listing is a create call: the workspace's refusals hold for it (a path in a
+    model's reply, or in a file it read, is untrusted)."""
+    root = tmp_path / "ws"
+    (root / ".git" / "hooks").mkdir(parents=True)
+    hostile = (f"../escaped.py\n{F}python\nx = 1\n{F}\n\n"
+               f".git/hooks/post-checkout.py\n{F}python\nimport os\n{F}\n")
+    with ScriptedModel([reply(hostile), reply("Done."), reply("Done.")]) as model:
+        agent, events = make_agent(model, root)
+        result = agent.run("write the files")
+    assert result.reason == "nothing_done"  # and never exit 0
+    results = [e for e in events if e.type == "tool_result" and e.name == "create"]
+    assert len(results) == 2 and all(r.is_error for r in results)
+    assert not (tmp_path / "escaped.py").exists()
+    assert not (root / ".git" / "hooks" / "post-checkout.py").exists()
