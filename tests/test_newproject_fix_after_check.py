@@ -71,3 +71,31 @@ def test_tests_the_runner_did_not_find_go_back_as_a_task_to_write_them(tmp_path:
     task = model.requests[3]["messages"][-1]["content"]
     assert ": no tests." in task and "files named tests/test_*.py" in task
     assert "Tests (run by dflash-agent): passed" in proc.stdout
+
+
+
+def test_a_run_that_went_round_in_circles_on_an_empty_test_run_gets_a_fix_round(
+        tmp_path: Path, agent_home: Path):
+    """The 1.5B's temperature converter: a test file of bare asserts, which pytest collects
+    nothing from, run until the loop stopped on repeated_call (exit 1, no fix round)."""
+    target = tmp_path / "adder"
+    module = "def add(a, b):\n    return a + b\n"
+    bare = "from adder import add\n\nassert add(2, 3) == 5\n"
+    test = "from adder import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    script = [
+        call("create", path="adder.py", file_text=module),
+        call("create", path="tests/test_adder.py", file_text=bare),
+        # The same run three times: the second is held back, the third stops the loop.
+        *[call("bash", command="python -m pytest -q") for _ in range(3)],
+        call("create", path="tests/test_adder.py", file_text=test),
+        call("bash", command="python -m pytest -q"),
+        call("final_answer", text="tests written"),
+    ]
+    with ScriptedModel(script) as model:
+        proc = new_adder(model, target, agent_home)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "tests no tests: sending dflash-agent's own run back" in proc.stderr
+    task = model.requests[5]["messages"][-1]["content"]
+    assert task.startswith("dflash-agent ran the project's tests itself")
+    assert "starts with test_" in task
+    assert "Tests (run by dflash-agent): passed" in proc.stdout

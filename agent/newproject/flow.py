@@ -84,7 +84,9 @@ NO_TESTS_TASK = """dflash-agent ran the project's tests itself with `{runner}`: 
 {detail}
 
 Write the tests where that runner finds them (for pytest: files named tests/test_*.py that \
-import the code), run them with bash, and finish with a short summary when they pass."""
+import the code, each test a function whose name starts with test_; pytest runs no bare \
+assert at the top of a file), run them with bash, and finish with a short summary when they \
+pass."""
 """The fix round's task when the runner found no test (the 1.5B wrote its tests inside its
 module, where pytest does not look)."""
 
@@ -616,10 +618,11 @@ def _work(agent: Agent, task: str, first: list[str], s: _Accepted
     return LoopResult(result.text, result.reason, steps, result.timings), tests
 
 
-FIXABLE_ENDS = frozenset({"done", "check_failed", "broken_files"})
+FIXABLE_ENDS = frozenset({"done", "check_failed", "broken_files", "repeated_call"})
 """Loop ends after which failing project tests go back to the model: it finished, or it tried
 to finish with its own check failing or a file unparseable (agent/finish.py), which the
-product's test run then shows it in full."""
+product's test run then shows it in full; or it went round in circles (the 1.5B ran a test
+file of bare asserts three times), which a new task with the product's verdict breaks."""
 
 
 def time_for_tests(max_time: float, started: float) -> float:
