@@ -14,13 +14,20 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from agent.errors import UsageError
 from backend.errors import StatedError
 from backend.home import home
+from backend.machine import memory
 from backend.models.configfile import ConfigFileError, read_config_text
-from backend.models.presets import PresetError, load_presets
+from backend.models.presets import (
+    DEFAULT_MIN_MEMORY,
+    DEFAULT_PRESET,
+    SMALL_PRESET,
+    PresetError,
+    load_presets,
+)
 
 ENV_PREFIX = "DFLASH_AGENT_"
 
@@ -41,6 +48,7 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     preset: str = Field(description="Model preset to serve (see `agent backend status`).")
+    _preset_note: str | None = PrivateAttr(None)
     profile: Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"] | None = Field(
         None, description="Speculation profile; None uses the preset's.")
@@ -197,4 +205,28 @@ def load_settings(project: Path | None = None, cli: dict[str, Any] | None = None
                 raise ConfigError(f"{_where(origin, key)}: {err['msg']}") from exc
     settings = Settings.model_validate(merged)
     _check_preset(settings.preset, origins["preset"])
+    if origins["preset"] == "packaged defaults":
+        _fit_default_preset(settings)
     return settings
+
+
+def _fit_default_preset(settings: Settings) -> None:
+    """Serve :data:`SMALL_PRESET` when the machine's total RAM is under
+    :data:`DEFAULT_MIN_MEMORY` and no layer named a preset; the reason goes to
+    :func:`preset_note` for the one line the user sees."""
+    if settings.preset != DEFAULT_PRESET:
+        return
+    total = memory().total
+    if total >= DEFAULT_MIN_MEMORY:
+        return
+    settings.preset = SMALL_PRESET
+    settings._preset_note = (
+        f"this machine has {total / 1024**3:.1f} GiB of RAM, under the "
+        f"{DEFAULT_MIN_MEMORY / 1024**3:.0f} GiB the default {DEFAULT_PRESET} needs: serving "
+        f"{SMALL_PRESET}, which cannot write real code (--preset names another)")
+
+
+def preset_note(settings: Settings) -> str | None:
+    """Why ``settings.preset`` is not the packaged default (a machine with too little memory),
+    or None: the one line :func:`agent.runtime.connect` prints."""
+    return settings._preset_note

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.client import ServerClient, ServerUnavailable
-from agent.config import Settings
+from agent.config import Settings, preset_note
 from agent.errors import UsageError
 from agent.protocols.choice import ProtocolDecision, decide
 from agent.ui import Reporter
@@ -64,6 +64,9 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
     """The managed server for ``settings.preset`` (built, fetched and started as needed), or
     the server at ``settings.base_url``. Raises the backend's errors."""
     preset = get_preset(settings.preset)
+    note = preset_note(settings)
+    if note and not settings.base_url:
+        reporter.note(note)
     sampling = preset.sampling.model_dump(exclude_none=True)
     if settings.tool_temperature is not None:
         sampling["temperature"] = settings.tool_temperature

@@ -26,7 +26,7 @@ from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.engine.registry import Engine, unusable_engines
 from backend.home import home
-from backend.models.presets import DEFAULT_PRESET, PresetError, get_preset
+from backend.models.presets import SMALL_PRESET, PresetError, get_preset
 from backend.serve.exits import exit_cause, meaningful_lines
 from backend.serve.preset_status import cached_file
 from backend.serve.process import DEFAULT_HOST, pick_port, server_env
@@ -188,10 +188,11 @@ def check_engine(engine: Engine | None) -> Check:
 
 
 def _probe_model() -> tuple[Path, str]:
-    """The model the engine check runs: the embedded default when cached, else the tiny probe
-    model (written once into the model cache)."""
+    """The model the engine check runs: the small preset when cached (it loads in a second,
+    where the default coder model takes several), else the tiny probe model (written once into
+    the model cache)."""
     try:
-        cached = cached_file(get_preset(DEFAULT_PRESET).model).path
+        cached = cached_file(get_preset(SMALL_PRESET).model).path
     except PresetError:
         cached = None
     if cached is not None:

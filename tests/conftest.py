@@ -36,6 +36,13 @@ from tools.registry import Registry, default_registry
 from tools.workspace import Workspace
 
 CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# The suite serves SmolLM2-135M wherever a test names no preset: it starts in a second and
+# decodes fast, where the default coder model would make every server test slow. The tests of
+# the default itself take this variable away (tests/test_default_preset.py,
+# tests/test_real_coder.py); subprocesses inherit it.
+SUITE_PRESET = "smollm2-135m"
+os.environ["DFLASH_AGENT_PRESET"] = SUITE_PRESET
 BEELLAMA_ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "engines" / \
     "beellama.cpp-v0.3.1.tar.gz"
 """The real BeeLlama.cpp v0.3.1 source (shared/engines/README.md)."""

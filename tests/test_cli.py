@@ -171,9 +171,10 @@ the project's path in its prompt, and under pytest's numbered folders its reply 
 the number (CI failed at pytest-132 with no file written; pytest-0 passed)."""
 
 
-def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_home: Path):
-    """The README's main job: real server, real SmolLM2, a commit holding a model-written
-    file, a session log with per-turn timings."""
+def test_new_project_end_to_end_on_smollm2(engine, smollm2, shared_home: Path):
+    """The README's main job on the suite's preset (tests/conftest.py; the default coder
+    model's run is in tests/test_real_coder.py): real server, real SmolLM2, a commit holding a
+    model-written file, a session log with per-turn timings."""
     shutil.rmtree(E2E_ROOT, ignore_errors=True)
     E2E_ROOT.mkdir()
     try:
@@ -202,7 +203,7 @@ def test_new_project_end_to_end_on_the_embedded_default(engine, smollm2, shared_
     checked = events[-1]
     assert checked.type == "project_checked" and checked.commit == repo.head.commit.hexsha
     assert f"Tests (run by dflash-agent): {checked.tests}" in proc.stdout
-    # The 135M default gets the simple recipe, chosen by its size and said in output and log;
+    # The 135M model gets the simple recipe, chosen by its size and said in output and log;
     # its tests run with pytest in the project's own .venv.
     assert "Recipe: simple (the model has 0.13 B parameters" in proc.stdout
     [plan] = [e for e in events if e.type == "project_plan"]

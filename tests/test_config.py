@@ -11,10 +11,8 @@ from agent.config import ConfigError, FlagError, load_settings
 from backend.models.configfile import MAX_CONFIG_BYTES, ConfigFileError, read_config_text
 
 
-def test_packaged_defaults_use_the_embedded_preset_and_auto_protocol():
-    settings = load_settings()
-    assert settings.preset == "smollm2-135m"
-    assert settings.tool_protocol == "auto"
+def test_packaged_defaults_use_the_auto_protocol():
+    assert load_settings().tool_protocol == "auto"
 
 
 def test_precedence_user_then_project_then_env_then_cli(agent_home: Path, tmp_path: Path,
@@ -143,6 +141,7 @@ def test_config_files_are_read_only_as_small_regular_files(tmp_path: Path):
 
 def test_an_unknown_preset_from_a_file_or_variable_names_where_it_was_set(
         agent_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("DFLASH_AGENT_PRESET")  # the suite's own (tests/conftest.py)
     user_file = agent_home / "config" / "config.toml"
     user_file.parent.mkdir(parents=True)
     user_file.write_text('preset = "nope"\n')
@@ -163,8 +162,9 @@ def test_an_unknown_preset_from_a_file_or_variable_names_where_it_was_set(
         load_settings(project=repo)
 
 
-def test_an_unknown_preset_in_config_is_exit_3_and_as_a_flag_exit_2(agent_home: Path,
-                                                                    tmp_path: Path):
+def test_an_unknown_preset_in_config_is_exit_3_and_as_a_flag_exit_2(
+        agent_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("DFLASH_AGENT_PRESET")  # the suite's own (tests/conftest.py)
     user_file = agent_home / "config" / "config.toml"
     user_file.parent.mkdir(parents=True)
     user_file.write_text('preset = "nope"\n')

@@ -179,7 +179,9 @@ def agent_exit(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess
                           env={**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1"})
 
 
-def test_config_files_are_checked_as_the_commands_load_them(agent_home: Path, tmp_path: Path):
+def test_config_files_are_checked_as_the_commands_load_them(
+        agent_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("DFLASH_AGENT_PRESET")  # the suite's own (tests/conftest.py)
     config = agent_home / "config"
     config.mkdir(parents=True, exist_ok=True)
     code, checks, _ = doctor(home=agent_home)

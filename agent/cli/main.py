@@ -108,8 +108,9 @@ err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 CHAT_RECOVERABLE = (UserError, ContextOverflow, ContextTooSmall, ServerUnavailable)
 """Errors after which ``agent chat`` prompts again instead of exiting."""
 
-Preset = Annotated[str | None, typer.Option(help="Model preset (default: smollm2-135m, or "
-                                           "`preset` in config.toml).")]
+Preset = Annotated[str | None, typer.Option(help="Model preset (default: qwen2.5-coder-1.5b, "
+                                           "smollm2-135m under 4 GiB of RAM, or `preset` in "
+                                           "config.toml).")]
 Profile = Annotated[str | None, typer.Option(help="Speculation profile: baseline, ngram "
                                              "(n-gram lookup: shorter lengths on a GPU; each "
                                              "request drafts only while that measures faster), "

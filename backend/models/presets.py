@@ -23,7 +23,16 @@ from backend.models.sources import HF_FORM, PACKAGED, PARTS, SOURCE_SCHEMES, Mod
 
 ProfileName = Literal["baseline", "ngram", "ngram-fixed", "dflash", "dflash-fixed",
                       "dflash+ngram"]
-DEFAULT_PRESET = "smollm2-135m"
+DEFAULT_PRESET = "qwen2.5-coder-1.5b"
+"""The preset new-project, run and chat serve when no layer names one: the smallest model that
+did the README's first command on a 2-core CPU (benchmarks/RESULTS.md, "The whole protocol")."""
+SMALL_PRESET = "smollm2-135m"
+"""What a machine with too little memory for :data:`DEFAULT_PRESET` gets instead (and what the
+test suite runs for speed): 135 M parameters, a few hundred MB, but it cannot write real code."""
+DEFAULT_MIN_MEMORY = 4 * 1024**3
+"""Total RAM (bytes) under which :data:`SMALL_PRESET` replaces :data:`DEFAULT_PRESET`: the
+1.5B's server holds about 2.3 GB at its 32 k context (1.1 GB of weights, 0.9 GB of KV cache,
+compute buffers), which leaves too little beside an OS and an editor on a 4 GB machine."""
 DEFAULT_RPC_PORT = 50052
 """The port ``rpc-server`` listens on unless told otherwise."""
 
