@@ -4,8 +4,8 @@ format and upstream's ``dflash`` format, both ways.
 The seed's Gemma 4 draft is published in BeeLlama's old format, which upstream llama.cpp and
 BeeLlama ≥0.4 do not load; the project's own trained drafts (shared/dflash) are upstream
 ``dflash`` files, which BeeLlama v0.3.1 does not load either (it knows an *earlier* upstream key
-set: shared/engines/README.md). The mapping (BACKEND-FACTS.md "DFlash draft GGUF"; BeeLlama
-v0.3.1 ``src/models/dflash_draft.cpp``, ``conversion/dflash.py``):
+set: shared/engines/README.md). The mapping (docs/design/backend-facts.md, "DFlash draft GGUF";
+BeeLlama v0.3.1 ``src/models/dflash_draft.cpp``, ``conversion/dflash.py``):
 
 - architecture ``dflash-draft`` ↔ ``dflash``; generic keys ``dflash-draft.*`` ↔ ``dflash.*``;
 - ``dflash-draft.dflash.block_size`` ↔ ``dflash.block_size``;
