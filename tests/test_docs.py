@@ -97,3 +97,15 @@ def test_performance_rows_point_at_runs_that_exist() -> None:
     folders = set(re.findall(r"benchmarks/([\w.-]+)/", text))
     assert folders
     assert not [name for name in folders if not (ROOT / "benchmarks" / name).is_dir()]
+
+
+def test_product_code_cites_nothing_of_the_workspace_around_the_repository() -> None:
+    """``shared/`` (the seed, engine sources, design notes) is not in a clone: what the code
+    depends on is in docs/design/."""
+    outside = re.compile(r"\bshared/(?:design|engines|seed|dflash)\b")
+    found = [f"{path.relative_to(ROOT)}: {match.group(0)}"
+             for package in ("agent", "backend", "tools", "skills")
+             for path in (ROOT / package).rglob("*")
+             if path.suffix in {".py", ".md", ".toml"} and path.is_file()
+             for match in outside.finditer(path.read_text(encoding="utf-8", errors="replace"))]
+    assert not found, found
