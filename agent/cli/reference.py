@@ -1,9 +1,9 @@
 """The CLI reference, ``docs/cli.md``, written from the ``--help`` of every command.
 
 ``python -m agent.cli.reference`` rewrites the file (run from a checkout: the path is relative to
-the source tree); ``--check`` exits 1 when it is stale. The text comes from the click command typer builds for the ``agent`` app, each command asked
-for its ``--help`` as a user would, so the reference says exactly what the CLI says, whatever
-module a command is defined in.
+the source tree); ``--check`` exits 1 when it is stale. The text comes from the click command
+typer builds for the ``agent`` app, each command asked for its ``--help`` as a user would, so the
+reference says exactly what the CLI says, whatever module a command is defined in.
 """
 
 import sys
