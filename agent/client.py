@@ -2,12 +2,12 @@
 
 Against llama-server (it answers ``/props``) requests keep the prefix cache warm
 (``cache_prompt``, pinned ``id_slot``) and responses carry its ``timings``
-(BACKEND-FACTS.md). Another engine (vLLM, SGLang) gets plain OpenAI requests with the model id
-it lists in ``/v1/models``; its context size comes from there (``max_model_len``), its prefix
-caching is its own (automatic, reused because requests are append-only), and a turn's token
+(docs/design/backend-facts.md). Another engine (vLLM, SGLang) gets plain OpenAI requests with the
+model id it lists in ``/v1/models``; its context size comes from there (``max_model_len``), its
+prefix caching is its own (automatic, reused because requests are append-only), and a turn's token
 counts come from the stream's ``usage``. The HTTP read timeout is an idle timeout (per chunk),
 and nothing is retried automatically: a retry would re-prefill the whole prompt
-(FIELD-CASES.md class 10).
+(docs/design/field-cases.md, class 10).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Context budget: keep every request inside the server's window, compact history before overflow.
 
 Sizes are measured with the server's own tokenizer (``POST /tokenize``), never guessed from a
-model-name table (FIELD-CASES.md class 1). Compaction triggers with headroom for the summary call
-itself, falls back to dropping old tool outputs when the summary fails, keeps instructions and
-skill bodies (messages flagged ``"_protected": True``) verbatim, and never loops (class 9).
+model-name table (docs/design/field-cases.md, class 1). Compaction triggers with headroom for the
+summary call itself, falls back to dropping old tool outputs when the summary fails, keeps
+instructions and skill bodies (messages flagged ``"_protected": True``) verbatim, and never loops
+(class 9).
 """
 
 from __future__ import annotations

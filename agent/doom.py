@@ -1,5 +1,5 @@
-"""Doom-loop detection (FIELD-CASES.md class 6): the same call again and again, two calls
-alternating (A-B-A-B), or a run of 3 to 6 calls repeated whole (A-B-C-D-A-B-C-D). The model is
+"""Doom-loop detection (docs/design/field-cases.md, class 6): the same call again and again, two
+calls alternating (A-B-A-B), or a run of 3 to 6 calls repeated whole (A-B-C-D-A-B-C-D). The model is
 warned first, then the task stops with a report."""
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ SCHEMA_VERSION = 1
 
 
 class Timings(BaseModel):
-    """llama-server's per-request ``timings`` (BACKEND-FACTS.md); unknown fields are kept."""
+    """llama-server's per-request ``timings`` (docs/design/backend-facts.md, Responses); unknown
+    fields are kept."""
 
     model_config = ConfigDict(extra="allow")
     cache_n: int | None = None

@@ -1,8 +1,8 @@
 """A llama target of a chosen shape with zero weights, and a random upstream DFlash draft for it.
 
 For timing speculation on a large target without its weights (../shared/design/
-SPECULATION-COSTS.md): the speed of a decode step depends on the shape, not on the values.
-Writes into ``--out``:
+docs/design/speculation-costs.md): the speed of a decode step depends on the shape, not on the
+values. Writes into ``--out``:
 
 * ``target.gguf``: arch ``llama`` (default: the 7.4 B shape — n_embd 4096, 32 layers, 32 / 8
   heads, FFN 14336 — 14.8 GB with SmolLM2's 49,152-token vocab), f16 matrices of zeros, f32

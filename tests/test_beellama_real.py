@@ -282,7 +282,7 @@ CPU_ACCEPTANCE = (
     "measured on the 2-core dev CPU (benchmarks/RESULTS.md): BeeLlama v0.3.1's CPU DFlash path "
     "drafts but accepts rarely with the trained draft (0 to 2 of ~400 drafted tokens per "
     "answer), where b11434 on the same CPU accepts 1.6 % with the same weights and the same "
-    "converted file accepted 2.65 % on an H200 (shared/engines/README.md); acceptance is proven "
+    "converted file accepted 2.65 % on an H200 (docs/design/beellama.md); acceptance is proven "
     "on the H200 run")
 
 

@@ -16,7 +16,7 @@ from backend.models.presets import NgramLengths, ServerOptions, get_preset
 from backend.serve.profiles import LaunchPlan, server_argv
 
 M, D = Path("/models/gemma-4-31B-it-Q4_K_S.gguf"), Path("/models/draft.gguf")
-# The seed's two commands (shared/seed, steps 5 and 7), flags only, for BeeLlama <= 0.3.
+# The seed's two commands (docs/design/seed.md, server lines), flags only, for BeeLlama <= 0.3.
 SEED_BASELINE = ("./llama-server -m m.gguf --host 0.0.0.0 --port 8910 -np 1 -ngl all -b 2048 "
                  "-ub 512 --ctx-size 32768 --cache-type-k q5_0 --cache-type-v q4_1 "
                  "--flash-attn on --jinja --metrics --log-timestamps --log-prefix --reasoning off "

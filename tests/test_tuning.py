@@ -79,7 +79,7 @@ def test_tokens_per_step_and_acceptance_round_trip() -> None:
 
 
 def test_the_speculation_costs_tables_are_reproduced() -> None:
-    # SPECULATION-COSTS.md: CPU SmolLM2 K = 3 / 7 / 15 at p = 0.75 → 1.10 / 0.90 / 0.60.
+    # docs/design/speculation-costs.md: CPU SmolLM2 K = 3 / 7 / 15 at p = 0.75 → 1.10 / 0.90 / 0.60.
     cpu = _costs({3: 2.5, 7: 4.0, 15: 6.6})
     assert [cpu.speedup(k, 0.75) for k in (3, 7, 15)] == pytest.approx([1.1, 0.9, 0.6],
                                                                        abs=0.015)

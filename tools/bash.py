@@ -1,14 +1,14 @@
 """``bash``, ``bash_jobs``, ``bash_kill``: run shell commands safely for an unattended model.
 
 Every command runs in a new process group with stdin closed and a non-interactive environment
-(FIELD-CASES.md class 7); the environment is filtered so secrets are not passed (names and URL
-credentials; the agent's own environment holds none either, see :mod:`backend.secret_store`);
-when a command ends or times out its whole group is killed, and so is every process carrying
-its marker (:mod:`tools.reaper`: ``setsid`` children too); output is capped to head + tail with
-the full text saved in the workspace's scratch directory (class 8), itself capped on disk and
-streamed, never held whole in memory (:mod:`tools.spill`). ``background: true`` starts
-a long-running process (a dev server) that ``bash_jobs`` lists and ``bash_kill`` stops; all are
-stopped when the session ends, and the watchdog kills them if the agent dies.
+(docs/design/field-cases.md, class 7); the environment is filtered so secrets are not passed (names
+and URL credentials; the agent's own environment holds none either, see
+:mod:`backend.secret_store`); when a command ends or times out its whole group is killed, and so is
+every process carrying its marker (:mod:`tools.reaper`: ``setsid`` children too); output is capped
+to head + tail with the full text saved in the workspace's scratch directory (class 8), itself
+capped on disk and streamed, never held whole in memory (:mod:`tools.spill`). ``background: true``
+starts a long-running process (a dev server) that ``bash_jobs`` lists and ``bash_kill`` stops; all
+are stopped when the session ends, and the watchdog kills them if the agent dies.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Finding ``old_str`` in a file: exact, then progressively more tolerant, unique matches only.
 
-Stages, in order (FIELD-CASES.md class 5):
+Stages, in order (docs/design/field-cases.md, class 5):
 1. exact substring;
 2. whole lines equal after stripping trailing whitespace;
 3. whole lines equal after stripping indentation (the replacement is re-indented);

@@ -1,6 +1,6 @@
 """The workspace root that confines every tool, and its hidden scratch directory.
 
-What the file tools may touch (the security model in the README):
+What the file tools may touch (the security model: docs/guide/security.md):
 
 * only paths that resolve, symlinks included, inside the workspace (or, for reading, an
   activated skill's folder);

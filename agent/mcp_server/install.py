@@ -1,6 +1,6 @@
 """``agent mcp install HOST``: the config entry that makes an MCP host start ``agent mcp serve``.
 
-Where and in what shape each host reads its servers (MCP-FACTS.md, the hosts' docs):
+Where and in what shape each host reads its servers (docs/design/mcp-facts.md, the hosts' docs):
 
 - Claude Desktop: ``claude_desktop_config.json`` in the app's config folder, ``mcpServers``;
 - Claude Code: ``<project>/.mcp.json``, ``mcpServers``;

@@ -113,9 +113,9 @@ _XML_PARAM = re.compile(r"<parameter=([\w.\-]+)>\n?(.*?)\n?</parameter>", re.DOT
 
 def calls_in_text(content: str, known: set[str], unknown_too: bool = False
                   ) -> list[tuple[str, dict[str, Any]]]:
-    """Tool calls a model wrote as text instead of structured calls (FIELD-CASES.md class 3):
-    ``<tool_call>{…}</tool_call>``, fenced JSON, XML ``<function=…>`` tags, or a bare JSON object.
-    Only calls naming a tool in ``known`` count, or (``unknown_too``) any name. Raises
+    """Tool calls a model wrote as text instead of structured calls (docs/design/field-cases.md,
+    class 3): ``<tool_call>{…}</tool_call>``, fenced JSON, XML ``<function=…>`` tags, or a bare JSON
+    object. Only calls naming a tool in ``known`` count, or (``unknown_too``) any name. Raises
     :class:`FormatError` when the text clearly tries a call to a known tool but cannot be
     parsed."""
     found: list[tuple[str, dict[str, Any]]] = []

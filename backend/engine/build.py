@@ -141,7 +141,7 @@ def build_beellama(ref: str = BEELLAMA_DEFAULT_REF, cuda: bool | None = None,
     the engine key with its flavour (``beellama-v0.3.1-bee-old-cpu-…``); the source's digest
     (the archive's sha256, or the folder's file list) is hashed into the key too. Same recipe
     and errors as :func:`build_llama_cpp` (the seed builds BeeLlama with those CMake flags:
-    shared/seed, step 3). ``rpc`` is off by default here: BeeLlama's RPC protocol is not
+    docs/design/seed.md, step 3). ``rpc`` is off by default here: BeeLlama's RPC protocol is not
     upstream's (v0.3.1 speaks version 4, b11434 version 7), so its workers only serve BeeLlama.
     """
     if source is not None and is_archive(source):

@@ -35,7 +35,7 @@ and V have the same type (``ggml/src/ggml-cuda/fattn.cu``, BeeLlama v0.3.1 and b
 def needs_fa_all_quants(type_k: str | None, type_v: str | None) -> bool:
     """Whether a CUDA build needs ``GGML_CUDA_FA_ALL_QUANTS`` for these KV types (None: f16) to
     keep flash attention on the GPU: mixed K/V types, or q4_1/q5_0/q5_1/q6_0 (the seed's
-    q5_0/q4_1 ran at 232 tok/s instead of 615-690 without it: shared/engines/README.md)."""
+    q5_0/q4_1 ran at 232 tok/s instead of 615-690 without it: docs/design/beellama.md)."""
     k, v = type_k or "f16", type_v or "f16"
     return k != v or k not in FA_SAME_TYPE_KERNELS
 
@@ -46,16 +46,17 @@ def configure_flags(cuda_arch: str | None,
                     rpc: bool = False) -> list[str]:
     """CMake ``-D`` flags for a ``llama-server``-only build (CPU, or CUDA for ``cuda_arch``).
 
-    The UI options stop b11434 from downloading web assets during the build (BACKEND-FACTS.md);
-    static libraries make the binary start without LD_LIBRARY_PATH. ``build_number`` names a
-    tree without ``.git`` (the sdist) so ``/props.build_info`` says which build it is. The CUDA
-    flags are the seed's (shared/seed: CUDA, flash attention with all quantized KV types).
-    ``cpu`` (default: this CPU, :func:`backend.engine.cpu.build_target`) adds ggml's instruction-set
-    options: explicit features, AMX off (why: :mod:`backend.engine.cpu`). ``fa_all_quants`` (CUDA
-    only): flash-attention kernels for every K/V type pair, the seed's flag; off, the CUDA build
-    is much shorter and only same-type f16/q4_0/q8_0/bf16/turbo caches keep flash attention on
-    the GPU (:func:`needs_fa_all_quants`). ``rpc``: ggml's RPC backend (``GGML_RPC=ON``), so the
-    server can use ``--rpc`` workers and the build makes ``rpc-server`` too.
+    The UI options stop b11434 from downloading web assets during the build
+    (docs/design/backend-facts.md, Flags); static libraries make the binary start without
+    LD_LIBRARY_PATH. ``build_number`` names a tree without ``.git`` (the sdist) so
+    ``/props.build_info`` says which build it is. The CUDA flags are the seed's
+    (docs/design/seed.md: CUDA, flash attention with all quantized KV types). ``cpu`` (default: this
+    CPU, :func:`backend.engine.cpu.build_target`) adds ggml's instruction-set options: explicit
+    features, AMX off (why: :mod:`backend.engine.cpu`). ``fa_all_quants`` (CUDA only):
+    flash-attention kernels for every K/V type pair, the seed's flag; off, the CUDA build is much
+    shorter and only same-type f16/q4_0/q8_0/bf16/turbo caches keep flash attention on the GPU
+    (:func:`needs_fa_all_quants`). ``rpc``: ggml's RPC backend (``GGML_RPC=ON``), so the server can
+    use ``--rpc`` workers and the build makes ``rpc-server`` too.
     """
     cpu = cpu or build_target(machine.cpu_features())
     flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",

@@ -1,10 +1,10 @@
 """Which llama-server flavour a binary is: BeeLlama ≤0.3 (``bee-old``), BeeLlama ≥0.4
 (``bee-new``) or upstream llama.cpp.
 
-Detected from ``llama-server --help`` (rules from BACKEND-FACTS.md: ``--spec-dflash-cross-ctx``
-or ``turbo4`` → bee-old; ``kvarn`` or ``--spec-dm-controller`` → bee-new; neither → upstream).
-``--help`` still lists removed flags with a "has been removed" note: those lines do not count.
-The help text is cached per binary content hash.
+Detected from ``llama-server --help`` (rules from docs/design/backend-facts.md, Flags:
+``--spec-dflash-cross-ctx`` or ``turbo4`` → bee-old; ``kvarn`` or ``--spec-dm-controller`` →
+bee-new; neither → upstream). ``--help`` still lists removed flags with a "has been removed" note:
+those lines do not count. The help text is cached per binary content hash.
 """
 
 from __future__ import annotations

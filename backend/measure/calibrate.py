@@ -1,8 +1,8 @@
 """``agent backend calibrate``: what a speculative step costs on this engine, target, draft and
 device, measured and stored for the tuned launch (:mod:`backend.serve.tuning`).
 
-Method (SPECULATION-COSTS.md): one server per configuration, each started, warmed up and asked
-``repeats`` times for ``tokens`` tokens (``ignore_eos``, temperature 0, no prompt cache); the
+Method (docs/design/speculation-costs.md): one server per configuration, each started, warmed up and
+asked ``repeats`` times for ``tokens`` tokens (``ignore_eos``, temperature 0, no prompt cache); the
 median request counts. First plain decoding, then for each draft length K a server drafting K
 tokens with synthetic acceptance ``--spec-synth-rates 0,…,0`` (nothing accepted: the pure cost
 of a step with K drafted tokens), and — when ``check_p`` is set — one with rates

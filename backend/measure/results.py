@@ -1,9 +1,9 @@
 """What ``agent backend bench`` produces: each sample, per-profile statistics with speedups
 against the reference profile, the servers and the machine, as one JSON-able result.
 
-Numbers come from llama-server's ``timings`` (BACKEND-FACTS.md "Responses"): ``prompt_n``,
-``prompt_ms``, ``predicted_n``, ``predicted_ms``, and ``draft_n``/``draft_n_accepted`` when
-drafts were made. Aggregates are ratios of sums (total tokens / total time), so long answers
+Numbers come from llama-server's ``timings`` (docs/design/backend-facts.md, "Responses"):
+``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``, and ``draft_n``/``draft_n_accepted``
+when drafts were made. Aggregates are ratios of sums (total tokens / total time), so long answers
 weigh more than short ones, as they do for a user waiting on them.
 """
 

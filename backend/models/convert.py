@@ -2,10 +2,10 @@
 format and upstream's ``dflash`` format, both ways.
 
 The seed's Gemma 4 draft is published in BeeLlama's old format, which upstream llama.cpp and
-BeeLlama ≥0.4 do not load; the project's own trained drafts (shared/dflash) are upstream
+BeeLlama ≥0.4 do not load; the project's own trained drafts (train/README.md) are upstream
 ``dflash`` files, which BeeLlama v0.3.1 does not load either (it knows an *earlier* upstream key
-set: shared/engines/README.md). The mapping (BACKEND-FACTS.md "DFlash draft GGUF"; BeeLlama
-v0.3.1 ``src/models/dflash_draft.cpp``, ``conversion/dflash.py``):
+set: docs/design/beellama.md). The mapping (docs/design/backend-facts.md, "DFlash draft GGUF";
+BeeLlama v0.3.1 ``src/models/dflash_draft.cpp``, ``conversion/dflash.py``):
 
 - architecture ``dflash-draft`` ↔ ``dflash``; generic keys ``dflash-draft.*`` ↔ ``dflash.*``;
 - ``dflash-draft.dflash.block_size`` ↔ ``dflash.block_size``;
@@ -14,7 +14,7 @@ v0.3.1 ``src/models/dflash_draft.cpp``, ``conversion/dflash.py``):
   *output*, ``l_out-<id>`` in v0.3.1's ``llama-context.cpp``) ↔ ``dflash.target_layers`` (i32;
   upstream reads the *input* of that layer) = ids + 1: the output of layer L is the input of
   layer L+1. Measured on an H200 with a trained draft: the shifted ids accept more than the
-  unshifted ones (2.65 % vs 2.0 %, shared/engines/README.md);
+  unshifted ones (2.65 % vs 2.0 %, docs/design/beellama.md);
 - ``dflash-draft.dflash.n_target_features`` exists only in the old format (the width of
   ``dflash_fc``): dropped going new, re-derived from the ``fc`` tensor's shape going old;
 - going old, ``dflash-draft.attention.causal = false`` is added when the draft does not say

@@ -3,7 +3,7 @@
 Upstream llama.cpp and BeeLlama ≥0.4 load only upstream ``dflash`` drafts (BeeLlama CHANGELOG
 v0.4.0). BeeLlama ≤0.3 (bee-old) loads its own ``dflash-draft`` format, and a ``dflash`` file
 only with an *earlier* upstream key set (``dflash.target_layer_ids``, ``hidden_norm``), not
-b11434's (shared/engines/README.md, from v0.3.1's ``src/models/dflash_draft.cpp``). So a draft
+b11434's (docs/design/beellama.md, from v0.3.1's ``src/models/dflash_draft.cpp``). So a draft
 in the other format is converted once (:func:`backend.models.convert.convert_draft`, either way)
 into the model cache; a file that is no DFlash draft, or one that cannot be converted, is refused
 with the cause and the fix.

@@ -114,7 +114,7 @@ class ServerOptions(BaseModel):
     """Server options beyond model, context and speculation, in flavour-neutral terms.
 
     Each flavour's argv translation (:mod:`backend.serve.profiles`) turns them into that build's
-    flags (BACKEND-FACTS.md "Flags"); None leaves the server's default.
+    flags (docs/design/backend-facts.md, "Flags"); None leaves the server's default.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,7 +1,7 @@
 """Speculation profiles and their translation into ``llama-server`` arguments.
 
 A profile is data; :func:`server_argv` turns it into the argv of a ``llama-server`` of a given
-flavour (upstream b11434, bee-old, bee-new; BACKEND-FACTS.md "Flags").
+flavour (upstream b11434, bee-old, bee-new; docs/design/backend-facts.md, "Flags").
 Pure functions only: nothing here starts a process.
 """
 
@@ -41,7 +41,7 @@ PROFILES: dict[str, Profile] = {
     "ngram-fixed": Profile(name="ngram-fixed", spec_types=("ngram-mod",)),
     # b11434 defaults --spec-draft-n-max to 3; DFlash drafts 16-token blocks (block - 1 = 15).
     # The length is tuned per launch: 15 only pays for a very good draft on a large target
-    # (SPECULATION-COSTS.md), and a draft that does not pay is not run at all.
+    # (docs/design/speculation-costs.md), and a draft that does not pay is not run at all.
     "dflash": Profile(name="dflash", spec_types=("draft-dflash",), draft_n_max=15,
                       needs_draft=True, tuned=True),
     # The untuned launch (always 15 drafted tokens; on BeeLlama <= 0.3 the engine's own 16
@@ -97,7 +97,8 @@ def _options(o: ServerOptions, flavour: Flavour) -> list[str]:
     argv += ["--swa-full"] * o.swa_full + ["--kv-unified"] * o.kv_unified
     argv += ["--no-host"] * o.no_host
     if o.lock_memory:
-        # BACKEND-FACTS.md: bee-old has --no-mmap/--mlock; later builds only --load-mode.
+        # docs/design/backend-facts.md, Flags: bee-old has --no-mmap/--mlock; later builds only
+        # --load-mode.
         argv += ["--no-mmap", "--mlock"] if flavour == "bee-old" else ["--load-mode", "mlock"]
     if flavour == "upstream":
         # Policy: the fit check (backend.serve.fit) sizes the plan; the server must honour it or
@@ -132,7 +133,8 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
         argv += ["--spec-draft-model", str(plan.draft)]
         if plan.options.draft_gpu_layers is not None:
             argv += ["--spec-draft-ngl", plan.options.draft_gpu_layers]
-        # A quantized draft KV collapses acceptance (BACKEND-FACTS.md): keep it f16.
+        # A quantized draft KV collapses acceptance (docs/design/backend-facts.md, Known DFlash
+        # problems): keep it f16.
         argv += ["--spec-draft-type-k", "f16", "--spec-draft-type-v", "f16"]
     if _is_dflash(profile) and flavour == "bee-old":
         types = ("dflash",)
@@ -156,8 +158,8 @@ def server_argv(plan: LaunchPlan, host: str, port: int,
                 flavour: Flavour = "upstream") -> list[str]:
     """The full argv (binary first) for ``plan`` on a ``flavour`` build at ``host:port``.
 
-    One translation covers the three flavours; where they differ (BACKEND-FACTS.md "Flags"):
-    DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``; a length the product
+    One translation covers the three flavours; where they differ (docs/design/backend-facts.md,
+    "Flags"): DFlash is ``--spec-type dflash`` (+ ``--spec-dflash-cross-ctx``; a length the product
     chose as ``--spec-draft-n-max`` with ``--no-spec-dm-adaptive``, else v0.3.1's own 16 under
     its adaptive controller) on bee-old and ``draft-dflash`` with ``--spec-draft-n-max`` (the
     plan's tuned length, else 15) elsewhere,

@@ -13,7 +13,7 @@ argmax output only the ``qwen35``, ``qwen35moe`` and ``gemma4`` graphs build
 (``src/models/{qwen35,qwen35moe,gemma4}.cpp``). With any other target (``llama``: SmolLM2,
 Llama, …) the first verify of a request without a grammar aborts the server:
 ``common/sampling.cpp:154 GGML_ASSERT(logits != nullptr)`` (measured on an H200 and on CPU:
-shared/engines/README.md, tests/test_beellama_real.py). The path is chosen per request by
+docs/design/beellama.md, tests/test_beellama_real.py). The path is chosen per request by
 ``dflash_select_reduced_verify_plan`` (``tools/server/server-context.cpp``), which turns it off
 when the request has any ``logit_bias`` entry (``has_logit_bias()`` only checks that the list is
 non-empty). A bias of **0** on token 0 therefore selects the ordinary verify path while leaving

@@ -109,7 +109,7 @@ class McpTool(Tool):
         self.description = _frame_description(server, tool)  # type: ignore[misc]
         import jsonschema  # deferred: startup time
 
-        # Null keywords are dropped before validating, as the README promises: a schema with
+        # Null keywords are dropped before validating, as docs/guide/mcp.md promises: a schema with
         # "pattern": null is not invalid in intent, only in form.
         schema = drop_null_keywords(tool.input_schema)
         try:

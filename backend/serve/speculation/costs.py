@@ -1,8 +1,8 @@
 """The cost model of speculation and the choice it makes, pure: nothing here reads or writes.
 
-The model (SPECULATION-COSTS.md). A speculative step with K drafted tokens costs ``r(K)`` plain
-decode steps (measured by ``agent backend calibrate`` with synthetic acceptance, or a stated
-default). A draft whose tokens are each accepted with probability ``p`` yields
+The model (docs/design/speculation-costs.md). A speculative step with K drafted tokens costs
+``r(K)`` plain decode steps (measured by ``agent backend calibrate`` with synthetic acceptance, or a
+stated default). A draft whose tokens are each accepted with probability ``p`` yields
 ``1 + p + … + p^K`` tokens per step, so its speedup over plain decoding is::
 
     S(K, p) = e(K) · (1 + p + … + p^K) / r(K)
