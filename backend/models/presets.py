@@ -31,8 +31,8 @@ SMALL_PRESET = "smollm2-135m"
 test suite runs for speed): 135 M parameters, a few hundred MB, but it cannot write real code."""
 DEFAULT_MIN_MEMORY = 4 * 1024**3
 """Total RAM (bytes) under which :data:`SMALL_PRESET` replaces :data:`DEFAULT_PRESET`: the
-1.5B's server holds about 2.3 GB at its 32 k context (1.1 GB of weights, 0.9 GB of KV cache,
-compute buffers), which leaves too little beside an OS and an editor on a 4 GB machine."""
+1.5B's server is 2.8 GB resident at its 32 k context during a task (1.1 GB of weights, the KV
+cache, compute buffers), which leaves too little beside an OS and an editor under 4 GB."""
 DEFAULT_RPC_PORT = 50052
 """The port ``rpc-server`` listens on unless told otherwise."""
 
