@@ -1,0 +1,6 @@
+class Character:
+    def __init__(self):
+        pass
+
+def modifier(value):
+    pass

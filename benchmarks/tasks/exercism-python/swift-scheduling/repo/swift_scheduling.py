@@ -1,0 +1,2 @@
+def delivery_date(start, description):
+    pass

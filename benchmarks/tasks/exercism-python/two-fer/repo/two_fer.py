@@ -1,0 +1,2 @@
+def two_fer(name):
+    pass
