@@ -1,6 +1,7 @@
-"""The exercism-python suite (issue 50): 42 exercises of Exercism's Python track, vendored with
-their licence by benchmarks/tasks/vendor_exercism.py; each task's hidden tests fail on the
-track's stub and pass on its example solution."""
+"""The exercism-python suite (issue 50): 40 exercises of Exercism's Python track, and
+polyglot-python, the 33 Python exercises of Aider's polyglot benchmark, vendored with their
+licence by benchmarks/tasks/vendor_exercism.py; each task's hidden tests fail on the track's
+stub and pass on its example solution."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 
 from benchmarks.tasks import ROOT
 from benchmarks.tasks.tasks import select, verify
-from benchmarks.tasks.vendor_exercism import REQUEST, main, vendor
+from benchmarks.tasks.vendor_exercism import REQUEST, main, vendor, vendor_polyglot
 
 SUITE = select(ROOT, "exercism-python")
+POLYGLOT = select(ROOT, "polyglot-python")
 FOLDER = ROOT / "exercism-python"
 
 
@@ -33,7 +35,15 @@ def test_the_suite_has_forty_exercises_across_difficulties_and_keeps_the_licence
         assert task.instruction.rstrip().endswith(REQUEST.format(files=stub).rstrip())
 
 
-@pytest.mark.parametrize("task", SUITE, ids=[t.id for t in SUITE])
+def test_the_polyglot_python_exercises_are_all_there_under_the_tracks_licence():
+    assert len(POLYGLOT) >= 30
+    folder = ROOT / "polyglot-python"
+    assert "Copyright (c) 2021 Exercism" in (folder / "LICENSE").read_text()
+    assert "Aider-AI/polyglot-benchmark" in (folder / "SOURCE.md").read_text()
+    assert all("polyglot" in t.tags for t in POLYGLOT)
+
+
+@pytest.mark.parametrize("task", SUITE + POLYGLOT, ids=[t.key for t in SUITE + POLYGLOT])
 def test_check_fails_on_the_stub_and_passes_on_the_example(task, tmp_path: Path):
     start, solved = verify(task, tmp_path)
     assert start.status == "failed", start.tail
@@ -78,10 +88,23 @@ def test_vendoring_skips_deprecated_multi_file_and_already_passing_exercises(tmp
     assert (start.status, solved.status) == ("failed", "passed")
 
 
+def test_polyglot_takes_every_python_exercise_of_its_checkout(tmp_path: Path):
+    track = fake_track(tmp_path / "track")
+    practice = tmp_path / "polyglot" / "python" / "exercises"
+    practice.mkdir(parents=True)
+    (track / "exercises" / "practice").rename(practice / "practice")
+    written = vendor_polyglot(tmp_path / "polyglot", track / "LICENSE", tmp_path / "suite")
+    assert written == ["echo"]  # pair: two test files; done: its stub passes already
+    assert (tmp_path / "suite" / "LICENSE").read_text() == "MIT License\n"
+
+
 def test_a_folder_that_is_not_a_track_is_one_error_line(tmp_path: Path, capsys):
     assert main([str(tmp_path)]) == 3
     assert capsys.readouterr().err == (f"error: {tmp_path}: no config.json (not a checkout of "
                                        "exercism/python)\n")
+    track = fake_track(tmp_path / "track")
+    assert main([str(track), "--polyglot", str(tmp_path / "nowhere")]) == 3
+    assert "not a checkout of Aider-AI/polyglot-benchmark" in capsys.readouterr().err
 
 
 def test_the_vendoring_tool_runs_as_a_module():

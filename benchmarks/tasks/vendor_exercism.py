@@ -1,7 +1,7 @@
 """Write the ``exercism-python`` suite from a checkout of Exercism's Python track (MIT licence,
 Exercism; https://github.com/exercism/python).
 
-    python -m benchmarks.tasks.vendor_exercism CHECKOUT [--every 3]
+    python -m benchmarks.tasks.vendor_exercism CHECKOUT [--every 3] [--polyglot POLYGLOT]
 
 Every ``--every``-th active practice exercise, in the order of the track's ``config.json``
 (which runs from easy to hard within each concept), becomes a task folder under
@@ -12,7 +12,12 @@ student; the instruction is the exercise's ``.docs/instructions.md`` (and
 track's example solution. The track's licence and the commit go beside the tasks
 (``LICENSE``, ``SOURCE.md``). Left out: deprecated exercises, those whose tests need more than
 one file, and those whose tests already pass on the stub (the refactoring exercises: ledger,
-markdown, tree-building), kept only when the tests fail on the stub and pass on the example."""
+markdown), kept only when the tests fail on the stub and pass on the example.
+
+``--polyglot`` also writes ``polyglot-python/`` from a checkout of Aider's polyglot benchmark
+(https://github.com/Aider-AI/polyglot-benchmark): all of its Python exercises, the hard ones
+of the same track, under the track's licence (the benchmark states that its content is
+Exercism's, used under Exercism's licences)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from pathlib import Path
 from benchmarks.tasks.tasks import load_task, verify
 
 SUITE = "exercism-python"
+POLYGLOT_SUITE = "polyglot-python"
 HERE = Path(__file__).resolve().parent
 REQUEST = ("Use the above instructions to modify the supplied files: {files}\n"
            "Don't change the names of existing functions or classes, as they may be referenced "
@@ -47,7 +53,7 @@ def instruction(exercise: Path, stub: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def write_task(exercise: Path, out: Path, difficulty: int) -> bool:
+def write_task(exercise: Path, out: Path, difficulty: int, tag: str = "exercism") -> bool:
     """Write the task folder of one exercise; False (nothing left written) when its files are
     not a single stub, a single test file and an example, or when its tests do not fail on
     the stub and pass on the example."""
@@ -68,13 +74,39 @@ def write_task(exercise: Path, out: Path, difficulty: int) -> bool:
     (task / "task.toml").write_text(
         f"instruction = {json.dumps(text)}\n"
         f'check = "python -m pytest -q -p no:cacheprovider {tests}"\n'
-        f'tags = ["python", "exercism", "difficulty-{difficulty}"]\n', "utf-8")
+        f'tags = ["python", "{tag}", "difficulty-{difficulty}"]\n', "utf-8")
     with tempfile.TemporaryDirectory() as work:
         start, solved = verify(load_task(task, out.name), Path(work))
     if (start.status, solved.status) != ("failed", "passed"):
         shutil.rmtree(task)
         return False
     return True
+
+
+def _commit(checkout: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True,
+                          text=True).stdout.strip() or "(not a git checkout)"
+
+
+def vendor_polyglot(polyglot: Path, licence: Path, out: Path) -> list[str]:
+    """Write every Python exercise of Aider's polyglot benchmark checkout ``polyglot`` into
+    ``out`` (emptied first), with the track's ``licence``; the slugs written."""
+    practice = polyglot / "python" / "exercises" / "practice"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    exercises = sorted(p for p in practice.iterdir() if (p / ".meta" / "config.json").is_file())
+    written = [e.name for e in exercises if write_task(e, out, 0, tag="polyglot")]
+    shutil.copyfile(licence, out / "LICENSE")
+    (out / "SOURCE.md").write_text(
+        f"# Source\n\nThe Python exercises of Aider's polyglot benchmark "
+        f"(https://github.com/Aider-AI/polyglot-benchmark), commit `{_commit(polyglot)}`; its "
+        "content is Exercism's Python track (https://github.com/exercism/python), MIT licence "
+        "(`LICENSE`, Copyright (c) 2021 Exercism). Written by `python -m "
+        "benchmarks.tasks.vendor_exercism CHECKOUT --polyglot POLYGLOT`: "
+        f"{len(written)} of its {len(exercises)} exercises (kept when the tests fail on the "
+        "stub and pass on the example). Stubs, tests and example solutions unchanged.\n",
+        "utf-8")
+    return written
 
 
 def vendor(checkout: Path, every: int, out: Path) -> list[str]:
@@ -88,12 +120,11 @@ def vendor(checkout: Path, every: int, out: Path) -> list[str]:
                if write_task(checkout / "exercises" / "practice" / e["slug"], out,
                              int(e.get("difficulty", 0)))]
     shutil.copyfile(checkout / "LICENSE", out / "LICENSE")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True,
-                            text=True).stdout.strip() or "(not a git checkout)"
     (out / "SOURCE.md").write_text(
         f"# Source\n\nExercism's Python track (https://github.com/exercism/python), commit "
-        f"`{commit}`, MIT licence (`LICENSE`, Copyright (c) 2021 Exercism). One in {every} "
-        f"of its {len(active)} active practice exercises in `config.json` order, written by "
+        f"`{_commit(checkout)}`, MIT licence (`LICENSE`, Copyright (c) 2021 Exercism). "
+        f"One in {every} of its {len(active)} active practice exercises in `config.json` "
+        "order, written by "
         f"`python -m benchmarks.tasks.vendor_exercism CHECKOUT --every {every}`: "
         f"{len(written)} tasks (an exercise is kept when its tests fail on the stub and pass "
         "on the example). Stubs, tests and example solutions are the track's, unchanged.\n",
@@ -105,13 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="a checkout of exercism/python")
     parser.add_argument("--every", type=int, default=3, help="keep every N-th exercise")
+    parser.add_argument("--polyglot", type=Path, help="also a checkout of "
+                        "Aider-AI/polyglot-benchmark: its Python exercises, all of them")
     args = parser.parse_args(argv)
     if not (args.checkout / "config.json").is_file():
         print(f"error: {args.checkout}: no config.json (not a checkout of exercism/python)",
               file=sys.stderr)
         return 3
+    if args.polyglot and not (args.polyglot / "python" / "exercises" / "practice").is_dir():
+        print(f"error: {args.polyglot}: no python/exercises/practice (not a checkout of "
+              "Aider-AI/polyglot-benchmark)", file=sys.stderr)
+        return 3
     written = vendor(args.checkout, args.every, HERE / SUITE)
     print(f"{len(written)} tasks in {HERE / SUITE}")
+    if args.polyglot:
+        written = vendor_polyglot(args.polyglot, args.checkout / "LICENSE",
+                                  HERE / POLYGLOT_SUITE)
+        print(f"{len(written)} tasks in {HERE / POLYGLOT_SUITE}")
     return 0
 
 

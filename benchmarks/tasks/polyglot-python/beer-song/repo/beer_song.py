@@ -1,0 +1,2 @@
+def recite(start, take=1):
+    pass

@@ -1,0 +1,2 @@
+def transpose(text):
+    pass

@@ -1,0 +1,2 @@
+def measure(bucket_one, bucket_two, goal, start_bucket):
+    pass
