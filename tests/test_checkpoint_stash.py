@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.sessions.repo import undo_task
+from agent.sessions.undo import undo_task
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel
 from tests.test_cli_ux import agent, call

@@ -211,7 +211,7 @@ def test_new_project_indents_the_test_runs_last_lines_under_its_tests_line(agent
                                                                            tmp_path: Path):
     """Before, pytest's "no tests ran in 0.01s" stood at the margin under "Tests (run by
     dflash-agent): no tests (...)", read as a line of the summary's own."""
-    from agent.newproject.flow import MAX_FIX_ROUNDS
+    from agent.newproject.work import MAX_FIX_ROUNDS
 
     # A run that found no test goes back to the model (MAX_FIX_ROUNDS times); each round
     # ends with a command and a final answer, which stands only after the round's own work.

@@ -14,7 +14,8 @@ import pytest
 
 from agent.config import load_settings
 from agent.sessions.log import list_sessions
-from agent.sessions.repo import RepoSession, load_record
+from agent.sessions.record import load_record
+from agent.sessions.repo import RepoSession
 from agent.ui import Reporter
 from tests.gitrepo import committed_repo
 from tests.scripted import ScriptedModel, reply

@@ -6,7 +6,8 @@ from pathlib import Path
 import git
 
 from agent.newproject import run_project_tests, slugify
-from agent.newproject.flow import _commit, _prepare, module_name
+from agent.newproject.commit import commit_all, prepare_repo
+from agent.newproject.names import module_name
 
 
 def test_slugify_makes_short_directory_names():
@@ -91,11 +92,11 @@ def test_a_project_without_python_is_not_run(tmp_path: Path):
 
 
 def test_commit_takes_every_file_and_ignores_scratch(tmp_path: Path):
-    repo = _prepare(tmp_path / "p")
+    repo = prepare_repo(tmp_path / "p")
     (tmp_path / "p" / "a.py").write_text("x = 1\n")
     (tmp_path / "p" / ".dflash-agent").mkdir()
     (tmp_path / "p" / ".dflash-agent" / "out.txt").write_text("scratch")
-    sha, files = _commit(repo, "New project: demo")
+    sha, files = commit_all(repo, "New project: demo")
     assert sha and files == [".gitignore", "a.py"]
     assert git.Repo(tmp_path / "p").head.commit.message.startswith("New project: demo")
 

@@ -1,5 +1,5 @@
 """A new project whose model tried to finish with its own check failing gets the product's
-test run back, as one that said it was done does (agent/newproject/flow.py, FIXABLE_ENDS)."""
+test run back, as one that said it was done does (agent/newproject/work.py, FIXABLE_ENDS)."""
 
 from __future__ import annotations
 

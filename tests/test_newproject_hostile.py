@@ -19,16 +19,13 @@ import pytest
 
 from agent.loop import LoopResult
 from agent.newproject import runners
+from agent.newproject.commit import commit_message
 from agent.newproject.environment import project_env
-from agent.newproject.flow import (
-    ProjectResult,
-    commit_message,
-    module_name,
-    slugify,
-    time_for_tests,
-)
+from agent.newproject.names import module_name, slugify
 from agent.newproject.plan import executables, outside_project, parse_plan
+from agent.newproject.result import ProjectResult
 from agent.newproject.runners import TestReport, run_project_tests
+from agent.newproject.work import time_for_tests
 from agent.sessions.log import list_sessions
 from tests.scripted import ScriptedModel
 from tests.test_newproject_ecosystems import call, new_project, plan_reply
@@ -106,7 +103,7 @@ def test_a_hanging_test_run_keeps_to_max_time(tmp_path: Path, agent_home: Path):
 
 def test_the_test_run_gets_what_the_task_has_left_but_never_nothing(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr("agent.newproject.flow.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("agent.newproject.work.time.monotonic", lambda: now[0])
     assert time_for_tests(900, started=1000 - 100) == 600  # the runner's own cap
     assert time_for_tests(900, started=1000 - 500) == 400  # what is left
     assert time_for_tests(900, started=1000 - 899) == 60  # time used up: a minute still

@@ -14,8 +14,8 @@ import pytest
 
 from agent.config import FlagError, load_settings
 from agent.loop import LoopResult
+from agent.newproject.commit import commit_message
 from agent.newproject.environment import project_env, seed_packages
-from agent.newproject.flow import ProjectResult, _exists, commit_message
 from agent.newproject.plan import (
     Plan,
     executables,
@@ -25,6 +25,7 @@ from agent.newproject.plan import (
     simple_plan,
 )
 from agent.newproject.recipe import choose_recipe
+from agent.newproject.result import ProjectResult
 from agent.newproject.runners import (
     TestReport,
     _cargo_verdict,
@@ -36,6 +37,7 @@ from agent.newproject.runners import (
     run_project_tests,
     summarise,
 )
+from agent.newproject.work import _exists
 from tests.scripted import ScriptedModel
 
 GOOD = {"toolchain": "node", "language": "JavaScript", "summary": "adds", "files":

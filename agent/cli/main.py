@@ -37,15 +37,12 @@ from agent.errors import (
     write_crash_log,
 )
 from agent.newproject import new_project, slugify
-from agent.sessions.checkpoints import RestoreConflict, RestorePlan
+from agent.sessions.checkpoints.restores import RestoreConflict, RestorePlan
 from agent.sessions.log import SessionSummary, list_sessions
-from agent.sessions.repo import (
-    RepoSession,
-    check_resumable,
-    diff_session,
-    load_record,
-    undo_task,
-)
+from agent.sessions.record import load_record
+from agent.sessions.repo import RepoSession
+from agent.sessions.resume import check_resumable
+from agent.sessions.undo import diff_session, undo_task
 from agent.ui import Reporter, SafeConsole, echo
 from backend import secret_store
 from backend.cache import list_cache, remove

@@ -39,7 +39,8 @@ from agent.events import FinalAnswer
 from agent.mcp_server.jobs import FINISHED, Job, JobManager
 from agent.mcp_server.unfinished import NewFolder
 from agent.sessions.checkpoints.plumbing import open_repo
-from agent.sessions.repo import SessionRecord, diff_task, load_record, undo_task
+from agent.sessions.record import SessionRecord, load_record
+from agent.sessions.undo import diff_task, undo_task
 
 SESSION_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 """What :func:`agent.sessions.log.new_session_id` makes, matched whole (``fullmatch``: with

@@ -17,34 +17,5 @@ The rooms, bottom to top (each imports only those below it):
 - ``git_state`` — the staged state and the stash entries, kept and put back.
 - ``commits`` — committing a task's files.
 
-A session (``agent/sessions/repo.py``) uses the names below as one face.
+Each name is imported from the room that defines it.
 """
-
-from agent.sessions.checkpoints.commits import commit_task, nested_changes, preexisting_changes
-from agent.sessions.checkpoints.coverage import outside_of
-from agent.sessions.checkpoints.diffs import changed_files, diff
-from agent.sessions.checkpoints.git_state import record_git_state, restore_git_state
-from agent.sessions.checkpoints.plumbing import (
-    RepoStateError,
-    checkpoint_ref,
-    commits_since,
-    open_repo,
-    parent_or_empty,
-)
-from agent.sessions.checkpoints.restores import (
-    Overlap,
-    RestoreConflict,
-    RestorePlan,
-    file_digest,
-    listed,
-    log_path,
-    restore,
-)
-from agent.sessions.checkpoints.snapshots import snapshot
-
-__all__ = [
-    "Overlap", "RepoStateError", "RestoreConflict", "RestorePlan", "changed_files",
-    "checkpoint_ref", "commit_task", "commits_since", "diff", "file_digest", "listed",
-    "log_path", "nested_changes", "open_repo", "outside_of", "parent_or_empty",
-    "preexisting_changes", "record_git_state", "restore", "restore_git_state", "snapshot",
-]
