@@ -51,7 +51,8 @@ def test_create_over_a_file_the_user_saved_since_the_view_is_refused(reg: Regist
     assert (ws / "f.py").read_bytes() == USER_WORK
     # Viewed again, the model has seen the user's work: its create is now an informed one.
     assert "USER WORK" in ok(reg, "view", path="f.py")
-    assert ok(reg, "create", path="f.py", file_text="v2\n") == "replaced f.py (1 line)"
+    # (v2 = 2: a bare ``v2`` is an undefined name, whose diagnostic would end the result)
+    assert ok(reg, "create", path="f.py", file_text="v2 = 2\n") == "replaced f.py (1 line)"
 
 
 @pytest.mark.parametrize(("tool", "arguments"), [
@@ -136,7 +137,7 @@ def test_a_file_never_seen_takes_partial_edits_but_create_asks_for_a_view(
     obs = reg.call("create", {"path": "g.py", "file_text": "v2\n"})
     assert obs.is_error and obs.text == UNSEEN.replace("f.py", "g.py")
     assert (ws / "g.py").read_bytes() == USER_WORK
-    assert ok(reg, "create", path="new.py", file_text="x\n") == "created new.py (1 line)"
+    assert ok(reg, "create", path="new.py", file_text="x = 1\n") == "created new.py (1 line)"
 
 
 def test_a_new_registry_over_the_same_files_has_seen_nothing(ws: Path):

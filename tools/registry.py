@@ -4,6 +4,7 @@ argument validation and dispatch."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -85,26 +86,48 @@ class Registry:
         except ToolError as exc:
             return Observation(is_error=True, text=f"invalid arguments for {name}: {exc}")
         try:
+            before = self._content(tool, args)
             obs = tool.run(args)
-            return self._diagnosed(tool, args, obs)
+            return self._diagnosed(tool, args, obs, before)
         except (ToolError, PathRefused) as exc:
             return Observation(is_error=True, text=str(exc))
         except OSError as exc:
             return Observation(is_error=True, text=f"{name} failed: {_os_error(exc)}")
 
-    def _diagnosed(self, tool: Tool, args: Any, obs: Observation) -> Observation:
-        """``obs`` of an edit that worked, with what is wrong with the file now
-        (:mod:`tools.diagnostics`)."""
+    @staticmethod
+    def _edited(tool: Tool, args: Any) -> tuple[Path, str] | None:
+        """The file an edit call names (resolved, and as given), or None: the tool changes
+        no file, or the path is refused (the call then fails with the reason)."""
         path = getattr(args, "path", None)
         ctx = getattr(tool, "ctx", None)
-        if not tool.mutates or obs.is_error or not isinstance(path, str) \
-                or not isinstance(ctx, ToolContext):
-            return obs
+        if not tool.mutates or not isinstance(path, str) or not isinstance(ctx, ToolContext):
+            return None
         try:
-            full = ctx.workspace.resolve(path, writable=False)
+            return ctx.workspace.resolve(path, writable=False), path
         except PathRefused:
+            return None
+
+    def _content(self, tool: Tool, args: Any) -> bytes | None:
+        """The bytes of the file an edit call is about to change, for the errors it brings in
+        (None: no such file, or not an edit)."""
+        edited = self._edited(tool, args)
+        try:
+            if edited is None or not edited[0].is_file() \
+                    or edited[0].stat().st_size > diagnostics.MAX_BYTES:
+                return None
+            return edited[0].read_bytes()
+        except OSError:
+            return None  # the edit itself says what is wrong with the file
+
+    def _diagnosed(self, tool: Tool, args: Any, obs: Observation,
+                   before: bytes | None) -> Observation:
+        """``obs`` of an edit that worked, with what is wrong with the file now and the errors
+        the edit brought in (:mod:`tools.diagnostics`)."""
+        edited = self._edited(tool, args)
+        if obs.is_error or edited is None:
             return obs
-        extra = diagnostics.note(full, display_given(path))
+        full, path = edited
+        extra = diagnostics.note(full, display_given(path), before)
         return obs.model_copy(update={"text": obs.text + extra}) if extra else obs
 
     def preview(self, name: str, arguments: Any) -> str | None:
