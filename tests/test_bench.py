@@ -380,7 +380,9 @@ def _fake_gpu(bin_dir: Path) -> Path:
     SmolLM2 server fits, a second one beside it does not."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
-    script.write_text("#!/bin/sh\nif pgrep -f dflash-agent-bench >/dev/null; then\n"
+    # The servers' alias, not the bare name: other processes on a machine may carry it in a
+    # path (a benchmark's ~/.cache/dflash-agent-bench) and made this GPU look full.
+    script.write_text("#!/bin/sh\nif pgrep -f -- --alias.dflash-agent-bench- >/dev/null; then\n"
                       f"  echo '{gpu_line(100)}'\nelse\n  echo '{gpu_line(2000)}'\nfi\n")
     script.chmod(0o755)
     return bin_dir
