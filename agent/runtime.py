@@ -16,8 +16,9 @@ from backend.engine.build import default_engine
 from backend.engine.flavour import detect_flavour
 from backend.models.presets import PresetError, get_preset
 from backend.serve.exits import crash_report
-from backend.serve.launch import ensure_server, profile_for, unload_draft
+from backend.serve.launch import profile_for, unload_draft
 from backend.serve.leases import hold
+from backend.serve.pipeline import LaunchRequest, launch
 from backend.serve.records import ServerError, ServerState
 from backend.serve.speculation.control import request_control
 from backend.serve.speculation.draft_cap import DraftCap
@@ -83,12 +84,11 @@ def connect(settings: Settings, reporter: Reporter) -> Backend:
         raise UsageError(str(exc)) from exc
     if default_engine() is None:
         reporter.note(f"first use: building the engine for the {preset.name} server")
-    # Nothing is said before ensure_server knows whether it starts a server or reuses one.
-    state, reused = ensure_server(preset.name, profile=settings.profile,
-                                  ctx_size=settings.ctx_size, port=settings.port, sdist=sdist,
-                                  timeout=settings.server_start_timeout,
-                                  progress=reporter.build_progress, note=reporter.note,
-                                  temperature=sampling.get("temperature"))
+    # Nothing is said before the launch knows whether it starts a server or reuses one.
+    request = LaunchRequest(preset, profile=settings.profile, ctx_size=settings.ctx_size,
+                            temperature=sampling.get("temperature"), port=settings.port,
+                            timeout=settings.server_start_timeout, sdist=sdist, session=True)
+    state, reused = launch(request, progress=reporter.build_progress, note=reporter.note)
     try:
         # While this session runs, no other command relaunches its server under it.
         hold(state)

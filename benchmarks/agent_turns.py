@@ -92,9 +92,11 @@ from backend.measure.results import (
 )
 from backend.models.presets import Preset, PresetError, get_preset  # noqa: E402
 from backend.models.sources import ModelError  # noqa: E402
+from backend.serve import pipeline  # noqa: E402
 from backend.serve.exits import crash_report
 from backend.serve.fit import FitError  # noqa: E402
-from backend.serve.launch import ensure_engine, plan_for  # noqa: E402
+from backend.serve.launch import ensure_engine  # noqa: E402
+from backend.serve.pipeline import LaunchRequest  # noqa: E402
 from backend.serve.process import stop
 from backend.serve.profiles import LaunchPlan  # noqa: E402
 from backend.serve.records import ServerError, ServerState, keep_current_marker
@@ -1250,7 +1252,8 @@ def _plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | None,
     """The plan ``profile`` replays with, tuned as a launch would tune it
     (backend.serve.tuning) for requests at ``temperature``, and the tuning's line (None for
     untuned profiles)."""
-    plan = plan_for(preset, engine, profile, ctx_size, note)
+    request = LaunchRequest(preset, profile=profile, ctx_size=ctx_size, temperature=temperature)
+    plan = pipeline.resolve(request, engine=engine, note=note).plan
     plan, choice = tune(plan, note=note, temperature=temperature)
     line = choice.line() if choice else None
     if line and note is not None:

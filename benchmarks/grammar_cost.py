@@ -22,6 +22,7 @@ import argparse
 import json
 import platform
 import statistics
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,9 @@ import httpx2
 from agent.prompts import system_prompt
 from agent.protocols.base import json_response_format, tools_with_final
 from backend.models.presets import get_preset
-from backend.serve.launch import ensure_engine, plan_for
+from backend.serve import pipeline
+from backend.serve.pipeline import LaunchRequest
 from backend.serve.process import DEFAULT_HOST, pick_port, stop
-from backend.serve.server import up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
@@ -59,8 +60,9 @@ def measure(preset_name: str, profile: str, max_tokens: int, repeats: int,
                  "content": system_prompt("json", tools_with_final(tools))},
                 {"role": "user", "content": TASK}]
     grammar = json_response_format(tools)
-    plan = plan_for(preset, ensure_engine(), profile, None, None)
-    state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset.name, timeout=600)
+    request = LaunchRequest(preset, profile=profile)
+    plan = pipeline.resolve(request).plan
+    state, _ = pipeline.start(plan, replace(request, port=pick_port(DEFAULT_HOST, 0)))
     sides: dict[str, list[dict[str, Any]]] = {"free": [], "json-grammar": []}
     try:
         with httpx2.Client(timeout=900) as client:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from agent.client import ServerClient
 from agent.prompts import system_prompt
-from backend.serve.launch import ensure_server
+from backend.models.presets import get_preset
+from backend.serve.pipeline import LaunchRequest, launch
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
@@ -55,7 +56,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("prefix_cache.json"))
     args = parser.parse_args()
     if args.base_url is None:
-        state, _ = ensure_server("smollm2-135m", profile="baseline", ctx_size=16384)
+        state, _ = launch(LaunchRequest(get_preset("smollm2-135m"), profile="baseline",
+                                        ctx_size=16384, session=True))
         args.base_url = state.base_url
     client = ServerClient(args.base_url)
     stable = run_session(client, args.turns, clock=False)

@@ -380,7 +380,9 @@ def _fake_gpu(bin_dir: Path) -> Path:
     SmolLM2 server fits, a second one beside it does not."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "nvidia-smi"
-    script.write_text("#!/bin/sh\nif pgrep -f dflash-agent-bench >/dev/null; then\n"
+    # The servers' alias, not the bare name: other processes on a machine may carry it in a
+    # path (a benchmark's ~/.cache/dflash-agent-bench) and made this GPU look full.
+    script.write_text("#!/bin/sh\nif pgrep -f -- --alias.dflash-agent-bench- >/dev/null; then\n"
                       f"  echo '{gpu_line(100)}'\nelse\n  echo '{gpu_line(2000)}'\nfi\n")
     script.chmod(0o755)
     return bin_dir
@@ -421,6 +423,8 @@ def test_a_temperature_whose_launch_would_start_without_the_draft_is_named(
     request and sampled ones are off with a draft that is not free to keep loaded, the sampled
     requests run on the drafting server (an H200 bench read 0.93x for them, 2026-12-03),
     which their own launch would not: the bench says so."""
+    from types import SimpleNamespace
+
     from backend.measure import bench as bench_mod
     from backend.serve.profiles import LaunchPlan
     from backend.serve.speculation.costs import Tuning
@@ -431,7 +435,7 @@ def test_a_temperature_whose_launch_would_start_without_the_draft_is_named(
                     Tuning(n_max=3, costs="calibrated", reason="r", per_request=True)),
               0.7: (base.model_copy(update={"draft_n_max": 0}),
                     Tuning(n_max=0, costs="calibrated", reason="r"))}
-    monkeypatch.setattr(bench_mod, "plan_for", lambda *a, **k: base)
+    monkeypatch.setattr(bench_mod.pipeline, "resolve", lambda *a, **k: SimpleNamespace(plan=base))
     monkeypatch.setattr(bench_mod, "tune", lambda plan, **k: chosen[k["temperature"]])
     notes: list[str] = []
     plan, _, caps = bench_mod._bench_plan(None, None, "dflash", None, None, 1.0,  # type: ignore[arg-type]

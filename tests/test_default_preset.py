@@ -75,13 +75,13 @@ def test_the_fallback_is_said_once_before_the_server_starts(packaged: pytest.Mon
     reporter = Reporter()
     packaged.setattr(reporter, "note", said.append)
 
-    def no_start(preset: str, **_: object) -> None:
-        said.append(f"ensure_server({preset})")
+    def no_start(request: object, **_: object) -> None:
+        said.append(f"launch({request.preset.name})")
         raise Stop
 
-    packaged.setattr(agent.runtime, "ensure_server", no_start)
+    packaged.setattr(agent.runtime, "launch", no_start)
     packaged.setattr(agent.runtime, "default_engine", lambda: object())
     with pytest.raises(Stop):
         connect(load_settings(), reporter)
     assert len(said) == 2 and "GiB of RAM" in said[0]
-    assert said[1] == f"ensure_server({SMALL_PRESET})"
+    assert said[1] == f"launch({SMALL_PRESET})"

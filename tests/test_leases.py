@@ -64,7 +64,7 @@ def test_a_session_holds_a_lease_on_the_server_it_connects_to(agent_home: Path, 
 
     state = _state(tmp_path, "baseline")
     monkeypatch.setattr(runtime, "default_engine", lambda: object())
-    monkeypatch.setattr(runtime, "ensure_server", lambda *a, **k: (state, True))
+    monkeypatch.setattr(runtime, "launch", lambda *a, **k: (state, True))
     reporter = Reporter()
     runtime.connect(load_settings(cli={"preset": "smollm2-135m"}), reporter)
     assert holders(state) == [os.getpid()]

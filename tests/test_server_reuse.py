@@ -10,7 +10,8 @@ from backend.engine.probe_model import write_probe_model
 from backend.engine.registry import Engine, register_system
 from backend.models.presets import get_preset
 from backend.serve import process, server
-from backend.serve.launch import ensure_server, plan_for
+from backend.serve.launch import plan_for
+from backend.serve.pipeline import LaunchRequest, launch
 
 
 def _probe_preset(agent_home: Path, tmp_path: Path, engine: Engine) -> Engine:
@@ -29,7 +30,8 @@ def test_a_session_uses_the_server_backend_up_started_with_more_slots(
     assert not reused
     try:
         notes: list[str] = []
-        state, reused = ensure_server("probe", note=notes.append)
+        state, reused = launch(LaunchRequest(get_preset("probe"), session=True),
+                               note=notes.append)
         assert reused and state.pid == started.pid and state.plan.parallel == 2
         assert [s.pid for s in server.running()] == [started.pid]
     finally:
@@ -43,8 +45,9 @@ def test_a_server_with_another_configuration_is_named_and_left_alone(
     started, _ = server.up(other, port=process.pick_port("127.0.0.1", 0), preset="probe")
     try:
         notes: list[str] = []
-        state, reused = ensure_server("probe", port=process.pick_port("127.0.0.1", 0),
-                                      note=notes.append)
+        state, reused = launch(LaunchRequest(get_preset("probe"), session=True,
+                                             port=process.pick_port("127.0.0.1", 0)),
+                               note=notes.append)
         assert not reused and state.pid != started.pid and state.plan.ctx_size == 1024
         assert any(f"at {started.base_url} runs with another ctx_size" in n for n in notes), notes
         assert sorted(s.pid for s in server.running()) == sorted([started.pid, state.pid])

@@ -706,8 +706,8 @@ def _fake_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     draft.write_bytes(b"d")
     spec = LaunchPlan(binary=tmp_path / "eng" / "bin" / "llama-server", model=model,
                       profile="dflash-fixed", ctx_size=4096, draft=draft)
-    monkeypatch.setattr(cal_mod, "plan_for", lambda *a, **k: spec)
-    monkeypatch.setattr(cal_mod, "check_fit", lambda *a, **k: None)
+    monkeypatch.setattr(cal_mod.pipeline, "resolve", lambda *a, **k: SimpleNamespace(plan=spec))
+    monkeypatch.setattr(cal_mod.pipeline, "fit", lambda *a, **k: None)
     monkeypatch.setattr(cal_mod, "binary_facts", lambda _b: SimpleNamespace(has=lambda _f: True))
     monkeypatch.setattr(cal_mod, "takes_length_per_request", lambda _b: False)
     calls: list[str] = []

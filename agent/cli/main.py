@@ -46,7 +46,6 @@ from agent.sessions.undo import diff_session, undo_task
 from agent.ui import Reporter, SafeConsole, echo
 from backend import secret_store
 from backend.cache import list_cache, remove
-from backend.engine import build as engines
 from backend.engine.registry import Engine
 from backend.errors import StatedError
 from backend.measure.bench import (
@@ -72,18 +71,9 @@ from backend.models.presets import PresetError, get_preset, parse_workers
 from backend.models.requant import requantized
 from backend.models.sources import resolve_model
 from backend.serve import server
-from backend.serve.fit import check_fit
-from backend.serve.launch import (
-    ensure_engine,
-    keep_serving,
-    plan_for,
-    preset_workers,
-    profile_for,
-)
-from backend.serve.preview import preview_command
-from backend.serve.process import DEFAULT_HOST
+from backend.serve.launch import ensure_engine, preset_workers, profile_for
+from backend.serve.pipeline import LaunchRequest, launch, print_command
 from backend.serve.records import ServerState, is_ours
-from backend.serve.tuning import tune
 from tools import reaper
 from tools.workspace import display_name
 
@@ -777,11 +767,14 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
         # Before the engine is built (minutes on a first run, then exit 3), and the same exit
         # as --print-cmd's (2): a field trial got both for one command line.
         raise UsageError(str(exc)) from exc
+    request = LaunchRequest(
+        chosen, profile=settings.profile, ctx_size=settings.ctx_size, parallel=parallel,
+        idle_timeout=idle_timeout, rpc=workers, force=force, port=settings.port,
+        timeout=settings.server_start_timeout,
+        sdist=Path(settings.engine_sdist) if settings.engine_sdist else None)
     if print_cmd:
         try:
-            preview = preview_command(chosen, engines.default_engine(), DEFAULT_HOST,
-                                      settings.port, settings.profile, settings.ctx_size,
-                                      parallel, idle_timeout, workers)
+            preview = print_command(request)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         for line in preview.notes:
@@ -789,29 +782,14 @@ def up_cmd(preset: Preset = None, profile: Profile = None, ctx_size: CtxSize = N
         echo(shlex.join(preview.argv))
         return
     reporter = Reporter()
-    engine = _engine(settings, reporter, rpc=bool(workers))
-    plan = plan_for(chosen, engine, settings.profile, settings.ctx_size, reporter.note,
-                    parallel=parallel, idle_timeout=idle_timeout,
-                    sdist=Path(settings.engine_sdist) if settings.engine_sdist else None,
-                    rpc=workers)
-    serving = server.compatible(plan)
-    if serving is not None and keep_serving(serving, plan, chosen.sampling.temperature,
-                                            reporter.note):
-        # A server already runs this plan: keep its draft length (re-chosen at a new launch).
-        plan, line = plan.model_copy(update={"draft_n_max": serving.plan.draft_n_max}), \
-            serving.speculation
-    else:
-        plan, choice = tune(plan, timeout=settings.server_start_timeout, note=reporter.note,
-                            temperature=chosen.sampling.temperature)
-        line = choice.line() if choice else None
-    check_fit(plan, force=force, note=reporter.note)
-    state, reused = server.up(plan, port=settings.port, preset=chosen.name,
-                              timeout=settings.server_start_timeout, progress=reporter.note,
-                              speculation=line)
+    try:
+        state, reused = launch(request, progress=reporter.build_progress, note=reporter.note)
+    finally:
+        reporter.close()
     verb = "reusing" if reused else "started"
     over = f", over RPC workers {','.join(state.plan.rpc)}" if state.plan.rpc else ""
     echo(f"{verb} llama-server pid {state.pid} at {state.base_url} "
-               f"(preset {chosen.name}, profile {plan.profile}{over})")
+               f"(preset {chosen.name}, profile {state.plan.profile}{over})")
     if state.speculation:
         echo(f"speculation: {state.speculation}")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,12 +48,13 @@ from backend.measure.results import (
     tokens_per_second,
 )
 from backend.models.presets import Preset
-from backend.serve.fit import FitError, check_fit
-from backend.serve.launch import plan_for
+from backend.serve import pipeline
+from backend.serve.fit import FitError
+from backend.serve.pipeline import LaunchRequest
 from backend.serve.process import DEFAULT_HOST, get_json, pick_port, stop
 from backend.serve.profiles import LaunchPlan, get_profile
 from backend.serve.records import ServerState, keep_current_marker
-from backend.serve.server import interrupt_on_termination, up
+from backend.serve.server import interrupt_on_termination
 from backend.serve.speculation.costs import synth_rates
 from backend.serve.speculation.draft_cap import DraftCap
 from backend.serve.speculation.store import TuningError, effective_n_max, record_turns
@@ -140,7 +142,8 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
     sampling (:func:`backend.serve.speculation.costs.same_sampling`). A server that takes the length
     per request serves each temperature its own choice (0 where drafting is off there); another
     server is launched with the first temperature's."""
-    base = plan_for(preset, engine, profile, ctx_size, note)
+    request = LaunchRequest(preset, profile=profile, ctx_size=ctx_size, timeout=start_timeout)
+    base = pipeline.resolve(request, engine=engine, note=note).plan
     tuned = {t: tune(base, synth_p=synth_accept, timeout=start_timeout, note=note,
                      temperature=t) for t in temperatures}
     plan = tuned[temperatures[0]][0]
@@ -225,11 +228,11 @@ def _start(profile: str, plan: LaunchPlan, preset: Preset, client: httpx2.Client
     """Fit check, start, and warm-up requests (weights paged in, buffers allocated), one per
     draft length in ``lengths`` (``speculative.n_max``, for a server that takes it per
     request), else one at the server's own. Warm-ups are neither timed nor observed."""
-    check_fit(plan, force=force, note=note)
+    request = LaunchRequest(preset, force=force, timeout=start_timeout)
+    pipeline.fit(plan, request, note)
     if note:
         note(f"starting the {profile} server")
-    state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset.name,
-                  timeout=start_timeout, progress=note)
+    state, _ = pipeline.start(plan, replace(request, port=pick_port(DEFAULT_HOST, 0)), note)
     try:
         warm_up = BenchPrompt(name="warm-up", text="Count from one to twenty.")
         for n_max in lengths or [None]:

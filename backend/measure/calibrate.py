@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,12 +35,11 @@ from backend.errors import EXIT_USAGE, StatedError
 from backend.home import home
 from backend.measure.report import save_png
 from backend.models.presets import Preset
-from backend.serve.fit import check_fit
-from backend.serve.launch import plan_for
+from backend.serve import pipeline
+from backend.serve.pipeline import LaunchRequest
 from backend.serve.process import DEFAULT_HOST, pick_port, stop
 from backend.serve.profiles import LaunchPlan, get_profile
 from backend.serve.records import ServerError, ServerState, keep_current_marker
-from backend.serve.server import up
 from backend.serve.speculation.control import takes_length_per_request
 from backend.serve.speculation.costs import CostModel, synth_rates, tokens_per_step
 from backend.serve.speculation.store import device_id, engine_key, file_id, save_costs
@@ -160,11 +160,10 @@ def _request(client: httpx2.Client, state: ServerState, tokens: int,
 
 
 def _measure(name: str, plan: LaunchPlan, n_max: int, synth_p: float | None, tokens: int,
-             repeats: int, preset: str, start_timeout: float,
+             repeats: int, request: LaunchRequest,
              note: Callable[[str], None], extra: dict | None = None) -> Row:
     note(f"measuring {name}")
-    state, _ = up(plan, port=pick_port(DEFAULT_HOST, 0), preset=preset, timeout=start_timeout,
-                  progress=note)
+    state, _ = pipeline.start(plan, replace(request, port=pick_port(DEFAULT_HOST, 0)), note)
     try:
         with httpx2.Client(timeout=httpx2.Timeout(connect=10.0, read=1800.0, write=60.0,
                                                   pool=10.0)) as client:
@@ -220,16 +219,18 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
         say("this engine has no --spec-synth-rates: timing the real draft at each length "
             "instead (step costs only, no efficiency check)")
     # dflash+ngram would consult n-grams first; the step being measured is the draft model's.
-    spec = plan_for(preset, engine, "dflash-fixed", ctx_size, note)
+    request = LaunchRequest(preset, profile="dflash-fixed", ctx_size=ctx_size, force=force,
+                            timeout=start_timeout)
+    spec = pipeline.resolve(request, engine=engine, note=note).plan
     plain = spec.model_copy(update={"profile": "baseline", "draft": None})
-    check_fit(spec, force=force, note=note)
+    pipeline.fit(spec, request, note)
 
     def tagged(plan: LaunchPlan, name: str, *flags: str) -> LaunchPlan:
         alias = ("--alias", f"dflash-agent-calibrate-{name.replace(' ', '-')}")
         return plan.model_copy(update={"extra_flags": (*plan.extra_flags, *flags, *alias)})
 
     chosen_tokens = tokens or MIN_TOKENS
-    args = (chosen_tokens, repeats, preset.name, start_timeout, say)
+    args = (chosen_tokens, repeats, request, say)
 
     def at_length(k: int) -> list[Row]:
         """The rows of length ``k``: nothing accepted, then the check acceptance."""

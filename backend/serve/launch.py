@@ -1,5 +1,6 @@
-"""From a preset name to a running server: engine (built on first use), model (fetched on
-first use), then the managed server (started or reused)."""
+"""The launch's parts that the pipeline (:mod:`backend.serve.pipeline`) and a running session
+use: the engine (built on first use), the profile a preset runs, the plan (models fetched on
+first use), whether a running server is kept, and a session's relaunch without its draft."""
 
 from __future__ import annotations
 
@@ -13,16 +14,14 @@ from backend.engine.flavour import detect_flavour
 from backend.engine.registry import Engine, unusable_engines
 from backend.models.drafts import draft_for, draft_window, swa_quant_warning
 from backend.models.hfdraft import resolve_draft
-from backend.models.presets import Preset, PresetError, get_preset
+from backend.models.presets import Preset, PresetError
 from backend.models.requant import requantized
 from backend.models.sources import resolve_model
-from backend.serve.fit import check_fit
 from backend.serve.leases import hold, holders
-from backend.serve.process import DEFAULT_PORT
 from backend.serve.profiles import LaunchPlan, Profile, get_profile
 from backend.serve.records import ServerError, ServerState
-from backend.serve.server import compatible, plan_differences, retire, running, up
-from backend.serve.tuning import loaded_off_speed, stale_note, tune, with_ngram_lengths
+from backend.serve.server import retire, up
+from backend.serve.tuning import loaded_off_speed, stale_note, with_ngram_lengths
 
 
 def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | None,
@@ -188,39 +187,3 @@ def preset_workers(preset: Preset) -> tuple[str, ...]:
     :func:`backend.models.presets.parse_workers`)."""
     return tuple(preset.rpc)
 
-
-def ensure_server(preset_name: str, *, profile: str | None = None, ctx_size: int | None = None,
-                  port: int = DEFAULT_PORT, sdist: Path | None = None, timeout: float = 600.0,
-                  progress: Progress | None = None,
-                  note: Callable[[str], None] | None = None,
-                  force: bool = False,
-                  temperature: float | None = None) -> tuple[ServerState, bool]:
-    """Engine, models and server for ``preset_name``; returns (state, reused).
-
-    A tuned profile's draft length is chosen before the launch (:func:`backend.serve.tuning.
-    tune`: a short acceptance probe when one is due; drafting off when it would not pay).
-    Before a launch the fit check runs (:func:`backend.serve.fit.check_fit`); ``force`` launches a
-    plan it refuses. ``temperature``: what the session samples at (None: the preset's), whose
-    kind of acceptance the tuned length is chosen for. Raises ``BuildError``, ``ModelError``,
-    ``PresetError``, ``FitError``, ``GgufError`` or ``ServerError``.
-    """
-    preset = get_preset(preset_name)
-    engine = ensure_engine(sdist, progress, note, rpc=bool(preset.rpc))
-    plan = plan_for(preset, engine, profile, ctx_size, note, sdist=sdist)
-    if temperature is None:
-        temperature = preset.sampling.temperature
-    serving = compatible(plan)
-    # The server that is up is the one sessions use, whatever its slot count; its draft length
-    # changes only at a launch (never under a running session).
-    if serving is not None and keep_serving(serving, plan, temperature, note):
-        return up(serving.plan, port=port, preset=preset.name, timeout=timeout, progress=note,
-                  speculation=serving.speculation)
-    plan, choice = tune(plan, timeout=timeout, note=note, temperature=temperature)
-    for other in running():
-        if other.preset == preset.name and note is not None:
-            note(f"the {preset.name} server at {other.base_url} runs with another "
-                 f"{', '.join(plan_differences(plan, other.plan))}; starting one for this "
-                 "session's")
-    check_fit(plan, force=force, note=note)
-    return up(plan, port=port, preset=preset.name, timeout=timeout, progress=note,
-              speculation=choice.line() if choice else None)
