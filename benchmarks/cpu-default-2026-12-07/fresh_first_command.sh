@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The README's first command from a fresh clone with a fresh HOME (nothing cached: pip, the
 # engine, the model), then three more descriptions in the same clone and home (the engine build
-# and the model fetch apart). Usage: fresh_first_command.sh REPO ROOT OUT.jsonl
+# and the model fetch apart). Usage: fresh_first_command.sh REPO ROOT OUT.jsonl [COMMIT]
 set -u
-repo=$1 root=$2 out=$3
+repo=$1 root=$2 out=$3 rev=${4:-HEAD}
 rm -rf "$root" && mkdir -p "$root/home"
-git clone -q "$repo" "$root/dflash-agent" && cd "$root/dflash-agent" || exit 2
+git clone -q "$repo" "$root/dflash-agent" && cd "$root/dflash-agent" && git checkout -q "$rev" || exit 2
 export HOME=$root/home
 commit=$(git rev-parse --short HEAD)
 t0=$(date +%s.%N)
