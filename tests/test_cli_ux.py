@@ -232,7 +232,7 @@ def _help_texts() -> dict[str, str]:
     """Every command's --help text, rendered in-process from the real command tree."""
     import typer
 
-    from agent.cli.main import app
+    from agent.cli.app import app
 
     out: dict[str, str] = {}
 

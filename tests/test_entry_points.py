@@ -120,13 +120,13 @@ def test_version_from_a_source_tree_that_was_never_installed(monkeypatch: pytest
 
     from typer.testing import CliRunner
 
-    from agent.cli import main
+    from agent.cli.app import app
 
     def missing(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(main.metadata, "version", missing)
-    result = CliRunner().invoke(main.app, ["--version"])
+    monkeypatch.setattr(metadata, "version", missing)
+    result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("dflash-agent ") and "source tree, not installed" in \
         result.output

@@ -13,15 +13,15 @@ from typing import Annotated
 
 import typer
 
+from agent.cli.common import err
 from agent.cli.mcp import mcp_app
 from agent.errors import EXIT_CODES_HELP, UsageError
 from agent.mcp_server.install import DEFAULT_NAME, HOSTS, plan, write
 from agent.mcp_server.jobs import JobManager
-from agent.ui import SafeConsole, echo
+from agent.ui import echo
 from backend import secret_store
 
 TOKEN_ENV = "DFLASH_AGENT_MCP_TOKEN"
-err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 RootOpt = Annotated[list[Path] | None, typer.Option(
     "--root", metavar="DIR", help="Workspace root the MCP host may use (repeatable; default: "

@@ -53,7 +53,7 @@ def help_text(app: typer.Typer, path: tuple[str, ...]) -> str:
 def render(app: typer.Typer | None = None) -> str:
     """The whole reference as Markdown: one section per command, its help in a text block."""
     if app is None:
-        from agent.cli.main import app
+        from agent.cli.app import app
     parts = [HEADER]
     for path in command_paths(typer.main.get_command(app)):
         title = " ".join((PROG, *path))

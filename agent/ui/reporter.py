@@ -1,16 +1,15 @@
-"""Showing progress: events as short lines on stderr (rich), or JSONL on stdout (``--json``)."""
+"""The live reporter: events as short lines on stderr (rich), or JSONL on stdout (``--json``);
+a waiting request's spinner or progress lines; engine build progress."""
 
 from __future__ import annotations
 
-import errno
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     Progress,
@@ -23,85 +22,18 @@ from rich.text import Text
 
 from agent.acceptance import collapse_note
 from agent.events import Event, FinalAnswer, ModelTurn, Timings, ToolCall, ToolResult
+from agent.ui.console import SafeConsole
+from agent.ui.lines import (
+    DIFF_EDITS,
+    PREVIEW_LINES,
+    draft_length_text,
+    reply_misses,
+    result_summary,
+    stop_line,
+)
+from agent.ui.watch import PROGRESS_EVERY_S, TICK_S, RequestWatch
 from backend.engine.buildlog import LOG_STEP
 from tools.create import lines_label
-
-_SHOWN = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
-_SHOWN[0x7F] = 0x2421
-_SHOWN.update({c: 0xFFFD for c in (*range(0x80, 0xA0), *range(0x202A, 0x202F),
-                                   *range(0x2066, 0x206A))})
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on replaced by a visible one of the
-    same length: C0 controls but tab and newline become their control pictures (ESC → ␛,
-    CR → ␍), DEL → ␡, C1 controls and the bidirectional overrides (U+202A–U+202E,
-    U+2066–U+2069) → U+FFFD.
-
-    Model replies, tool output, file names, MCP results and skills are untrusted: an escape
-    sequence in them could clear the screen, rewrite the clipboard (OSC 52) or hide part of a
-    command from the approval prompt (``rm -rf ~\\x1b[2K\\recho hi`` shows as ``echo hi``).
-    One character for one keeps rich's style spans in place."""
-    return text.translate(_SHOWN)
-
-
-class SafeConsole(Console):
-    """A rich :class:`~rich.console.Console` whose printed strings and :class:`Text` pass
-    through :func:`printable` (rich itself strips only BEL, BS, VT, FF and CR), and whose
-    writes to a terminal that went away are dropped (:class:`_GoneTerminalSafe`)."""
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (rich's own)
-        super().print(*(_printable(o) for o in objects), **kwargs)
-
-    @property
-    def file(self) -> IO[str]:  # noqa: D102 (rich's own)
-        return _GoneTerminalSafe(Console.file.fget(self))  # type: ignore[attr-defined]
-
-    @file.setter
-    def file(self, new_file: IO[str]) -> None:
-        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
-
-
-_GONE = frozenset({errno.EIO, errno.EPIPE, errno.ENXIO})
-"""What writing to a closed terminal (EIO, ENXIO) or a closed pipe (EPIPE) raises."""
-
-
-class _GoneTerminalSafe:
-    """A text stream whose writes to a terminal or pipe that went away (a closed terminal, a
-    dropped ssh, ``| head``) are dropped instead of raised. A hang-up ends a command like
-    Ctrl-C does, and its clean-up (answering the pending call, ending the session log) prints
-    as it goes: a closed terminal made that an internal error with a crash log."""
-
-    def __init__(self, stream: IO[str]):
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except OSError as exc:
-            if exc.errno not in _GONE:
-                raise
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except OSError as exc:
-            if exc.errno not in _GONE:
-                raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-def _printable(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return printable(obj)
-    if isinstance(obj, Text):
-        shown = obj.copy()
-        shown.plain = printable(obj.plain)
-        return shown
-    return obj
 
 
 def _rate(per_second: float | None) -> str:
@@ -111,11 +43,9 @@ def _rate(per_second: float | None) -> str:
     return f"{rate:.0f}" if rate >= 10 or rate == 0 else f"{rate:.1f}"
 
 
-def echo(text: str, nl: bool = True) -> None:
-    """:func:`typer.echo` of :func:`printable` text (command output that can hold file names,
-    skill or MCP server text); ``nl``: end with a newline."""
-    sys.stdout.write(printable(text) + ("\n" if nl else ""))
-    sys.stdout.flush()
+def _short(args: Any) -> str:
+    text = json.dumps(args, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 class Reporter:
@@ -416,183 +346,3 @@ class Reporter:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-
-
-TICK_S = 1.0
-"""How often a waiting request's display is refreshed."""
-PROGRESS_EVERY_S = 30.0
-"""Seconds between progress lines of a long model step (a quarter of a shorter idle timeout)."""
-SILENT_AFTER_S = 60.0
-"""Seconds without a byte from the server before it is said to be silent (a quarter of a
-shorter idle timeout, so the warning always comes well before the request is given up)."""
-
-
-class RequestWatch:
-    """What to say about one model request while it runs: time waited, tokens so far, and
-    whether the server has gone silent. Times are ``time.monotonic()`` seconds, passed in so
-    the rules can be checked without waiting."""
-
-    def __init__(self, started: float, idle_timeout: float | None = None):
-        self.started = self.last = self.reported = started
-        self.idle_timeout = idle_timeout
-        self.tokens = 0
-        self.warned = False
-        """The current silence has been reported (reset by the next chunk)."""
-
-    def _limit(self, default: float) -> float:
-        return min(default, self.idle_timeout / 4) if self.idle_timeout else default
-
-    def chunk(self, tokens: int, now: float) -> None:
-        """The server sent a chunk; ``tokens`` received so far."""
-        self.tokens, self.last, self.warned = tokens, now, False
-
-    def status(self) -> str:
-        """The spinner's text (the spinner shows the time itself)."""
-        if not self.tokens:
-            return "waiting for the model (reading the prompt)"
-        return f"receiving the reply: {self.tokens} tokens"
-
-    def progress(self, now: float) -> str | None:
-        """A progress line when one is due (every :data:`PROGRESS_EVERY_S`), else None."""
-        if now - self.reported < self._limit(PROGRESS_EVERY_S):
-            return None
-        self.reported = now
-        waited = now - self.started
-        if not self.tokens:
-            return f"model step: {waited:.0f} s, no tokens yet (the server is reading the prompt)"
-        return f"model step: {waited:.0f} s, {self.tokens} tokens so far"
-
-    def silence(self, now: float) -> str | None:
-        """A warning, once per silence, when the server has sent nothing for
-        :data:`SILENT_AFTER_S`; else None."""
-        quiet = now - self.last
-        if self.warned or quiet < self._limit(SILENT_AFTER_S):
-            return None
-        self.warned = True
-        if not self.tokens:
-            given_up = (f"; the request is given up after {self.idle_timeout:.0f} s without a "
-                        "byte (request_timeout)" if self.idle_timeout else "")
-            return (f"no reply from the server after {quiet:.0f} s: a long prompt can take "
-                    f"minutes to read, or the server is stuck{given_up}")
-        given_up = (f" (the request is given up after {self.idle_timeout:.0f} s of silence: "
-                    "request_timeout)" if self.idle_timeout else "")
-        return (f"the server has sent nothing for {quiet:.0f} s since its last token; it may "
-                f"be stuck{given_up}")
-
-
-_LARGER = "(--preset NAME; `agent backend presets` lists them)"
-
-STOP_LINES = {
-    "max_steps": "stopped: the step limit ({steps} model calls) ran out before the task was "
-                 "done; raise --max-steps (or max_steps in config.toml)",
-    "max_time": "stopped: the time limit ran out after {steps} model calls; raise --max-time "
-                "(seconds, or max_time in config.toml)",
-    "repeated_call": "{text}; the model is going round in circles: rephrase the task with a "
-                     "concrete hint, or use a larger model {larger}",
-    "format_errors": "{text}; the model cannot write valid tool calls: try --tool-protocol "
-                     "json, or a larger model {larger}",
-    "approval_needed": "stopped: {text}",
-    "nothing_done": "stopped: {text}; rephrase the task with a concrete first step, or use a "
-                    "larger model {larger}",
-    "nothing_changed": "stopped: {text}",
-    "broken_files": "stopped: {text}; the files stay as the task left them (`agent undo` "
-                    "puts them back), or use a larger model {larger}",
-    "check_failed": "stopped: {text}; the files stay as the task left them (`agent diff` "
-                    "shows them, `agent undo` puts them back)",
-    "length": "stopped: {text}; the model ran on without finishing: rephrase the task, or use "
-              "a larger model {larger}",
-    # "in step N", not "after N model calls": step N's call may be the one interrupted (a
-    # field trial read "after 2 model calls" beside the session line's "1 model calls").
-    "interrupted": "interrupted ({text}) in step {steps}: the task stopped; the files it "
-                   "changed so far stay as they are",
-}
-"""What to print for each :class:`agent.events.FinalAnswer` ``reason`` other than done."""
-TIME_LIMIT_IN_STEP = ("stopped: {text}; raise --max-time (seconds, or max_time in "
-                      "config.toml)")
-"""``max_time`` with the loop's report: the limit ran out inside a model step."""
-
-
-def draft_length_text(n_max: int) -> str:
-    """What a step line says of a request's draft length: ``draft length K`` or, for 0,
-    ``drafting off``."""
-    return f"draft length {n_max}" if n_max else "drafting off"
-
-
-def stop_line(reason: str, text: str, steps: int) -> str:
-    """One line saying why a task stopped and what to do about it; ``text`` is the loop's
-    own report (whitespace collapsed, cut at 300 characters), ``steps`` the model calls made."""
-    detail = " ".join(text.split())[:300]
-    template = STOP_LINES.get(reason, "stopped ({reason}): {text}")
-    if reason == "max_time" and detail:
-        template = TIME_LIMIT_IN_STEP
-    if reason == "interrupted":
-        detail = detail or "Ctrl-C"  # a termination signal's name otherwise
-    return template.format(reason=reason, text=detail or "no details", steps=steps,
-                           larger=_LARGER)
-
-
-TEMPLATE_SLACK = 3
-"""Tokens at the seam of a reply that the chat template re-renders (end-of-turn markers)."""
-
-
-def reply_misses(previous: tuple[int, int] | None, reused: int,
-                 prefilled: int | None = None) -> int:
-    """Tokens of the previous reply the next request had to prefill again: a cache miss the
-    agent caused (its request did not continue the cached prompt + reply byte for byte).
-
-    ``previous`` is (prompt tokens, decoded tokens) of the last request; ``reused`` is this
-    request's ``cache_n``. A fully kept reply is reused with the prompt before it, so what is
-    missing from prompt + reply, at most the reply itself, was thrown away (0 when unknown).
-    ``prefilled`` is this request's ``prompt_n``, when known: a shorter history (compacted)
-    reuses less without prefilling the reply again, and no more than was prefilled can have
-    been prefilled again.
-    """
-    if previous is None:
-        return 0
-    prompt, decoded = previous
-    missed = min(decoded, prompt + decoded - reused)
-    if prefilled is not None:
-        missed = min(missed, prefilled)
-    # The end-of-turn tokens around a reply are rendered by the template, not decoded as they
-    # were: a gap of a couple of tokens is the template, not a lost reply.
-    return missed if missed > TEMPLATE_SLACK else 0
-
-
-SUMMARY_LINES = 5
-"""Lines of a tool result shown at most; a longer one shows its head, a count and its end."""
-SUMMARY_WIDTH = 160
-DIFF_EDITS = frozenset({"str_replace", "insert"})
-"""Edits shown as a diff with their call; their result (a heading and the edited lines) is
-then shown as its heading only."""
-PREVIEW_LINES = 40
-"""Lines of an edit's diff shown with the call (the rest is counted)."""
-
-
-def result_summary(name: str, text: str, is_error: bool = False) -> list[str]:
-    """The lines of a tool result worth showing in the terminal (at least one).
-
-    Blank lines and an MCP result's ``[…]`` frame are left out. An edit's result is its
-    heading only (``edited calc.py``): the call already showed the diff. Up to
-    :data:`SUMMARY_LINES` lines are shown whole; a longer result shows its first lines, how many
-    were left out and its last line, which is where commands put their verdict (``[exit code
-    0]``, a test summary)."""
-    lines = [line.rstrip().expandtabs(4) for line in text.strip().splitlines()
-             if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("[") and "MCP tool" in lines[0]:
-        lines = lines[1:-1] if lines[-1] == "[end of MCP output]" else lines[1:]
-    if not lines:
-        return ["(no output)"]
-    if name in DIFF_EDITS and not is_error and lines[0].endswith(":"):
-        lines = [lines[0][:-1]]
-    if len(lines) > SUMMARY_LINES:
-        head = SUMMARY_LINES - 2
-        lines = [*lines[:head], f"… {len(lines) - head - 1} more lines", lines[-1]]
-    cut = [line if len(line) <= SUMMARY_WIDTH else line[:SUMMARY_WIDTH - 1] + "…"
-           for line in lines]
-    # The first line follows the ✓/✗ mark; indentation relative to it is kept for the rest.
-    return [cut[0].lstrip(), *cut[1:]]
-
-
-def _short(args: Any) -> str:
-    text = json.dumps(args, ensure_ascii=False)
-    return text if len(text) <= 120 else text[:117] + "..."
