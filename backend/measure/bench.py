@@ -8,13 +8,14 @@ seed's shape — a single user message, ``max_tokens`` and ``temperature`` — p
 top-k/top-p/min-p (which the seed set on the server command line) and ``cache_prompt: false``,
 so every request prefills its whole prompt and prefill speed stays comparable.
 
-Every request carries a sampling ``seed`` of its prompt and repeat, the same for every profile:
-at temperature 0.7 two profiles that decode alike then sample the same answer, so a ratio
-compares speeds, not the lengths of different sampled answers (two plain servers read 0.95-0.96x
-of each other without one on an H200, 2026-12-03). Each sample keeps its answer's SHA-256, and
-:func:`different_answers` names the requests whose answer is not the reference profile's: a
-draft can change even a greedy answer (batched verification rounds differently), and there the
-ratio compares two texts.
+Every request carries a sampling ``seed`` of its prompt and repeat, the same for every profile: at
+temperature 0.7 two profiles that decode alike then sample the same answer, so a ratio compares
+speeds, not the lengths of different sampled answers (without one, two plain servers read each
+other several percent apart: benchmarks/RESULTS.md, section "v4 on one H200 from its first launch,
+every set and temperature, and the agent's own turns"). Each sample keeps its answer's SHA-256, and
+:func:`different_answers` names the requests whose answer is not the reference profile's: a draft
+can change even a greedy answer (batched verification rounds differently), and there the ratio
+compares two texts.
 
 What a run produces (samples, statistics, the machine) is :mod:`backend.measure.results`.
 """
@@ -155,8 +156,9 @@ def _bench_plan(preset: Preset, engine: Engine, profile: str, ctx_size: int | No
                 for t, (_, c) in tuned.items()}
         unloaded = [t for t, (p, _) in tuned.items() if p.draft_n_max == 0]
         if unloaded and note:
-            # What the bench measures there is not what that temperature's launch runs: an
-            # H200 run of 2026-12-03 read 0.93x for requests at 0 on such a server.
+            # What the bench measures there is not what that temperature's launch runs: the
+            # loaded draft slows requests at 0 (docs/performance.md, "What the tuning's
+            # thresholds rest on").
             note(f"{profile}: requests at t={', '.join(f'{t:g}' for t in unloaded)} run on a "
                  "server with the draft loaded, where their own launch would start without it; "
                  "bench one temperature at a time to measure each launch")
@@ -218,8 +220,9 @@ def _model_file(path: Path) -> ModelFile:
 
 WARM_UP_TOKENS = 16
 """Tokens each warm-up request decodes: a few speculative steps, so the verification batch of
-the length the first request drafts has run once before anything is timed (the first request
-drafting 3 a step on a fresh H200 server decoded at 540 tok/s, the second at 707)."""
+the length the first request drafts has run once before anything is timed (on a fresh GPU server
+the first such request decodes far slower: docs/performance.md, "What the tuning's thresholds rest
+on")."""
 
 
 def _start(profile: str, plan: LaunchPlan, preset: Preset, client: httpx2.Client, force: bool,

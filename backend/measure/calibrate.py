@@ -54,16 +54,17 @@ MIN_RATIO = 0.95
 than this share of a plain step, the run is refused."""
 MIN_EFFICIENCY, MAX_EFFICIENCY = 0.6, 1.25
 """Measured speedup at the check acceptance over the formula's, outside which the run is
-refused (85–92 % was measured on an H200; a busy machine gave 2.9x)."""
+refused (the H200's figures: docs/design/speculation-costs.md, "Step costs"); far outside it
+is what a busy machine measures."""
 MIN_TOKENS = 64
 """Tokens a timed request decodes at least (and the first plain measurement's length)."""
 MAX_TOKENS = 512
 """Tokens a timed request decodes at most when the length is chosen from the plain speed."""
 REQUEST_SECONDS = 0.5
-"""How long a timed request should decode when the length is chosen from the plain speed: at
-64 tokens an H200 decodes SmolLM2 for ~85 ms, where a few ms of launch and scheduling noise
-moved a length's cost by 8 % between two runs (K=3: 2.00 and 2.16 plain steps, 2026-12-03),
-enough to change the tuned length."""
+"""How long a timed request should decode when the length is chosen from the plain speed: a request
+of 64 tokens on a fast GPU lasts so few milliseconds that launch and scheduling noise moved a
+length's cost enough to change the tuned length (docs/performance.md, "What the tuning's thresholds
+rest on")."""
 
 
 def request_tokens(plain_tok_s: float) -> int:
@@ -247,8 +248,9 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
     try:
         with keep_current_marker():
             # The first launch warms the machine up and is not kept: on an idle 2-core CI
-            # machine it ran plain at 160.8 tok/s, and the same plain at the end at 190.6,
-            # and the drift check refused the run (2026-12-05).
+            # machine a cold first plain run was slower than the same plain at the end by more
+            # than MAX_DRIFT, and the drift check refused the run (docs/performance.md, "What
+            # the tuning's thresholds rest on").
             first = _measure("plain", tagged(plain, "plain"), 0, None, *args)
             if tokens is None and request_tokens(first.tok_s) != chosen_tokens:
                 chosen_tokens = request_tokens(first.tok_s)
@@ -273,8 +275,8 @@ def calibrate(preset: Preset, engine: Engine, *, profile: str = "dflash",
             suspect = _suspect_lengths(rows)
             if suspect:
                 # One length out of line with the others is what a few seconds of another
-                # job make (twice on an idle 2-core VM, 2026-12-03: K=2, then K=5): it is
-                # measured once more before the run is refused.
+                # job make (seen on an idle 2-core VM): it is measured once more before the
+                # run is refused.
                 say(f"{', '.join(f'K={k}' for k in suspect)} out of line with the rest: "
                     "measuring again")
                 for k in suspect:

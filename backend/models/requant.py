@@ -3,9 +3,10 @@
 Why: llama.cpp b11434's CPU backend has no multi-row kernel for Q4_1 (llamafile's sgemm and the
 repack path take Q4_0/Q8_0/K-quants, not Q4_1; the x86 Q4_1 dot product handles one row), so
 verifying K drafted tokens with a Q4_1 target costs nearly K decode steps, and DFlash cannot pay
-on the CPU. The same SmolLM2 weights as Q8_0 go through tinyBLAS's matrix kernels: at synthetic
-acceptance 0.9 tuned ``dflash`` ran at 1.52x plain instead of 1.08x, with plain decoding about
-as fast as Q4_1's (``benchmarks/cpu-quant-2026-12-03/``, perf-findings.md there).
+on the CPU. The same SmolLM2 weights as Q8_0 go through tinyBLAS's matrix kernels, where
+drafting pays at a plain decoding speed about Q4_1's (docs/performance.md, "Speculation: the
+tuned `dflash` profile"; benchmarks/RESULTS.md, section "Why DFlash loses on this CPU: the
+target's weight type").
 
 Q8_0 holds every value of a 4- or 5-bit block to within 8-bit rounding of its block's largest
 value, so the model computes nearly the same logits (not bit-identical ones: greedy text can

@@ -31,8 +31,8 @@ def keep_serving(serving: ServerState, wanted: LaunchPlan, temperature: float | 
     now (:func:`backend.serve.tuning.stale_note`). False after stopping it, for a launch of
     its own: when what is measured now turns drafting off while that server keeps a draft
     loaded that costs (:func:`backend.serve.tuning.loaded_off_speed`) and no other live
-    process holds a lease on it (:mod:`backend.serve.leases`); an H200 agent replay decoded
-    87 turns at 0.94x of baseline with the draft loaded and off (2026-12-04)."""
+    process holds a lease on it (:mod:`backend.serve.leases`): a draft loaded and off slows
+    every turn (docs/performance.md, "What the tuning's thresholds rest on")."""
     speed = loaded_off_speed(serving.plan, wanted, temperature)
     others = [pid for pid in holders(serving) if pid != os.getpid()] if speed else []
     if speed is None or others:

@@ -145,9 +145,10 @@ def _speculation(plan: LaunchPlan, profile: Profile, flavour: Flavour) -> list[s
             argv += ["--spec-dflash-cross-ctx", str(plan.options.dflash_cross_ctx)]
         if plan.draft_n_max is not None:
             # A length the product chose (tuning, calibration) is drafted as chosen: v0.3.1's
-            # adaptive draft-max controller would resize it (it ran at 0.41-0.45x of plain
-            # decoding with the v1 draft on an H200). Without a chosen length the engine's
-            # own defaults stay: 16 tokens under that controller (dflash-fixed's reference).
+            # adaptive draft-max controller would resize it (and ran far slower than plain
+            # decoding: docs/performance.md, "BeeLlama v0.3.1"). Without a chosen length the
+            # engine's own defaults stay: 16 tokens under that controller (dflash-fixed's
+            # reference).
             argv += ["--spec-draft-n-max", str(plan.draft_n_max), "--no-spec-dm-adaptive"]
     elif n_max is not None:
         argv += ["--spec-draft-n-max", str(n_max)]

@@ -3,10 +3,10 @@ stored costs and acceptance (:mod:`backend.serve.speculation`), probing first wh
 whether a running server's length is still the one they choose.
 
 "Off" means no draft block is decoded. A confidence cut (``--spec-draft-p-min``) is not an off
-switch — the draft's forward pass still runs every step (0.68–0.74× plain measured with nothing
-drafted) — so off is either a server without the draft (``dflash`` runs plain, ``dflash+ngram``
-n-gram lookup only) or, on an engine built with the product's patch, a request that carries
-``speculative.n_max`` 0.
+switch — the draft's forward pass still runs every step (docs/design/speculation-costs.md, "Off"
+means no draft pass) — so off is either a server without the draft (``dflash`` runs plain,
+``dflash+ngram`` n-gram lookup only) or, on an engine built with the product's patch, a request
+that carries ``speculative.n_max`` 0.
 
 The per-request cap (``backend/engine/patches/b11434-per-request-draft-cap.patch``). b11434
 compiled the per-request speculative fields out (``tools/server/server-schema.cpp`` ~197,
@@ -20,40 +20,34 @@ block of the capped length, so a request at K costs what a launch at K costs. Wh
 at 0 is ``draft-dflash``'s ``process()`` after every target batch (~1157: the target's layer
 inputs through the draft's ``fc``, norm and per-layer K/V projections into the draft's KV
 cache; no attention, FFN or vocabulary head), which keeps the draft's cache in step so that a
-later request drafts with the whole context. Measured on the 2-core CPU with SmolLM2 and the
-v1 draft, side by side (``benchmarks/draft_cap.py``, benchmarks/RESULTS.md): requests at 0
-decoded at 0.97x of the no-draft server (median of 15 back-to-back pairs 0.99x; the pairs
-spread 0.88-1.09x on the shared VM), and requests capped at 3 on a server launched at 15 at
-0.43x against 0.44x for the server launched at 3 (the same 6,680 drafted tokens; 0.86x against
-0.88x at a synthetic acceptance of 0.75): a true off within the noise, and a length that
-changes between two requests without a restart. That injection is not free everywhere: on an
-H200 requests at 0 decoded at 0.90x (SmolLM2; 1.02x on the 2-core CPU with the 2-layer v2
-draft, ``agent backend calibrate``), and calibration's idle row does not tell where: on the
-H200 it put v5 at 1.01x of plain, and benches with it loaded and off ran 0.92-0.93x. So a
-launch that chooses off starts without the draft; a session whose requests turn drafting off
-later keeps it loaded until it has cost a relaunch (:meth:`DraftCap.unload_due`, where
-calibration measured it under :data:`IDLE_FLOOR` of plain).
+later request drafts with the whole context. On the 2-core CPU that is a true off within the
+noise, and a length that changes between two requests without a restart
+(``benchmarks/draft_cap.py``; docs/performance.md, "What the tuning's thresholds rest on").
+That injection is not free everywhere (a GPU pays for it), and calibration's idle row does not
+tell where (same table). So a launch that chooses off starts without the draft; a session whose
+requests turn drafting off later keeps it loaded until it has cost a relaunch
+(:meth:`DraftCap.unload_due`, where calibration measured it under :data:`IDLE_FLOOR` of plain).
 
 So on a patched engine the tuned ``dflash`` profile (:func:`per_request_cap`) launches with the
-draft loaded at the longest length when it drafts (or when drafting is predicted near
-break-even: :data:`EXPLORE_FROM`), and :class:`DraftCap` chooses each
-request's length (0 = off) from the stored observations and the session's own, re-choosing after
-every request, against what off costs on that server (the loaded draft's measured idle cost, not
-plain decoding); while off, a request drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due,
-and its acceptance decides again. Elsewhere (an engine without the patch: a user's own build, one
-built before the patch; ``dflash+ngram``, whose n-gram drafts a per-request cap would cut too) the
-length is per server: a re-choice takes effect at the next launch, between tasks, never mid-turn,
-and off is a launch without the draft. BeeLlama <= 0.3 is tuned the same way, per launch: its own
-``profit`` controller (on by default) ran at 0.41-0.45x of plain decoding with the v1 draft on an
-H200 without ever turning drafting off, so a length the product chose is launched with that
+draft loaded at the longest length when it drafts (or when drafting is predicted near break-even:
+:data:`EXPLORE_FROM`), and :class:`DraftCap` chooses each request's length (0 = off) from the
+stored observations and the session's own, re-choosing after every request, against what off costs
+on that server (the loaded draft's measured idle cost, not plain decoding); while off, a request
+drafts :data:`TURN_PROBE_LENGTH` tokens once a probe is due, and its acceptance decides again.
+Elsewhere (an engine without the patch: a user's own build, one built before the patch;
+``dflash+ngram``, whose n-gram drafts a per-request cap would cut too) the length is per server: a
+re-choice takes effect at the next launch, between tasks, never mid-turn, and off is a launch
+without the draft. BeeLlama <= 0.3 is tuned the same way, per launch: its own ``profit`` controller
+(on by default) ran far slower than plain decoding without ever turning drafting off
+(docs/performance.md, "BeeLlama v0.3.1"), so a length the product chose is launched with that
 controller off (:func:`backend.serve.profiles.server_argv`), and ``dflash-fixed`` keeps the
 engine's defaults as the reference. Observations carry the sampling temperature of their requests,
-and a choice reads only those of its own kind, greedy (0) or sampled (above 0): on one H200 the v4
-draft drafting 5 tokens ran the edit set at 1.42x plain at temperature 0 and 0.84x at 0.7, from one
-record (benchmarks/h200-q8-2026-12-03). Nothing else is chosen per kind of turn: a turn's kind
-shows only in what it decodes, after its length was sent. ``--spec-draft-p-min`` stays 0: choosing
-a cut needs the draft's confidence on real text, which synthetic acceptance cannot give, and a cut
-does not remove the draft pass's cost.
+and a choice reads only those of its own kind, greedy (0) or sampled (above 0): a length chosen
+from greedy acceptance loses under sampling (docs/performance.md, "What the tuning's thresholds
+rest on"). Nothing else is chosen per kind of turn: a turn's kind shows only in what it decodes,
+after its length was sent. ``--spec-draft-p-min`` stays 0: choosing a cut needs the draft's
+confidence on real text, which synthetic acceptance cannot give, and a cut does not remove the
+draft pass's cost.
 """
 
 from __future__ import annotations
@@ -90,16 +84,11 @@ from backend.serve.speculation.store import (
 NGRAM_GPU = NgramLengths(n_match=6, n_min=2, n_max=64)
 """ngram-mod's lengths where the target decodes on a GPU (llama.cpp's are 24 / 48 / 64).
 
-Measured on the agent's own turns (forced replay, benchmarks/RESULTS.md "n-gram lookup's
-lengths"): lookups that start after 6 matching tokens and draft from 2 found 1.54 tokens a
-target step on the edit turns against 1.10 at llama.cpp's lengths (a grid of eight; the agent
-copies 40-110-token snippets, and a 24-token key waits for a quarter of one before it drafts;
-the view tool's line numbers made no difference: 1.52 and 1.10 without them); on one H200 the
-7.4 B shape ran those turns at 1.04x baseline against 0.86x (forced, a lower bound). n_max
-stays 64: a GPU verifies a long draft for little, and whole files repeated keep their gain (the
-bench's edit set 1.85x against 1.91x). On the 2-core CPU every drafted token costs (a step with
-1.4 drafted tokens cost two plain ones there): the same lengths ran those turns at 0.74x
-against 0.90x and the edit set at 1.50x against 1.79x, so a CPU keeps llama.cpp's."""
+The agent copies snippets shorter than a 24-token key waits for, so on its own turns lookups
+that start after 6 matching tokens and draft from 2 pay on a GPU, which verifies a long draft
+(n_max 64) for little; on a CPU every drafted token costs, so it keeps llama.cpp's
+(docs/performance.md, "n-gram lookup"; benchmarks/RESULTS.md, section "n-gram lookup's
+lengths, a never-slower guard, and the per-request cap on a GPU")."""
 
 
 def with_ngram_lengths(plan: LaunchPlan) -> LaunchPlan:
@@ -208,13 +197,10 @@ def _launch(plan: LaunchPlan, choice: Tuning, longest: int,
     length per request (:func:`per_request_cap`), the draft loaded at ``longest`` with the
     choice carried by each request — except drafting off, which launches without the draft.
     A loaded draft costs even when no request drafts (its feature injection runs after every
-    target batch): requests at ``speculative.n_max`` 0 decoded at 0.90x of a server without
-    the draft and prefilled at 0.62x for SmolLM2 on an H200, 0.96x and 0.55x for the 7.4 B
-    shape; 0.97-1.01x on the 2-core CPU with v1, 1.02x with v2 (benchmarks/RESULTS.md).
-    Calibration's idle row (:attr:`CostModel.idle_ratio`) is not trusted for this: on the
-    H200 it put v5 loaded and off at 1.01x of plain, and the benches that then kept it loaded
-    ran 0.92-0.93x (2026-12-05; v4: 1.10x calibrated, 0.94x in the agent replay); a session
-    whose requests turn drafting off later weighs it itself (:meth:`DraftCap.unload_due`).
+    target batch), and calibration's idle row (:attr:`CostModel.idle_ratio`) is not trusted
+    to say how much: it has read near plain where benches with the draft loaded ran slower
+    (docs/performance.md, "What the tuning's thresholds rest on"); a session whose requests
+    turn drafting off later weighs it itself (:meth:`DraftCap.unload_due`).
     ``pending``: a command shown before the probe that decides (``--print-cmd``) is the
     drafting one, the draft loaded per request: the launch itself probes first. Drafting off
     near break-even (:meth:`Tuning.explores`) keeps the draft loaded too: the session's first
@@ -260,9 +246,9 @@ def loaded_off_speed(serving: LaunchPlan, wanted: LaunchPlan,
     None otherwise (drafting on or explored, the loaded draft free or never measured, a
     server without the per-request cap).
 
-    Its requests turn drafting off without a restart, but the loaded draft still costs: an
-    H200 agent replay went off after its first turn and decoded the other 87 at 0.94x of
-    baseline (benchmarks/h200-first-2026-12-04)."""
+    Its requests turn drafting off without a restart, but the loaded draft still costs
+    (docs/performance.md, "What the tuning's thresholds rest on": the agent replay with the
+    draft loaded and off)."""
     if not per_request_cap(serving):
         return None
     choice = stored_choice(wanted, temperature)

@@ -8,8 +8,8 @@ stated default). A draft whose tokens are each accepted with probability ``p`` y
     S(K, p) = e(K) · (1 + p + … + p^K) / r(K)
 
 where ``e(K)`` (≤ 1) is what calibration measured at a partial acceptance against that formula
-(85–92 % on an H200: partial acceptance has costs the formula leaves out). The launch drafts
-with the K of the best S, or not at all when no K is predicted to beat plain decoding by
+(partial acceptance has costs the formula leaves out: the design page's "Step costs"). The launch
+drafts with the K of the best S, or not at all when no K is predicted to beat plain decoding by
 :data:`MARGIN`; when a K has been *measured* on the user's own traffic (decode tok/s against the
 calibrated plain rate) the measured figure is used when it is the lower one.
 
@@ -38,21 +38,19 @@ MARGIN = 1.05
 ~10 %, and a draft that only breaks even costs memory and risk for nothing."""
 
 IDLE_FLOOR = 0.99
-"""A server keeping its draft loaded while no request drafts must decode at this share of a
-server without the draft, measured (``agent backend calibrate``), for drafting off to stay per
-request; otherwise off launches without the draft. Never slower is the promise, and calibrate
-reads this cost low: on an H200 it measured 0.972 (v4 draft, 2026-12-03), and the benches of
-that run decoded at 0.94-0.95x of plain with the draft loaded and every request at 0; 0.97,
-the floor until then, let that draft stay loaded."""
+"""A server keeping its draft loaded while no request drafts must decode at this share of a server
+without the draft, measured (``agent backend calibrate``), for drafting off to stay per request;
+otherwise off launches without the draft. Never slower is the promise, and calibrate reads this
+cost low: a draft it put just above 0.97, the floor until then, stayed loaded and ran benches
+slower than that (docs/performance.md, "What the tuning's thresholds rest on")."""
 
 EXPLORE_FROM = MARGIN - 0.10
-"""With drafting off but predicted within 10 % under :data:`MARGIN`, a server that takes its
-length per request keeps the draft loaded and a session's first requests draft the best
-predicted length (:class:`DraftCap`), so that the session's own text decides. The launch
-probe's two requests read acceptance to about ±0.1 a token (0.51 and 0.70 for its two prompts on
-an H200, 0.26 and 0.74 on the 2-core CPU), about ±10 % of predicted speedup near break-even; and
-the edit and seed requests it then kept at plain speed accepted 0.71 a token, which drafting 5
-tokens turned into 1.31-1.42x plain (benchmarks/h200-q8-2026-12-03)."""
+"""With drafting off but predicted within 10 % under :data:`MARGIN`, a server that takes its length
+per request keeps the draft loaded and a session's first requests draft the best predicted length
+(:class:`DraftCap`), so that the session's own text decides. The launch probe reads acceptance to
+about ±0.1 a token, about ±10 % of predicted speedup near break-even: a launch that read off there
+has left a draft that pays unused (docs/performance.md, "What the tuning's thresholds rest
+on")."""
 
 EXPLORE_TOKENS = 256
 """Tokens a session decodes while exploring (:data:`EXPLORE_FROM`) before its choice rests on
@@ -120,12 +118,10 @@ class CostModel(BaseModel):
         """The efficiency every length is predicted with: the median of the measured ones
         (1.0 when none was measured).
 
-        One synthetic check per length is too noisy to rank lengths by: on the H200 the same
-        server's check moved by up to 0.2 between three calibrations (K = 2: 0.88-1.0, K = 3:
-        0.79-0.85, K = 15: 0.74-0.93), while real drafts on the edit set cost 3-5 % more a step
-        at 3 than at 2 (benchmarks/h200-first-2026-12-04). Ranked per length, the same launch
-        probe chose length 2, 5 or off on those three calibrations; at the median, all three
-        choose 3, which ran the edit set at 1.24x where length 2 ran 1.04-1.13x."""
+        One synthetic check per length is too noisy to rank lengths by: it moved by up to 0.2
+        between calibrations of one server, more than real drafts' costs differ between
+        lengths, and the median made those calibrations agree
+        (docs/performance.md, "What the tuning's thresholds rest on")."""
         values = sorted(self.efficiency.values())
         return statistics.median(values) if values else 1.0
 
@@ -243,8 +239,9 @@ def same_sampling(observed: float | None, temperature: float | None) -> bool:
     sampling at 0.7 keeps far less often than greedy decoding does.
 
     An observation recorded before temperatures were kept (``observed`` None) counts as greedy:
-    probes always ran at temperature 0, and reading such a record for sampled requests is what
-    drafted 5 tokens at 0.7 on an H200 at 0.84x plain; sampled requests probe anew instead."""
+    probes always ran at temperature 0, and reading such a record for sampled requests ran slower
+    than plain (docs/performance.md, "What the tuning's thresholds rest on"); sampled requests
+    probe anew instead."""
     if temperature is None:
         return True
     return ((observed or 0.0) == 0) == (temperature == 0)
@@ -283,13 +280,10 @@ def length_estimates(observations: Iterable[Observation]) -> dict[int, float]:
     (:func:`estimate_p`), for the lengths with at least :data:`LENGTH_MIN_TOKENS` tokens
     decoded there.
 
-    A DFlash draft predicts a block's positions at once, and the later ones are right less
-    often: one acceptance per token fitted at a short length promises too much at a long one.
-    On an H200 (benchmarks/h200-first-2026-12-04) the edit set's longest answer accepted 0.73
-    a token at length 2 and 0.65 at 7, where it decoded at 0.90x of its speed at 2; and the
-    agent replay, its estimate pooled over lengths, went on from a measured length 2 to lengths
-    5 and 7 untried, where its short answers ran at 0.56-0.92x of baseline. A length measured
-    on its own keeps its own figure; the others take the pooled one."""
+    A DFlash draft predicts a block's positions at once, and the later ones are right less often:
+    one acceptance per token fitted at a short length promises too much at a long one
+    (docs/performance.md, "What the tuning's thresholds rest on"). A length measured on its own
+    keeps its own figure; the others take the pooled one."""
     by_length: dict[int, list[Observation]] = {}
     for o in observations:
         if o.draft_n:
@@ -303,10 +297,10 @@ def length_estimates(observations: Iterable[Observation]) -> dict[int, float]:
 
 
 MEASURED_MIN_TOKENS = 128
-"""A request counts towards a measured speedup (:func:`_measured_speedups`) from this many
-tokens: a short answer decodes slower than the calibrated rate whatever drafts it (on an H200
-plain decoding ran 680 tok/s on a 66-token answer against 780 calibrated), and one such answer
-of 99 tokens read as 0.79x turned drafting off for a whole bench (2026-12-03)."""
+"""A request counts towards a measured speedup (:func:`_measured_speedups`) from this many tokens:
+a short answer decodes slower than the calibrated rate whatever drafts it, and one such answer once
+turned drafting off for a whole bench (docs/performance.md, "What the tuning's thresholds rest
+on")."""
 
 MEASURED_MIN_TOTAL = 512
 """Tokens of such requests a length needs before its measured speedup is used."""
@@ -358,8 +352,8 @@ def choose(costs: CostModel, p: float | None, observations: list[Observation] = 
     if held is not None:
         # The best length tried ran at this share of its prediction, and an untried one runs
         # on the same server and text: without it, a length measured short of its prediction
-        # (the H200 edit set at 3: 1.15x measured, 1.27x predicted) lost to an untried one at
-        # its full prediction (5: 1.26x), and ran at 1.06x where 3 had run 1.22x.
+        # lost to an untried one at its full prediction, which then ran slower
+        # (docs/performance.md, "What the tuning's thresholds rest on").
         realised = scores[held] / predicted[held]
         scores.update({k: predicted[k] * realised for k in lengths if k not in tried})
     best = max(lengths, key=lambda k: (scores[k], -k))
@@ -367,8 +361,7 @@ def choose(costs: CostModel, p: float | None, observations: list[Observation] = 
         # An untried length rests on acceptance pooled over the others, which a short length's
         # early block positions flatter: it must beat the best length measured on its own text
         # by the margin drafting must beat plain decoding by, or the choice hops between
-        # lengths on noise (an H200 agent replay went 2 -> 5 -> 7, its short answers at
-        # 0.56-0.92x of baseline, on a pooled 1.39x against length 2's measured 1.37x).
+        # lengths on noise (same table: an agent replay that went 2 -> 5 -> 7).
         best = held
     where = "calibrated" if label == "calibrated" else "default (uncalibrated)"
     seen = f"acceptance {p:.2f} per token"

@@ -68,9 +68,9 @@ class DraftCap:
         self.longest = effective_n_max(plan)
         self.costs = load_costs(plan, device_id(plan.binary), note)
         # Off on this server keeps the draft loaded: where calibration measured that slower
-        # than plain (0.85x on an H200, 2026-12-03), drafting is measured against it, not
-        # against plain; a near-even draft that flipped off on one short answer left a whole
-        # bench at 0.92x plain.
+        # than plain, drafting is measured against it, not against plain; a near-even draft
+        # that flipped off on one short answer left a whole bench slower than plain
+        # (docs/performance.md, "What the tuning's thresholds rest on").
         self.off_speed = min(1.0, self.costs.idle_speed() or 1.0)
         self._draft_only = plan.model_copy(update={"profile": "dflash-fixed"})
         self._stored = at_temperature(load_observations(self._draft_only, note), temperature)
@@ -146,9 +146,9 @@ class DraftCap:
         session so far, :attr:`loaded_off_ms` x (1 - off speed), has reached ``relaunch_s``,
         what starting the server took (None: unknown, never due), plus :attr:`reprefill_ms`.
 
-        Keeping the draft loaded and off cost an H200 agent replay 6 % on 87 of its 88 turns
-        (benchmarks/h200-first-2026-12-04); a relaunch costs a server start and one more
-        prefill of the conversation. Relaunching once the loss has reached the price of a
+        Keeping the draft loaded and off costs every turn (docs/performance.md, "What the
+        tuning's thresholds rest on": the agent replay); a relaunch costs a server start and
+        one more prefill of the conversation. Relaunching once the loss has reached the price of a
         relaunch (the ski-rental rule) never costs more than twice what knowing the session's
         length in advance would: a short session does not pay for a relaunch it would not win
         back, a long one stops paying for the draft."""

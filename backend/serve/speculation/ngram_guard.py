@@ -1,11 +1,10 @@
 """Never slower with n-gram lookup: per request, drafting off while it measured slower than plain
 decoding on this server's own traffic, and back on when a probe says it pays again.
 
-Why. n-gram lookup pays on text that repeats the context (a file written out again: 1.79x on
-the bench's edit set on the 2-core CPU) and costs on text it cannot predict: on the agent's own
-turns as a capable model writes them (forced replay, benchmarks/RESULTS.md) it ran at 0.87-0.90x
-of plain decoding on that CPU, where each drafted token costs a good share of a plain step. Which
-of the two a session is, only its traffic tells, and it may change between tasks.
+Why. n-gram lookup pays on text that repeats the context (a file written out again) and costs
+on text it cannot predict, such as the agent's own turns on a CPU, where each drafted token
+costs a good share of a plain step (docs/performance.md, "n-gram lookup"). Which of the two a
+session is, only its traffic tells, and it may change between tasks.
 
 How. On an engine that takes its draft length per request (the product's b11434 build:
 ``backend/engine/patches/b11434-per-request-draft-cap.patch``; ``speculative.n_max`` 0 takes a

@@ -20,11 +20,10 @@ REPROBE_AFTER = timedelta(hours=24)
 """While drafting is off, a launch probes the draft again once the last probe is this old."""
 
 PROBE_TOKENS = 160
-"""Tokens decoded per probe request: past an answer's opening line into its code, which is what
-a coding agent decodes most; a few seconds on a CPU. At 48 the probe read v4 at 0.58-0.61 a token
-on an H200 where the edit and seed requests it then served accepted 0.71-0.73 (2026-12-03); on
-the 2-core CPU its second prompt read 0.70 over 48 tokens and 0.71 over 160, and the two prompts
-weighted by text 0.60 and 0.67 against the edit and seed sets' 0.66."""
+"""Tokens decoded per probe request: past an answer's opening line into its code, which is what a
+coding agent decodes most; a few seconds on a CPU. A probe of 48 tokens read acceptance well under
+what the requests it then served accepted (docs/performance.md, "What the tuning's thresholds rest
+on")."""
 
 PROBE_PROMPTS = (
     # An edit (text the answer repeats) and new code (text it does not): the two kinds of turn

@@ -27,11 +27,11 @@ MAX_OBSERVATIONS = 50
 
 # Step cost at K drafted tokens with nothing accepted, in plain steps: SmolLM2-135M with a
 # 1-layer DFlash draft, the most expensive rows measured (a larger target's steps cost less
-# relative to plain, so these do not overstate a gain there). CPU: about the highest of
-# four calibrations on the 2-core Xeon VM on 2026-12-02 (benchmarks/RESULTS.md; the
-# docs/design/speculation-costs.md figures, 2.5 / 4.0 / 6.6 at K = 3 / 7 / 15, came from a faster
-# day); GPU: `agent backend calibrate` on an H200 (benchmarks/RESULTS.md, 2026-12-02).
-# 0.85 = the low end of the measured efficiency at partial acceptance.
+# relative to plain, so these do not overstate a gain there). CPU: about the highest of four
+# calibrations on the 2-core Xeon VM (benchmarks/RESULTS.md, section "Speculation that pays on
+# the 2-core CPU"); GPU: `agent backend calibrate` on an H200 (section "Speculation that pays:
+# tuned draft length vs fixed 15, on an NVIDIA H200"). 0.85 = the low end of the measured
+# efficiency at partial acceptance (docs/design/speculation-costs.md).
 _DEFAULT_RATIOS = {"cpu": {1: 2.3, 2: 2.8, 3: 3.2, 5: 4.8, 7: 5.5, 15: 8.3},
                    "gpu": {1: 1.81, 2: 1.96, 3: 1.93, 5: 2.36, 7: 2.64, 15: 4.76}}
 _DEFAULT_EFFICIENCY = 0.85
