@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.tasks import ROOT, humaneval
 from benchmarks.tasks.__main__ import main
-from benchmarks.tasks.adapters import BenchError
+from benchmarks.tasks.adapters.base import BenchError
 from benchmarks.tasks.humaneval import (
     DATA_ENV,
     MEMBER,
