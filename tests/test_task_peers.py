@@ -296,6 +296,11 @@ def test_qwen_code_stream_json_gives_turns_tools_and_tokens():
     fields = qwen.parse(run(out + lines(result), code=1))
     assert fields["steps"] == 7 and fields["error"] == "error_max_turns"
     assert fields["prompt_tokens"] == {"prefilled": 600, "cached": 400}
+    # what 0.15.10 printed against SmolLM2's 8192-token context (is_error false, exit 0)
+    api = "[API Error: 400 request (9469 tokens) exceeds the available context size (8192 tokens)"
+    refused = qwen.parse(run(lines({"type": "result", "subtype": "success", "is_error": False,
+                                    "num_turns": 1, "result": api})))
+    assert refused["error"] == api and refused["stop_reason"] == "done"
 
 
 def test_codex_jsonl_gives_tool_calls_and_turn_usage():

@@ -14,6 +14,9 @@ from benchmarks.tasks.adapters.base import AgentRun, Limits, json_lines
 from benchmarks.tasks.adapters.peer import Peer
 from benchmarks.tasks.tasks import Task
 
+API_ERROR = "[API Error"
+"""How Qwen Code's result text starts when the model request failed."""
+
 
 class QwenCode(Peer):
     """``qwen TASK --yolo --auth-type openai --openai-base-url <url>/v1 --openai-api-key x
@@ -56,7 +59,8 @@ def read_stream_json(stdout: str) -> dict[str, Any]:
     reply (its ``tool_use`` blocks by name, its ``usage``: ``input_tokens``,
     ``output_tokens``, ``cache_read_input_tokens``), ``tool_result`` blocks with
     ``is_error``, and the ``result`` message (its ``num_turns`` and ``usage`` win when
-    present; an error result's text is the error)."""
+    present; an error result's text, or a result that starts ``[API Error``, is the
+    error)."""
     steps = failed = 0
     calls: Counter = Counter()
     usage_sum: Counter = Counter()
@@ -82,9 +86,11 @@ def read_stream_json(stdout: str) -> dict[str, Any]:
     if result is not None:
         usage = result.get("usage") or usage
         steps = int(result.get("num_turns") or steps)
-        if result.get("is_error"):
-            error = str(result.get("error") or result.get("result") or
-                        result.get("subtype"))[:300]
+        text = str(result.get("result") or "")
+        # 0.15.10 reports a failed request (the server's 400, say) as a successful result
+        # whose text is the error
+        if result.get("is_error") or text.startswith(API_ERROR):
+            error = str(result.get("error") or text or result.get("subtype"))[:300]
     cached = int(usage.get("cache_read_input_tokens") or 0)
     out: dict[str, Any] = {"steps": steps, "tool_calls": dict(calls), "tool_errors": failed,
                            "prefilled": max(0, int(usage.get("input_tokens") or 0) - cached),
