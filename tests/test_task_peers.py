@@ -251,6 +251,12 @@ def test_a_mini_swe_agent_trajectory_gives_steps_commands_format_errors_and_toke
     assert fields["malformed"]["format_errors"] == 1 and fields["tool_errors"] == 1
     assert fields["prompt_tokens"] == {"prefilled": 120 + 300 + 300, "cached": 800 + 1200}
     assert fields["decode_tokens"] == 30 + 40 + 40 and fields["stop_reason"] == "Submitted"
+    assert fields["decode_tok_s"] is None  # two replies came without timings
+    timed = trajectory["messages"][2]["extra"]["response"]
+    trajectory["messages"][1]["extra"]["response"] = trajectory["messages"][4]["extra"][
+        "response"] = timed
+    (scratch / "trajectory.json").write_text(json.dumps(trajectory))
+    assert mini.parse(run())["decode_tok_s"] == 100.0  # 90 tokens in 900 ms
     (scratch / "trajectory.json").unlink()  # killed before its first step ended
     killed = mini.parse(run(code=None))
     assert killed["steps"] == 0 and killed["stop_reason"] == "killed_at_wall_limit"

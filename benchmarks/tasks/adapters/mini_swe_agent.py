@@ -88,8 +88,10 @@ def read_trajectory(trajectory: dict[str, Any]) -> dict[str, Any]:
     """Counts of a mini-swe-agent trajectory (``trajectory_format`` 1.1): model calls (every
     message carrying the server's response, a reply refused for its format included),
     commands run, format errors, tokens (llama-server's ``timings`` when the response kept
-    them, else its ``usage``) and ``info.exit_status`` (Submitted, LimitsExceeded, ...)."""
+    them, else its ``usage``), the decode time (``predicted_ms`` summed, only when every
+    reply had timings: else no speed) and ``info.exit_status`` (Submitted, LimitsExceeded, ...)."""
     steps = format_errors = prefilled = cached = decoded = failed = 0
+    timed_tokens, decode_ms = 0, 0.0
     calls: Counter = Counter()
     messages = trajectory.get("messages") if isinstance(trajectory, dict) else None
     for message in messages if isinstance(messages, list) else []:
@@ -110,6 +112,8 @@ def read_trajectory(trajectory: dict[str, Any]) -> dict[str, Any]:
             prefilled += int(timings.get("prompt_n") or 0)
             cached += int(timings.get("cache_n") or 0)
             decoded += int(timings.get("predicted_n") or 0)
+            timed_tokens += int(timings.get("predicted_n") or 0)
+            decode_ms += float(timings.get("predicted_ms") or 0.0)
         else:
             details = usage.get("prompt_tokens_details") or {}
             cached += int(details.get("cached_tokens") or 0)
@@ -120,5 +124,6 @@ def read_trajectory(trajectory: dict[str, Any]) -> dict[str, Any]:
     status = str((info or {}).get("exit_status") or "") if isinstance(info, dict) else ""
     return {"steps": steps, "tool_calls": dict(calls), "format_errors": format_errors,
             "tool_errors": failed, "prefilled": prefilled, "cached": cached,
-            "decoded": decoded, "exit_status": status}
+            "decoded": decoded, "decode_ms": decode_ms if timed_tokens == decoded else 0.0,
+            "exit_status": status}
 

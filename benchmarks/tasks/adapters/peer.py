@@ -111,11 +111,11 @@ class Peer(Adapter):
 
     def fields(self, run: AgentRun, *, steps: int, tool_calls: dict[str, int],
                format_errors: int = 0, tool_errors: int = 0, prefilled: int = 0,
-               cached: int = 0, decoded: int = 0, approximate: bool = False,
-               error: str | None = None) -> dict[str, Any]:
-        """The record's fields from a peer's counts (no decode speed or drafts: a peer
-        reports tokens, not llama-server's timings); ``error`` defaults to the last line of
-        stderr of a run that failed."""
+               cached: int = 0, decoded: int = 0, decode_ms: float = 0.0,
+               approximate: bool = False, error: str | None = None) -> dict[str, Any]:
+        """The record's fields from a peer's counts; a decode speed only where the peer kept
+        llama-server's timings for every reply (``decode_ms``, summed), no drafts;
+        ``error`` defaults to the last line of stderr of a run that failed."""
         calls = {k: v for k, v in sorted(tool_calls.items()) if v}
         prompt: dict[str, Any] = {"prefilled": prefilled, "cached": cached}
         if approximate:
@@ -127,5 +127,6 @@ class Peer(Adapter):
                               "total": format_errors},
                 "tool_errors": tool_errors, "protocol": self.edit_format,
                 "protocol_fallbacks": 0, "model": self.model,
-                "prompt_tokens": prompt, "decode_tokens": decoded, "decode_tok_s": None,
+                "prompt_tokens": prompt, "decode_tokens": decoded,
+                "decode_tok_s": round(decoded / (decode_ms / 1000), 2) if decode_ms else None,
                 "draft": None, "stop_reason": self.stop_reason(run), "error": error}
