@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.tasks import ROOT, humaneval
 from benchmarks.tasks.__main__ import main
-from benchmarks.tasks.adapters import BenchError
+from benchmarks.tasks.adapters.base import BenchError
 from benchmarks.tasks.humaneval import (
     DATA_ENV,
     MEMBER,
@@ -101,7 +101,8 @@ def test_the_suite_is_a_sample_all_of_it_or_the_tasks_named(fake_data: Path, cap
     with pytest.raises(TaskError, match="humaneval-7"):
         select(ROOT, "humaneval-7")
     # "all" is the folder suites: listing them never fetches anything
-    assert {t.suite for t in select(ROOT, None)} == {"repo-edit"}
+    assert {t.suite for t in select(ROOT, None)} == {"repo-edit", "exercism-python",
+                                                     "polyglot-python"}
     assert main(["list", "--tasks", "humaneval-all"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
 

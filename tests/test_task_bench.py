@@ -17,22 +17,12 @@ import pytest
 
 from benchmarks.tasks import ROOT
 from benchmarks.tasks.__main__ import main
-from benchmarks.tasks.adapters import (
-    PEERS_ENV,
-    AgentRun,
-    Aider,
-    BenchError,
-    DflashAgent,
-    Limits,
-    install_peer,
-    managed_server,
-    peer_bin,
-    peers_dir,
-    read_stream,
-    run_agent,
-    served_model,
-    stream_fields,
-)
+from benchmarks.tasks.adapters.aider import Aider
+from benchmarks.tasks.adapters.base import AgentRun, BenchError, Limits, run_agent
+from benchmarks.tasks.adapters.dflash import DflashAgent
+from benchmarks.tasks.adapters.install import PEERS_ENV, install_peer, peer_bin, peers_dir
+from benchmarks.tasks.adapters.server import managed_server, served_model
+from benchmarks.tasks.adapters.stream import read_stream, stream_fields
 from benchmarks.tasks.report import markdown, plot, summarize
 from benchmarks.tasks.runner import Options, config_key, read_records, run_tasks
 from benchmarks.tasks.tasks import TaskError, load_task, run_check, select, verify
@@ -445,13 +435,13 @@ def test_a_peer_that_cannot_be_installed_is_one_error_line_and_exit_3(
     with pytest.raises(BenchError, match="No matching distribution"):
         install_peer("aider", tmp_path, call=FakeVenv(pip_ok=False))
     monkeypatch.setenv(PEERS_ENV, str(tmp_path / "peers"))
-    monkeypatch.setattr("benchmarks.tasks.adapters._call", FakeVenv(pip_ok=False))
+    monkeypatch.setattr("benchmarks.tasks.adapters.install.run_command", FakeVenv(pip_ok=False))
     assert main(["install-peer", "aider"]) == 3
     err = capsys.readouterr().err.splitlines()
     assert [line for line in err if line.startswith("error:")] == [err[-1]]
     assert "pip could not install aider-chat==0.86.2" in err[-1]
     monkeypatch.setenv(PEERS_ENV, str(tmp_path / "none"))
-    monkeypatch.setattr("benchmarks.tasks.adapters.shutil.which", lambda name: None)
+    monkeypatch.setattr("benchmarks.tasks.adapters.peer.shutil.which", lambda name: None)
     assert main(["run", "--agent", "aider", "--base-url", "http://127.0.0.1:1", "--out",
                  str(tmp_path / "r.jsonl"), "--tasks", "rename-function"]) == 3
     assert "install-peer aider" in capsys.readouterr().err

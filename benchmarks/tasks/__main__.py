@@ -1,5 +1,5 @@
 """``python -m benchmarks.tasks``: run, report, list and verify the task suites; install the
-peer agents (``install-peer aider``) into their own venvs outside the repository.
+peer agents (``install-peer NAME``) into their own folders outside the repository.
 
 Exit codes: 0 done (whatever the agents scored); 2 bad usage or a broken task folder,
 results file or task list; 3 a peer or server that could not be set up; 130 interrupted.
@@ -13,17 +13,11 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.tasks import ROOT
-from benchmarks.tasks.adapters import (
-    ADAPTERS,
-    PEERS,
-    PEERS_ENV,
-    Adapter,
-    Aider,
-    BenchError,
-    DflashAgent,
-    install_peer,
-    peers_dir,
-)
+from benchmarks.tasks.adapters import ADAPTERS
+from benchmarks.tasks.adapters.base import Adapter, BenchError
+from benchmarks.tasks.adapters.dflash import DflashAgent
+from benchmarks.tasks.adapters.install import PEERS, PEERS_ENV, install_peer, peers_dir
+from benchmarks.tasks.adapters.peer import Peer
 from benchmarks.tasks.report import markdown, plot
 from benchmarks.tasks.runner import Options, read_records, run_tasks
 from benchmarks.tasks.tasks import TaskError, select, verify
@@ -62,12 +56,14 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", help="dflash-agent's server profile")
     run.add_argument("--base-url", help="an OpenAI-compatible server to use instead of the "
                      "managed llama-server")
-    run.add_argument("--model", help="aider: the model id to ask for (default: the server's "
+    run.add_argument("--model", help="a peer: the model id to ask for (default: the server's "
                      "first in /v1/models)")
-    run.add_argument("--aider-bin", type=Path, help="aider: the executable (default: "
-                     f"aider/bin/aider in the peers' folder, now {peers_dir()}, set by "
-                     f"${PEERS_ENV}; else aider on PATH)")
-    run.add_argument("--edit-format", default="whole", help="aider: the edit format")
+    run.add_argument("--peer-bin", "--aider-bin", dest="peer_bin", type=Path,
+                     help="a peer: its executable (default: the one install-peer put in the "
+                     f"peers' folder, now {peers_dir()}, set by ${PEERS_ENV}; else its command "
+                     "on PATH)")
+    run.add_argument("--edit-format", help="a peer: its edit format (aider: whole, or any of "
+                     "aider's; mini-swe-agent: text or tool; the others: native)")
     run.add_argument("--max-steps", type=_positive(int), help="every task's step limit")
     run.add_argument("--timeout", type=_positive(float), help="every task's wall-clock limit "
                      "in seconds")
@@ -87,19 +83,20 @@ def parser() -> argparse.ArgumentParser:
                          "files and passes on its reference solution")
     ver.add_argument("--tasks", help=tasks_help)
     ver.add_argument("--root", type=Path, default=ROOT)
-    peer_help = (f"install a peer agent's pinned version ({', '.join(PEERS.values())}) into "
-                 f"its own venv <folder>/<name>, made with this interpreter; the folder is "
-                 f"${PEERS_ENV}, else the user's cache (now {peers_dir()}); a venv that holds "
-                 "the pinned version is left alone")
+    peer_help = (f"install a peer agent's pinned version ({', '.join(map(str, PEERS.values()))}"
+                 ") into its own folder <folder>/<name> (a venv made with this interpreter, or "
+                 f"an npm prefix); the folder is ${PEERS_ENV}, else the user's cache (now "
+                 f"{peers_dir()}); a folder that holds the pinned version is left alone")
     peer = sub.add_parser("install-peer", help=peer_help, description=peer_help)
     peer.add_argument("name", choices=sorted(PEERS))
     return p
 
 
 def adapter_for(args: argparse.Namespace) -> Adapter:
-    if args.agent == "aider":
-        return Aider(base_url=args.base_url, preset=args.preset, model=args.model,
-                     binary=args.aider_bin, edit_format=args.edit_format)
+    cls = ADAPTERS[args.agent]
+    if issubclass(cls, Peer):
+        return cls(base_url=args.base_url, preset=args.preset, model=args.model,
+                   binary=args.peer_bin, edit_format=args.edit_format)
     protocol = None if args.tool_protocol in (None, "auto") else args.tool_protocol
     return DflashAgent(tool_protocol=protocol, preset=args.preset, base_url=args.base_url,
                        profile=args.profile)
@@ -123,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
                    max_steps=args.max_steps, timeout_s=args.timeout)
     print(f"{len(tasks)} tasks, agent {adapter.label}, results to {args.out}", file=sys.stderr)
     run_tasks(tasks, adapter, opts, echo=lambda line: print(line, file=sys.stderr))
-    if isinstance(adapter, Aider) and adapter.server_started:
+    if isinstance(adapter, Peer) and adapter.server_started:
         print(f"note: the managed llama-server the run started is still running at "
               f"{adapter.base_url}; `agent backend down` stops it", file=sys.stderr)
     if read_records(args.out):

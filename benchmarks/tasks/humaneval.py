@@ -30,7 +30,7 @@ from pathlib import Path
 
 import platformdirs
 
-from benchmarks.tasks.adapters import BenchError
+from benchmarks.tasks.adapters.base import BenchError
 from benchmarks.tasks.tasks import Task, TaskError
 
 SUITE = "humaneval"

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tasks.adapters import Adapter, Limits, run_agent
+from benchmarks.tasks.adapters.base import Adapter, Limits, run_agent
 from benchmarks.tasks.tasks import Task, TaskError, prepare_repo, run_check
 
 
