@@ -2,8 +2,7 @@
 
 Stops on a final answer, a step or time limit (also inside a model step: the stream is closed
 when the time runs out), repeated calls, too many malformed replies, a reply cut by max_tokens,
-or Ctrl-C. Every tool call gets one result, also on error or interrupt (docs/design/field-cases.md,
-class 11).
+or Ctrl-C. Each tool call gets one result, on error or interrupt too (docs/design/field-cases.md).
 
 Requests are append-only: replies are stored verbatim (a cut reply as a short marker), and a
 protocol fallback appends a note while the request keeps the shape it had (the ``tools`` field
