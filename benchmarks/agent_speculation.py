@@ -34,7 +34,8 @@ from backend.serve.server import interrupt_on_termination, up
 from tools.registry import default_registry
 from tools.workspace import Workspace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.dflash_fixture import write_tiny_dflash_draft, write_tiny_target  # noqa: E402
 
 SOURCE = "\n".join(

@@ -21,10 +21,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backend.serve.speculation.costs import CostModel, Observation, choose, estimate_p  # noqa: E402
+from backend.serve.speculation.costs import CostModel, Observation, choose, estimate_p
 
 HERE = Path(__file__).resolve().parent
 FIRST = HERE / "h200-first-2026-12-04"

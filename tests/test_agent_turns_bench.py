@@ -5,7 +5,6 @@ numbers, broken inputs, and short real runs through llama-server (SmolLM2; the D
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from rich.console import Console
 from agent.client import ServerClient
 from backend.engine.registry import Engine
 from backend.measure.results import MachineInfo, ModelFile
+from benchmarks import agent_turns as at
 from tests.scripted import ScriptedModel, reply
 from tests.test_bench import PNG_MAGIC, make_home
 from tools.registry import default_registry
@@ -27,11 +27,7 @@ from tools.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "agent_turns.py"
-_spec = importlib.util.spec_from_file_location("agent_turns", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-at = importlib.util.module_from_spec(_spec)
-sys.modules["agent_turns"] = at
-_spec.loader.exec_module(at)
+"""Run by its path, as RESULTS.md's commands do (``python -m benchmarks.agent_turns`` too)."""
 
 
 @pytest.fixture

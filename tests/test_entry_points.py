@@ -21,9 +21,16 @@ from backend.home import HOME_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_SCRIPT = Path(sys.executable).with_name("agent")
-BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py")
+BENCHMARKS = sorted(p for pattern in ("*.py", "agent_sessions/*.py")
+                    for p in (ROOT / "benchmarks").glob(pattern)
                     if 'if __name__ == "__main__":' in p.read_text("utf-8"))
 """The benchmark command lines (benchmarks/forced.py is a module agent_turns.py imports)."""
+
+
+def _module(script: Path) -> str:
+    """``benchmarks/agent_sessions/make_sessions.py`` →
+    ``benchmarks.agent_sessions.make_sessions``."""
+    return ".".join(script.relative_to(ROOT).with_suffix("").parts)
 UNREACHABLE = "http://127.0.0.1:9"
 
 
@@ -50,10 +57,13 @@ def test_the_trainer_shows_its_help() -> None:
     assert proc.stdout.startswith("usage: python -m train")
 
 
+@pytest.mark.parametrize("form", ["path", "module"])
 @pytest.mark.parametrize("script", BENCHMARKS, ids=[p.name for p in BENCHMARKS])
-def test_each_benchmark_command_line_shows_its_help(script: Path) -> None:
-    # Every benchmark imports the product at its top, so a moved module breaks this at once.
-    proc = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT,
+def test_each_benchmark_command_line_shows_its_help(script: Path, form: str) -> None:
+    # Every benchmark imports the product at its top, so a moved module breaks this at once;
+    # both ``python benchmarks/x.py`` (RESULTS.md's commands) and ``python -m benchmarks.x``.
+    command = [str(script)] if form == "path" else ["-m", _module(script)]
+    proc = subprocess.run([sys.executable, *command, "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: {script.name}")

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import gguf
@@ -12,14 +10,7 @@ import numpy as np
 import pytest
 
 from backend.models.ggufinfo import read_gguf_info
-
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "shaped_target.py"
-_spec = importlib.util.spec_from_file_location("shaped_target", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-st = importlib.util.module_from_spec(_spec)
-sys.modules["shaped_target"] = st
-_spec.loader.exec_module(st)
+from benchmarks import shaped_target as st
 
 N_VOCAB = 300
 MASK_ID = 16

@@ -17,9 +17,10 @@ import pytest
 
 from agent.prompts import system_prompt
 from backend.measure.prompts import BUILT_IN
+from benchmarks import agent_turns as at
 from tools.registry import default_registry
 from tools.workspace import Workspace
-from train.agent_requests import agent_turns, session_requests
+from train.agent_requests import session_requests
 from train.errors import InputError
 from train.requests import is_bench_prompt, load_coding_prompts
 from train.seqs import build, heldout_by_hash, load, load_many, save, save_shards
@@ -155,7 +156,6 @@ def test_a_broken_prompts_line_is_an_input_error_with_its_number(tmp_path: Path,
 
 def test_agent_requests_are_the_replay_agents_own_one_per_turn_with_a_session_held_out(
         tmp_path: Path):
-    at = agent_turns()
     registry = default_registry(Workspace(tmp_path))
     try:
         sessions = at.load_sessions(at.resolve_sessions(None), registry)

@@ -1,7 +1,7 @@
 """The agent's own requests as training prompts: every turn of every fixture session
 (``benchmarks/agent_sessions/*.json``), rendered by the agent's request code.
 
-The rendering is ``benchmarks/agent_turns.py``'s :class:`ReplayAgent` — an
+The rendering is :mod:`benchmarks.agent_turns`'s :class:`ReplayAgent` — an
 :class:`agent.loop.Agent` with the agent's system prompt, tool descriptions, protocol fields,
 history and result messages — so nothing of the agent's format is rebuilt here. The only
 difference from the replay benchmark is who answers: a stand-in model (:class:`FixtureModel`)
@@ -15,7 +15,7 @@ synthetic ones). A request's source is ``<group>:<session>``: ``agent-<protocol>
 fixture session, ``agent-synth-<protocol>`` for a synthetic one (its name starts ``synth-``),
 so the held-out ``agent-text`` figure stays the fixture session's alone.
 
-This is the one module of ``train`` that imports ``agent`` (through the benchmark script).
+This is the one module of ``train`` that imports ``agent`` (through the replay benchmark).
 """
 
 from __future__ import annotations
@@ -27,25 +27,17 @@ import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from agent.client import Turn
+from benchmarks.agent_turns import FixtureError, ReplayAgent, load_sessions, resolve_sessions
 from tools.registry import default_registry
 from tools.workspace import Workspace
 from train.agent_sessions import PREFIX
 from train.errors import InputError
 from train.requests import ChatRequest
-from train.scripts import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "agent_turns.py"
 PROTOCOLS = ("text", "json", "native")
-
-
-def agent_turns() -> ModuleType:
-    """``benchmarks/agent_turns.py`` as a module (it is a script, not a package)."""
-    return load_script("agent_turns", SCRIPT)
 
 
 class FixtureModel:
@@ -98,7 +90,6 @@ def session_files(specs: Sequence[str] | None) -> list[Path]:
     """Session files for ``specs``: paths, names of fixtures, or folders (every ``*.json`` in
     one); every fixture when empty. Raises :class:`InputError` for a missing one or a folder
     without session files."""
-    at = agent_turns()
     if not specs:
         specs = None
     paths: list[Path] = []
@@ -110,8 +101,8 @@ def session_files(specs: Sequence[str] | None) -> list[Path]:
                     raise InputError(f"no session files (*.json) in the folder {spec}")
                 paths += found
             else:
-                paths += at.resolve_sessions([spec] if spec is not None else None)
-    except at.FixtureError as exc:
+                paths += resolve_sessions([spec] if spec is not None else None)
+    except FixtureError as exc:
         raise InputError(str(exc)) from exc
     return paths
 
@@ -128,7 +119,6 @@ def session_requests(protocols: Sequence[str] = ("text",), holdout: Sequence[str
     file, two sessions of one name, a fraction outside [0, 1) or a holdout name that is no
     loaded session.
     """
-    at = agent_turns()
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown or not protocols:
         raise InputError(f"protocols must be among {', '.join(PROTOCOLS)} (got "
@@ -140,8 +130,8 @@ def session_requests(protocols: Sequence[str] = ("text",), holdout: Sequence[str
         registry = default_registry(Workspace(Path(tmp)))
         try:
             try:
-                loaded = at.load_sessions(paths, registry)
-            except at.FixtureError as exc:
+                loaded = load_sessions(paths, registry)
+            except FixtureError as exc:
                 raise InputError(str(exc)) from exc
             names = [s.name for s in loaded]
             twice = sorted(n for n, k in Counter(names).items() if k > 1)
@@ -153,17 +143,16 @@ def session_requests(protocols: Sequence[str] = ("text",), holdout: Sequence[str
                                  f"sessions ({', '.join(sorted(names)[:20])}"
                                  f"{', …' if len(names) > 20 else ''})")
             return [r for s in loaded for p in protocols
-                    for r in _render(at, registry, s, p, s.name in holdout
+                    for r in _render(registry, s, p, s.name in holdout
                                      or synthetic_heldout(s.name, holdout_fraction))]
         finally:
             registry.close()
 
 
-def _render(at: ModuleType, registry: Any, session: Any, protocol: str,
-            heldout: bool) -> list[ChatRequest]:
+def _render(registry: Any, session: Any, protocol: str, heldout: bool) -> list[ChatRequest]:
     model = FixtureModel()
-    agent = at.ReplayAgent(model, registry, session, protocol, sampling={}, max_tokens=2048,
-                           tool_role=True)
+    agent = ReplayAgent(model, registry, session, protocol, sampling={}, max_tokens=2048,
+                        tool_role=True)
     for number, turn in enumerate(session.turns):
         model.reply = _reply(agent, protocol, turn, number)
         agent.play(turn)

@@ -2,10 +2,11 @@
 the agent's real tools, as training prompts shaped like the agent's own turns.
 
 Each session is written in the fixture format of ``benchmarks/agent_sessions/*.json`` and
-recorded by that folder's ``make_sessions.play()`` (imported, not copied): every tool result
-is what the tool really returned in a temporary workspace. :mod:`train.agent_requests` then
-renders them like the fixtures, under their own source group (``agent-synth-<protocol>``), so
-the held-out ``agent-text`` figure keeps meaning the fixture session ``textstats-errors``.
+recorded by :func:`benchmarks.agent_sessions.make_sessions.play` (imported, not copied):
+every tool result is what the tool really returned in a temporary workspace.
+:mod:`train.agent_requests` then renders them like the fixtures, under their own source group
+(``agent-synth-<protocol>``), so the held-out ``agent-text`` figure keeps meaning the fixture
+session ``textstats-errors``.
 
 A session's workspace is one module of at most ``max_lines`` lines taken from a source tree
 (the standard library by default; :func:`train.coding_prompts.source_files` picks the files):
@@ -49,15 +50,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from benchmarks.agent_sessions.make_sessions import SessionSpec, Step, play
 from train.coding_prompts import source_files
 from train.errors import InputError, TrainError
-from train.scripts import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "agent_sessions" / "make_sessions.py"
 PREFIX = "synth-"
 """Names of synthetic sessions start so; :mod:`train.agent_requests` groups them by it."""
 TEST_COMMAND = "python -m pytest -q"
@@ -83,11 +81,6 @@ RENAMES = {"get": "fetch", "make": "build", "build": "make", "create": "new", "p
            "compute": "calc", "format": "render", "split": "divide", "is": "is",
            "to": "as", "write": "save", "remove": "drop", "add": "append", "update": "refresh"}
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def make_sessions() -> ModuleType:
-    """``benchmarks/agent_sessions/make_sessions.py`` as a module (a script, not a package)."""
-    return load_script("make_sessions", SCRIPT)
 
 
 # --- the workspace module ----------------------------------------------------------------------
@@ -691,8 +684,6 @@ def build_session(number: int, origin: str, mod: str, text: str, rng: random.Ran
                   python: Python) -> Made | None:
     """One session spec over the module ``mod`` = ``text``; None when the drawn task does not
     apply to it."""
-    ms = make_sessions()
-    Step = ms.Step
     tree = ast.parse(text)
     path = f"{mod}.py"
     test_path = f"tests/test_{mod}.py"
@@ -781,7 +772,7 @@ def build_session(number: int, origin: str, mod: str, text: str, rng: random.Ran
     steps.append(Step("final", "final_answer", {"text": summary},
                       "Summarise what you did in two sentences."))
     name = f"{PREFIX}{mod}-{number}"
-    spec = ms.SessionSpec(
+    spec = SessionSpec(
         name=name, description=f"Synthetic session (train/agent_sessions.py): a {plan.kind} "
         f"task on a {total}-line module from {origin}.", task=plan.task, files=files,
         steps=steps)
@@ -820,7 +811,6 @@ def build_sessions(roots: Sequence[Path], count: int, *, seed: int = 0,
     files = candidates(roots)
     if not files:
         raise InputError("no Python source files under " + ", ".join(map(str, roots)))
-    make_sessions()  # the recording script, loaded once before the threads
     rng = random.Random(seed)
     stats: Counter[str] = Counter()
     sessions: list[dict[str, Any]] = []
@@ -881,7 +871,7 @@ def _draw(files: list[list[tuple[Path, str]]], rng: random.Random, max_lines: in
 def _play(made: Made) -> dict[str, Any] | str:
     """The recorded session, or why ``play()`` refused it (an outcome not the spec's)."""
     try:
-        return make_sessions().play(made.spec)
+        return play(made.spec)
     except SystemExit as exc:
         return str(exc).splitlines()[0] if str(exc) else "refused"
 

@@ -5,13 +5,14 @@ Each session is a coding task over real files, played turn by turn with the agen
 is what the tool really returned (``view`` with its line numbers, ``str_replace``'s snippet,
 ``pytest``'s output through ``bash``), with the temporary path replaced by the session's
 ``workspace``. The assistant side of each turn is neutral (tool name and arguments), so
-``benchmarks/agent_turns.py`` can render it in every protocol; ``ask`` is the same step said in
+:mod:`benchmarks.agent_turns` can render it in every protocol; ``ask`` is the same step said in
 plain words, for the plain-text reference request.
 
-Run from the repository root: ``python benchmarks/agent_sessions/make_sessions.py [NAME ...]
-[--all]``. With no names it records only the sessions that have no JSON file yet: recording
-again is not byte-stable (pytest's run times, object addresses and temporary folders), so a
-recorded session changes only when it is named. It checks that every test run fails or passes
+Run from the repository root: ``python -m benchmarks.agent_sessions.make_sessions [NAME ...]
+[--all]`` (or ``python benchmarks/agent_sessions/make_sessions.py``). With no names it records
+only the sessions that have no JSON file yet: recording again is not byte-stable (pytest's
+run times, object addresses and temporary folders), so a recorded session changes only when it
+is named. It checks that every test run fails or passes
 where the session says it does, and that every ``str_replace`` matched the file's exact text.
 """
 
@@ -19,18 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.registry import default_registry
+from tools.workspace import Workspace
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from tools.registry import default_registry  # noqa: E402
-from tools.workspace import Workspace  # noqa: E402
-
 OUT = Path(__file__).resolve().parent
 TEST_COMMAND = "python -m pytest -q"
 
