@@ -5,9 +5,12 @@
 import its own layer and the layers below it, never one above. ``tools``, ``skills`` and
 ``backend`` never import ``agent``.
 
-``train`` (the draft trainer) is a leaf beside the product: nothing imports it, and it imports
-only ``backend``, except ``train.agent_requests``, which renders the agent's own requests
-through ``benchmarks/agent_turns.py`` and so imports ``agent`` and ``tools`` too.
+Beside the product, ``train`` → ``benchmarks`` → the product (``agent``, ``tools``, ``skills``,
+``backend``), never back up: nothing of the product imports ``benchmarks`` or ``train``, and
+``benchmarks`` never imports ``train``. ``train`` (the draft trainer) is a leaf: nothing imports
+it, and it imports only ``backend`` and ``benchmarks``, except ``train.agent_requests``, which
+renders the agent's own requests through :mod:`benchmarks.agent_turns` and so imports ``agent``
+and ``tools`` too.
 
 ``backend`` (backend/README.md) has wings, top to bottom: ``doctor`` → ``measure/`` → ``serve/`` →
 ``cache`` → ``models/`` → ``engine/`` → the base (``home``, ``machine``, ``secret_store``,
@@ -95,9 +98,15 @@ TRAIN_RENDERER = "train.agent_requests"
 PRODUCT = ("agent", "tools", "skills", "backend")
 
 
+BESIDE = {package: ("benchmarks", "train") for package in PRODUCT} | {"benchmarks": ("train",)}
+"""Package → the packages beside the product that it must not import (train → benchmarks →
+the product)."""
+
+
 def train_imports(root: Path) -> list[str]:
     """Imports of ``train`` from anywhere else, and imports from ``train`` of the product's
-    packages other than ``backend`` (its renderer module excepted)."""
+    packages other than ``backend`` (its renderer module excepted; ``benchmarks`` is below
+    ``train``, so importing it is allowed)."""
     found = []
     for package in (*PRODUCT, "benchmarks"):
         for path in sorted((root / package).rglob("*.py")):
@@ -108,24 +117,67 @@ def train_imports(root: Path) -> list[str]:
         if here == TRAIN_RENDERER:
             continue
         found += [f"{here} imports {name}" for name in imports(path)
-                  if name.split(".")[0] in ("agent", "tools", "skills", "benchmarks")]
+                  if name.split(".")[0] in ("agent", "tools", "skills")]
     return found
 
 
-def test_train_is_a_leaf_that_imports_only_backend() -> None:
+def imports_back_up(root: Path) -> list[str]:
+    """Every import that runs up the chain train → benchmarks → the product: the product
+    importing ``benchmarks`` or ``train``, ``benchmarks`` importing ``train``."""
+    found = []
+    for package, above in BESIDE.items():
+        for path in sorted((root / package).rglob("*.py")):
+            found += [f"{module_name(path, root)} imports {name}" for name in imports(path)
+                      if name.split(".")[0] in above]
+    return found
+
+
+def test_train_is_a_leaf_that_imports_only_backend_and_benchmarks() -> None:
     assert (ROOT / "train" / "__init__.py").is_file()
     assert train_imports(ROOT) == []
+
+
+def test_train_benchmarks_and_the_product_import_only_downward() -> None:
+    assert (ROOT / "benchmarks" / "__init__.py").is_file()
+    assert imports_back_up(ROOT) == []
+
+
+def test_the_trainer_really_imports_the_benchmarks_so_the_check_is_not_vacuous() -> None:
+    used = {name for path in (ROOT / "train").rglob("*.py") for name in imports(path)}
+    assert any(name.startswith("benchmarks.") for name in used)
 
 
 def test_an_import_of_train_is_found(tmp_path: Path) -> None:
     for rel, text in {"backend/x.py": "import train.cli\n",
                       "train/fit.py": "from agent.loop import Agent\nimport backend.x\n",
+                      "train/sessions.py": "from benchmarks.agent_turns import ReplayAgent\n",
                       "train/agent_requests.py": "import agent.client\n"}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert sorted(train_imports(tmp_path)) == ["backend.x imports train.cli",
                                                "train.fit imports agent.loop",
                                                "train.fit imports agent.loop.Agent"]
+
+
+def test_an_import_back_up_the_chain_is_found(tmp_path: Path) -> None:
+    for rel, text in {
+        "agent/loop.py": "from benchmarks.agent_turns import ReplayAgent\n",
+        "tools/bash.py": "import benchmarks\n",
+        "skills/load.py": "import train.cli\n",
+        "backend/serve/server.py": "import backend.home\n",
+        "benchmarks/agent_turns.py": "from agent.loop import Agent\nimport train.requests\n",
+        "benchmarks/forced.py": "import backend.serve.server\n",
+        "train/agent_sessions.py": "from benchmarks.agent_turns import ReplayAgent\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert sorted(imports_back_up(tmp_path)) == [
+        "agent.loop imports benchmarks.agent_turns",
+        "agent.loop imports benchmarks.agent_turns.ReplayAgent",
+        "benchmarks.agent_turns imports train.requests",
+        "skills.load imports train.cli",
+        "tools.bash imports benchmarks",
+    ]
 
 
 def test_every_layer_exists_so_the_check_is_not_vacuous() -> None:
@@ -261,14 +313,18 @@ def test_an_import_up_the_wings_is_found(tmp_path: Path) -> None:
     ]
 
 
+SOURCES = (*PRODUCT, "benchmarks", "train")
+"""The product and what sits beside it: where a circle is looked for."""
+
+
 def import_graph(root: Path) -> dict[str, set[str]]:
-    """Module → the product's modules it imports (any import, a function's too)."""
+    """Module → the modules of :data:`SOURCES` it imports (any import, a function's too)."""
     graph = {}
-    for package in PRODUCT:
+    for package in SOURCES:
         for path in (root / package).rglob("*.py"):
             graph[module_name(path, root)] = {
                 name for name in imports(path)
-                if name.split(".")[0] in PRODUCT and is_module(name, root)}
+                if name.split(".")[0] in SOURCES and is_module(name, root)}
     return graph
 
 
