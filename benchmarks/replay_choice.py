@@ -23,7 +23,7 @@ from pathlib import Path
 
 from backend.serve.speculation.costs import CostModel, Observation, choose, estimate_p
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent / "runs"
 FIRST = HERE / "h200-first-2026-12-04"
 CALIBRATIONS = (FIRST, FIRST / "second", HERE / "h200-q8-2026-12-03")
 LAYERS = HERE / "h200-first-layers-2026-12-04"

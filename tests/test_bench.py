@@ -298,7 +298,7 @@ def test_speedups_are_ratios_of_totals_against_the_reference():
     assert everything[0].acceptance is None and everything[0].prefill_tok_s == 100.0
 
 
-SAVED = Path(__file__).parent.parent / "benchmarks" / "h200-2026-11-30"
+SAVED = Path(__file__).parent.parent / "benchmarks" / "runs" / "h200-2026-11-30"
 
 
 def _render(result: BenchResult) -> str:

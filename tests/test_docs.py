@@ -2,6 +2,7 @@
 and its test command is the one CI runs."""
 
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,12 +92,44 @@ def test_readme_first_command_creates_a_project() -> None:
     assert 'agent new-project "a CLI todo app with tests"' in first
 
 
+RUNS = ROOT / "benchmarks" / "runs"
+"""The archive of past runs, apart from the maintained tools of ``benchmarks/``."""
+RUN_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*-\d{4}-\d{2}-\d{2}(?:-[a-z0-9]+)*")
+
+
 def test_performance_rows_point_at_runs_that_exist() -> None:
-    """Each run folder docs/performance.md names is in benchmarks/."""
+    """Each run folder docs/performance.md names is in benchmarks/runs/."""
     text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    folders = set(re.findall(r"benchmarks/([\w.-]+)/", text))
+    folders = set(re.findall(r"benchmarks/runs/([\w.-]+)/", text))
     assert folders
-    assert not [name for name in folders if not (ROOT / "benchmarks" / name).is_dir()]
+    assert not [name for name in folders if not (RUNS / name).is_dir()]
+
+
+def test_every_cited_run_folder_is_in_the_archive() -> None:
+    """A path ``benchmarks/<run>/`` in the documents or the code names a folder that moved
+    under benchmarks/runs/ (or never existed)."""
+    sources = [*markdown_files(), ROOT / "benchmarks" / "RESULTS.md", *product_sources(),
+               ROOT / "train" / "h200.sh", *sorted((ROOT / "tests").glob("*.py"))]
+    found = [f"{path.relative_to(ROOT)}: {match.group(0)}" for path in sources
+             for match in re.finditer(r"\bbenchmarks/([\w.-]+)", path.read_text("utf-8"))
+             if RUN_NAME.fullmatch(match.group(1))]
+    assert found == []
+
+
+def test_every_run_has_a_manifest_that_lists_its_files() -> None:
+    """Each run folder says what it was (commit, machine, commands) and holds what its
+    manifest lists; no dated run folder is left beside the tools."""
+    runs = sorted(p for p in RUNS.iterdir() if p.is_dir())
+    assert runs
+    assert not [p.name for p in (ROOT / "benchmarks").iterdir() if RUN_NAME.fullmatch(p.name)]
+    for run in runs:
+        manifest = tomllib.loads((run / "manifest.toml").read_text("utf-8"))
+        assert manifest["run"] == run.name
+        for key in ("commit", "machine", "commands"):
+            assert manifest[key], f"{run.name}: {key}"
+        held = sorted(str(p.relative_to(run)) for p in run.rglob("*")
+                      if p.is_file() and p.name != "manifest.toml" and "__pycache__" not in p.parts)
+        assert manifest["files"] == held, run.name
 
 
 def test_product_code_cites_nothing_of_the_workspace_around_the_repository() -> None:

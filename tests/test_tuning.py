@@ -346,7 +346,7 @@ def test_the_length_does_not_follow_one_lengths_noisy_check() -> None:
 
 
 def test_an_untried_length_is_held_to_the_share_of_its_prediction_a_tried_one_ran_at() -> None:
-    """The H200 edit set from a first launch (benchmarks/h200-first-layers-2026-12-04, run 1):
+    """The H200 edit set from a first launch (benchmarks/runs/h200-first-layers-2026-12-04, run 1):
     after the probe and five answers at length 3, length 3 had measured 1.15x where its
     acceptance predicted 1.27x; untried, length 5 was predicted 1.26x at full credit, over
     the margin, and the next answer ran at 5 at 1.06x of baseline where 3 had run 1.22x. An
@@ -635,7 +635,7 @@ def test_the_draft_cap_turns_drafting_off_and_on_between_requests(
 def test_acceptance_is_read_per_kind_of_sampling(agent_home: Path, tmp_path: Path) -> None:
     """One record, two temperatures: on an H200 the v4 draft drafting 5 tokens ran the edit
     set at 1.42x plain at temperature 0 and at 0.84x at 0.7, because one record chose for
-    both (benchmarks/h200-q8-2026-12-03). Greedy observations now choose for greedy requests,
+    both (benchmarks/runs/h200-q8-2026-12-03). Greedy observations now choose for greedy requests,
     sampled ones for sampled requests; records from before temperatures were kept are read as
     greedy."""
     plan = _plan(tmp_path)

@@ -166,7 +166,7 @@ EOF2
 
 ngram_preset() {  # ngram_preset M,MIN,MAX[,N,SIZE]: SmolLM2 with these ngram-mod lengths, and
   # with N,SIZE ngram-simple (key N, drafts up to SIZE) in front of it: b11434 appends a
-  # repeated --spec-type and tries ngram-simple first (benchmarks/cpu-ngram-grid-2026-12-03)
+  # repeated --spec-type and tries ngram-simple first (benchmarks/runs/cpu-ngram-grid-2026-12-03)
   local m n x sn sm name extra=""
   IFS=, read -r m n x sn sm <<< "$1"
   name=smol-ng-$m-$n-$x${sn:+-s$sn-$sm}
@@ -424,7 +424,7 @@ first)  # tuned dflash from its first launch: calibrate, then each of FIRST_SETS
     # at n_max 0 against plain, at calibrate's request shape and a session's (the CPU: 0.97x
     # both; the H200's calibrate said 1.01x where benches paid 5-8 %)
     DFLASH_AGENT_HOME="$HOME_UP" IDLE_PRESET=smol-v3 "$PY" \
-      benchmarks/cpu-idle-draft-2026-12-05/idle_vs_context.py > "$R/idle-vs-context.txt" 2>&1 \
+      benchmarks/runs/cpu-idle-draft-2026-12-05/idle_vs_context.py > "$R/idle-vs-context.txt" 2>&1 \
       && touch "$T/done/idle"
     tail -4 "$R/idle-vs-context.txt"
   fi
