@@ -26,6 +26,19 @@ def new_adder(model: ScriptedModel, target: Path, home: Path) -> subprocess.Comp
         capture_output=True, text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
 
 
+def fix_round(script: list[dict[str, Any]], target: Path, home: Path, status: str
+              ) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``script`` as the model of a new adder that ends with exit 0 after one fix round
+    (the sixth request, the tests ``status``); the run and the fix round's task."""
+    with ScriptedModel(script) as model:
+        proc = new_adder(model, target, home)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert f"tests {status}: sending dflash-agent's own run back" in proc.stderr
+    task = model.requests[5]["messages"][-1]["content"]
+    assert task.startswith("dflash-agent ran the project's tests itself")
+    return proc, task
+
+
 def test_a_failed_check_at_the_end_goes_back_to_the_model_and_the_fix_is_committed(
         tmp_path: Path, agent_home: Path):
     target = tmp_path / "adder"
@@ -41,12 +54,7 @@ def test_a_failed_check_at_the_end_goes_back_to_the_model_and_the_fix_is_committ
         call("bash", command="python -m pytest -q"),
         call("final_answer", text="fixed"),
     ]
-    with ScriptedModel(script) as model:
-        proc = new_adder(model, target, agent_home)
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert "tests failed: sending dflash-agent's own run back" in proc.stderr
-    fix = model.requests[5]["messages"][-1]["content"]
-    assert fix.startswith("dflash-agent ran the project's tests itself")
+    proc, _ = fix_round(script, target, agent_home, "failed")
     assert (target / "adder.py").read_text() == "def add(a, b):\n    return a + b\n"
     assert "Tests (run by dflash-agent): passed" in proc.stdout
 
@@ -91,11 +99,6 @@ def test_a_run_that_went_round_in_circles_on_an_empty_test_run_gets_a_fix_round(
         call("bash", command="python -m pytest -q"),
         call("final_answer", text="tests written"),
     ]
-    with ScriptedModel(script) as model:
-        proc = new_adder(model, target, agent_home)
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert "tests no tests: sending dflash-agent's own run back" in proc.stderr
-    task = model.requests[5]["messages"][-1]["content"]
-    assert task.startswith("dflash-agent ran the project's tests itself")
+    proc, task = fix_round(script, target, agent_home, "no tests")
     assert "starts with test_" in task
     assert "Tests (run by dflash-agent): passed" in proc.stdout

@@ -151,7 +151,12 @@ def chat_cmd(repo: Repo = Path("."), approval: Approval = None, preset: Preset =
                                 tool_protocol=tool_protocol, max_steps=max_steps,
                                 max_time=max_time)
     reporter = Reporter()
-    session = RepoSession(settings, repo, reporter, no_git=no_git)
+    run_chat(RepoSession(settings, repo, reporter, no_git=no_git), reporter)
+
+
+def run_chat(session: RepoSession, reporter: Reporter) -> None:
+    """:func:`chat_loop` over ``session`` (``agent chat`` and ``agent resume``); the session
+    and its ``reporter`` are closed whatever ends it, then the footer is printed."""
     try:
         chat_loop(session)
     finally:

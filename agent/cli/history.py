@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from agent.cli.chat import chat_loop
-from agent.cli.common import age, err, print_footer, session_settings
+from agent.cli.chat import run_chat
+from agent.cli.common import age, err, session_settings
 from agent.cli.options import (
     Approval,
     BaseUrl,
@@ -117,14 +117,8 @@ def resume_cmd(session_id: Annotated[str | None, typer.Argument(help="Session id
                                 base_url=base_url, ctx_size=ctx_size, max_steps=max_steps,
                                 max_time=max_time)
     reporter = Reporter()
-    session = RepoSession(settings, repo, reporter, no_git=record.start.repo is None,
-                          resume=chosen, protocol=tool_protocol)
-    try:
-        chat_loop(session)
-    finally:
-        session.close()
-        reporter.close()
-    print_footer(session)
+    run_chat(RepoSession(settings, repo, reporter, no_git=record.start.repo is None,
+                         resume=chosen, protocol=tool_protocol), reporter)
 
 
 def sessions_cmd(json_out: JsonOut = False) -> None:
